@@ -3,6 +3,9 @@
 //! Case counts: `PAIR_CASES` pairs per type for equality and order agreement, `CASES` for the
 //! structural properties. `PROPTEST_CASES` in the environment overrides both.
 
+// Test code: a failed expectation is a panic by design.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
 mod support;
 
 use std::cmp::Ordering;

@@ -206,10 +206,8 @@ fn inet_value(cidr: bool) -> impl Strategy<Value = Input> {
 fn bits_value(varbit: bool) -> impl Strategy<Value = Input> {
     (0u32..=20, prop::collection::vec(byte_mix(), 3)).prop_map(move |(len, mut bytes)| {
         bytes.truncate((len as usize).div_ceil(8));
-        if len % 8 != 0 {
-            if let Some(last) = bytes.last_mut() {
-                *last &= 0xFF << (8 - len % 8);
-            }
+        if let (true, Some(last)) = (len % 8 != 0, bytes.last_mut()) {
+            *last &= 0xFF << (8 - len % 8);
         }
         if varbit {
             Input::Varbit(len, bytes)

@@ -1,0 +1,96 @@
+//! Installs what the checks need when it is missing, saying what it does. Everything here is
+//! idempotent and skips work that is already done.
+
+use crate::shell::{cmd, exec, succeeds};
+
+/// Cross target for the big-endian run.
+pub const BIG_ENDIAN_TARGET: &str = "s390x-unknown-linux-gnu";
+/// Target without `std`, proving the codec's `no_std` claim.
+pub const NO_STD_TARGET: &str = "thumbv7em-none-eabihf";
+
+const S390X_PACKAGES: [&str; 3] = ["gcc-s390x-linux-gnu", "libc6-dev-s390x-cross", "qemu-user"];
+
+/// Ensures rustfmt and clippy are installed.
+pub fn components() -> Result<(), String> {
+    for (probe, component) in [("fmt", "rustfmt"), ("clippy", "clippy")] {
+        if !succeeds(cmd("cargo").args([probe, "--version"])) {
+            println!("installing rustup component {component}");
+            exec(cmd("rustup").args(["component", "add", component]))?;
+        }
+    }
+    Ok(())
+}
+
+/// Ensures a rustup target is installed.
+pub fn target(triple: &str) -> Result<(), String> {
+    let out = cmd("rustup")
+        .args(["target", "list", "--installed"])
+        .output()
+        .map_err(|e| format!("rustup is needed to add target {triple}: {e}"))?;
+    if !String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .any(|l| l.trim() == triple)
+    {
+        println!("installing rustup target {triple}");
+        exec(cmd("rustup").args(["target", "add", triple]))?;
+    }
+    Ok(())
+}
+
+fn is_root() -> bool {
+    cmd("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+}
+
+/// Installs Debian packages that are not installed yet (apt-get update first).
+pub fn apt(packages: &[&str]) -> Result<(), String> {
+    let missing: Vec<&str> = packages
+        .iter()
+        .copied()
+        .filter(|p| {
+            let out = cmd("dpkg-query").args(["-W", "-f=${Status}", p]).output();
+            !out.is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("install ok installed"))
+        })
+        .collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    println!("installing Debian packages: {}", missing.join(" "));
+    let sudo = if is_root() { None } else { Some("sudo") };
+    let apt_get = |args: &[&str]| {
+        let mut c = cmd(sudo.unwrap_or("apt-get"));
+        if sudo.is_some() {
+            c.arg("apt-get");
+        }
+        c.args(args).env("DEBIAN_FRONTEND", "noninteractive");
+        c
+    };
+    exec(&mut apt_get(&["update", "-q"]))?;
+    let mut install = apt_get(&["install", "-y", "-q", "--no-install-recommends"]);
+    install.args(&missing);
+    exec(&mut install)
+}
+
+/// Cross toolchain and emulator for the big-endian test run.
+pub fn big_endian() -> Result<(), String> {
+    apt(&S390X_PACKAGES)?;
+    target(BIG_ENDIAN_TARGET)
+}
+
+/// `cargo-fuzz` and a nightly toolchain.
+pub fn fuzzing() -> Result<(), String> {
+    if !succeeds(cmd("cargo").args(["+nightly", "--version"])) {
+        return Err(
+            "fuzzing needs the nightly toolchain (`rustup toolchain install nightly`), which \
+             this machine does not have"
+                .into(),
+        );
+    }
+    if !succeeds(cmd("cargo").args(["fuzz", "--version"])) {
+        println!("installing cargo-fuzz");
+        exec(cmd("cargo").args(["install", "cargo-fuzz", "--locked"]))?;
+    }
+    Ok(())
+}

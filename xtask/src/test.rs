@@ -1,0 +1,84 @@
+//! `cargo xtask test`: every check CI runs, in order, stopping at the first failure.
+
+use std::time::Instant;
+
+use crate::setup::{self, BIG_ENDIAN_TARGET, NO_STD_TARGET};
+use crate::shell::{Counts, cargo, exec, run_tests, step};
+use crate::{fuzz, vectors};
+
+/// Seconds of decoder fuzzing in the test run.
+const FUZZ_SMOKE_SECONDS: u32 = 60;
+
+/// Crates whose tests also run on the big-endian target (no PostgreSQL, no host tools).
+const PORTABLE_CRATES: [&str; 2] = ["rowid-codec", "rowid-vectors"];
+
+pub fn run() -> Result<(), String> {
+    let started = Instant::now();
+    let mut counts = Counts::default();
+
+    step("toolchain components (rustfmt, clippy)");
+    setup::components()?;
+
+    step("formatting");
+    exec(cargo().args(["fmt", "--all", "--", "--check"]))?;
+
+    step("clippy, warnings are errors");
+    exec(cargo().args([
+        "clippy",
+        "--workspace",
+        "--all-targets",
+        "--",
+        "-D",
+        "warnings",
+    ]))?;
+
+    step("workspace tests (x86_64)");
+    counts.add(run_tests(cargo().args([
+        "test",
+        "--workspace",
+        "--release",
+    ]))?);
+
+    step("golden vectors are current");
+    vectors::check()?;
+
+    step(&format!("rowid-codec builds without std ({NO_STD_TARGET})"));
+    setup::target(NO_STD_TARGET)?;
+    exec(cargo().args([
+        "build",
+        "-p",
+        "rowid-codec",
+        "--no-default-features",
+        "--target",
+        NO_STD_TARGET,
+    ]))?;
+
+    step(&format!(
+        "big-endian tests ({BIG_ENDIAN_TARGET} under QEMU)"
+    ));
+    setup::big_endian()?;
+    let mut be = cargo();
+    be.args(["test", "--release", "--target", BIG_ENDIAN_TARGET])
+        .env(
+            "CARGO_TARGET_S390X_UNKNOWN_LINUX_GNU_LINKER",
+            "s390x-linux-gnu-gcc",
+        )
+        .env(
+            "CARGO_TARGET_S390X_UNKNOWN_LINUX_GNU_RUNNER",
+            "qemu-s390x -L /usr/s390x-linux-gnu",
+        );
+    for krate in PORTABLE_CRATES {
+        be.args(["-p", krate]);
+    }
+    counts.add(run_tests(&mut be)?);
+
+    step(&format!("decoder fuzzing ({FUZZ_SMOKE_SECONDS} s)"));
+    fuzz::run(FUZZ_SMOKE_SECONDS)?;
+
+    println!(
+        "\nxtask test: all checks passed in {:.0} s",
+        started.elapsed().as_secs_f64()
+    );
+    println!("{} passed, {} failed", counts.passed, counts.failed);
+    Ok(())
+}
