@@ -16,7 +16,10 @@ use rowid_codec::probe::{
     probe_with_prefix,
 };
 use rowid_codec::{Domain, TypeTag, Value, decode, encode_identity, validate};
-use support::{Input, input, model_cmp, model_eq, order_preserving, pair, scalar_tags};
+use support::{
+    Input, canonical_shape, from_owned, input, model_cmp, model_eq, order_preserving, pair,
+    scalar_tags,
+};
 
 const PAIR_CASES: u32 = 2_000;
 const CASES: u32 = 1_000;
@@ -178,8 +181,10 @@ proptest! {
             match (input, &got.value) {
                 (None, None) => {}
                 (Some(x), Some(y)) => {
-                    let y = field_bytes_from(y.as_value());
-                    prop_assert_eq!(field_bytes(x), y);
+                    prop_assert!(canonical_shape(y), "not canonical: {:?}", y);
+                    let back = from_owned(y);
+                    prop_assert!(model_eq(x, &back), "{:?} decoded as {:?}", x, y);
+                    prop_assert_eq!(field_bytes(x), field_bytes_from(y.as_value()));
                 }
                 _ => prop_assert!(false, "NULL state changed"),
             }

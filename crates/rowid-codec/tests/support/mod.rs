@@ -33,6 +33,8 @@ pub enum Input {
     Timestamptz(i64),
     Timetz(i64, i32),
     Interval(i32, i32, i64),
+    /// An interval given by its 128-bit comparison value (what the decoder returns).
+    IntervalCmp(i128),
     Inet(Inet),
     Cidr(Inet),
     Macaddr([u8; 6]),
@@ -69,6 +71,9 @@ impl Input {
             Input::Timestamptz(v) => Value::Timestamptz(*v),
             Input::Timetz(t, z) => Value::Timetz(Timetz { time: *t, zone: *z }),
             Input::Interval(m, d, us) => Value::Interval(Interval::from_fields(*m, *d, *us)),
+            Input::IntervalCmp(c) => {
+                Value::Interval(Interval::from_cmp_value(*c).expect("decoded interval in range"))
+            }
             Input::Inet(n) => Value::Inet(*n),
             Input::Cidr(n) => Value::Cidr(*n),
             Input::Macaddr(v) => Value::Macaddr(*v),
@@ -444,6 +449,14 @@ fn interval_cmp_value(m: i32, d: i32, us: i64) -> i128 {
     i128::from(us) + (i128::from(m) * 30 + i128::from(d)) * 86_400_000_000
 }
 
+fn interval_key(v: &Input) -> i128 {
+    match v {
+        Input::Interval(m, d, us) => interval_cmp_value(*m, *d, *us),
+        Input::IntervalCmp(c) => *c,
+        _ => unreachable!("not an interval"),
+    }
+}
+
 fn strip_spaces(s: &[u8]) -> &[u8] {
     let mut end = s.len();
     while end > 0 && s[end - 1] == b' ' {
@@ -488,8 +501,8 @@ pub fn model_cmp(a: &Input, b: &Input) -> Ordering {
             let g2 = t2 + i64::from(*z2) * 1_000_000;
             g1.cmp(&g2).then(z1.cmp(z2))
         }
-        (Interval(m1, d1, u1), Interval(m2, d2, u2)) => {
-            interval_cmp_value(*m1, *d1, *u1).cmp(&interval_cmp_value(*m2, *d2, *u2))
+        (Interval(..) | IntervalCmp(_), Interval(..) | IntervalCmp(_)) => {
+            interval_key(a).cmp(&interval_key(b))
         }
         (Inet(x), Inet(y)) | (Cidr(x), Cidr(y)) => network_cmp(x, y),
         (Bit(l1, x), Bit(l2, y)) | (Varbit(l1, x), Varbit(l2, y)) => bit_cmp(*l1, x, *l2, y),
@@ -505,4 +518,55 @@ pub fn model_eq(a: &Input, b: &Input) -> bool {
 /// Keeps IPv4 families honest in generated data.
 pub fn family_ok(n: &Inet) -> bool {
     n.family != IpFamily::V4 || n.addr[4..].iter().all(|&b| b == 0)
+}
+
+/// The decoder's output as a model input, so the model (not the encoder) judges round trips.
+pub fn from_owned(v: &rowid_codec::OwnedValue) -> Input {
+    use rowid_codec::OwnedValue as O;
+    match v {
+        O::Bool(x) => Input::Bool(*x),
+        O::Int2(x) => Input::Int2(*x),
+        O::Int4(x) => Input::Int4(*x),
+        O::Int8(x) => Input::Int8(*x),
+        O::Oid(x) => Input::Oid(*x),
+        O::Float4(x) => Input::Float4(*x),
+        O::Float8(x) => Input::Float8(*x),
+        O::Numeric(n) => Input::Numeric(n.sign, n.weight, n.digits.clone()),
+        O::Text(x) => Input::Text(x.clone()),
+        O::Varchar(x) => Input::Varchar(x.clone()),
+        O::Bpchar(x) => Input::Bpchar(x.clone()),
+        O::Bytea(x) => Input::Bytea(x.clone()),
+        O::Uuid(x) => Input::Uuid(*x),
+        O::Date(x) => Input::Date(*x),
+        O::Time(x) => Input::Time(*x),
+        O::Timestamp(x) => Input::Timestamp(*x),
+        O::Timestamptz(x) => Input::Timestamptz(*x),
+        O::Timetz(t) => Input::Timetz(t.time, t.zone),
+        O::Interval(i) => Input::IntervalCmp(i.cmp_value()),
+        O::Inet(n) => Input::Inet(*n),
+        O::Cidr(n) => Input::Cidr(*n),
+        O::Macaddr(x) => Input::Macaddr(*x),
+        O::Macaddr8(x) => Input::Macaddr8(*x),
+        O::Bit(b) => Input::Bit(b.bit_len, b.bytes.clone()),
+        O::Varbit(b) => Input::Varbit(b.bit_len, b.bytes.clone()),
+        O::Enum(x) => Input::Enum(x.clone()),
+        O::Identity(c) => Input::Identity(c.bytes.clone()),
+    }
+}
+
+/// True when a decoded value has the canonical shape the spec promises.
+pub fn canonical_shape(v: &rowid_codec::OwnedValue) -> bool {
+    use rowid_codec::OwnedValue as O;
+    match v {
+        O::Float4(x) => x.to_bits() != 0x8000_0000 && (!x.is_nan() || x.to_bits() == 0x7FC0_0000),
+        O::Float8(x) => {
+            x.to_bits() != 1 << 63 && (!x.is_nan() || x.to_bits() == 0x7FF8_0000_0000_0000)
+        }
+        O::Numeric(n) => {
+            let finite = !n.digits.is_empty();
+            !finite || (n.digits.first() != Some(&0) && n.digits.last() != Some(&0))
+        }
+        O::Bpchar(s) => s.last() != Some(&b' '),
+        _ => true,
+    }
 }
