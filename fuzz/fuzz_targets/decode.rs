@@ -13,13 +13,8 @@ use rowid_codec::send::value_from_send;
 use rowid_codec::{Domain, TypeTag, decode, encode_identity, validate};
 
 fn reencode(id: &rowid_codec::DecodedIdentity) -> Vec<u8> {
-    let values: Vec<_> = id
-        .fields
-        .iter()
-        .map(|f| (f.tag, f.value.as_ref().map(|v| v.as_value())))
-        .collect();
     let mut out = Vec::new();
-    encode_identity(&mut out, id.domain, &values).expect("decoded identity re-encodes");
+    id.encode(&mut out).expect("decoded identity re-encodes");
     out
 }
 

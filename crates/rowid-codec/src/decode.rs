@@ -99,6 +99,19 @@ pub struct ChildIdentity {
     pub identity: DecodedIdentity,
 }
 
+impl DecodedIdentity {
+    /// Appends this identity's encoding to `buf`. For a decoded identity this reproduces the
+    /// decoded bytes exactly (spec §8: every accepted identity is canonical).
+    pub fn encode(&self, buf: &mut Vec<u8>) -> Result<usize> {
+        let count = u32::try_from(self.fields.len()).unwrap_or(u32::MAX);
+        let mut enc = crate::IdentityEncoder::begin(buf, self.domain, count)?;
+        for f in &self.fields {
+            enc.field(f.tag, f.value.as_ref().map(OwnedValue::as_value).as_ref())?;
+        }
+        enc.finish()
+    }
+}
+
 impl OwnedValue {
     /// Borrows the value as an encoder input.
     pub fn as_value(&self) -> Value<'_> {
