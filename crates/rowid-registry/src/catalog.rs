@@ -1,0 +1,237 @@
+//! Catalog facts as plain data: what the caller (the extension, or a Rust tool reading the
+//! catalogs) knows about an identity field. Runtime OIDs only select a registry entry; they
+//! never reach identity bytes.
+
+/// Built-in type OIDs (stable across PostgreSQL majors: assigned in `pg_type.dat`).
+pub mod oid {
+    #![allow(missing_docs)]
+    pub const BOOL: u32 = 16;
+    pub const BYTEA: u32 = 17;
+    pub const CHAR: u32 = 18;
+    pub const NAME: u32 = 19;
+    pub const INT8: u32 = 20;
+    pub const INT2: u32 = 21;
+    pub const INT4: u32 = 23;
+    pub const TEXT: u32 = 25;
+    pub const OID: u32 = 26;
+    pub const JSON: u32 = 114;
+    pub const XML: u32 = 142;
+    pub const POINT: u32 = 600;
+    pub const CIDR: u32 = 650;
+    pub const FLOAT4: u32 = 700;
+    pub const FLOAT8: u32 = 701;
+    pub const MACADDR8: u32 = 774;
+    pub const MONEY: u32 = 790;
+    pub const MACADDR: u32 = 829;
+    pub const INET: u32 = 869;
+    pub const BPCHAR: u32 = 1042;
+    pub const VARCHAR: u32 = 1043;
+    pub const DATE: u32 = 1082;
+    pub const TIME: u32 = 1083;
+    pub const TIMESTAMP: u32 = 1114;
+    pub const TIMESTAMPTZ: u32 = 1184;
+    pub const INTERVAL: u32 = 1186;
+    pub const TIMETZ: u32 = 1266;
+    pub const BIT: u32 = 1560;
+    pub const VARBIT: u32 = 1562;
+    pub const NUMERIC: u32 = 1700;
+    pub const UUID: u32 = 2950;
+    pub const JSONB: u32 = 3802;
+}
+
+/// The concrete type of a field, with the nested metadata resolution needs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TypeRef {
+    /// A built-in base type, by OID, with its name for messages.
+    Builtin {
+        /// `pg_type.oid`.
+        oid: u32,
+        /// `format_type` name.
+        name: String,
+    },
+    /// A domain over `base`.
+    Domain {
+        /// Domain name.
+        name: String,
+        /// Its base type.
+        base: Box<TypeRef>,
+    },
+    /// An enum type (labels are encoded, never OIDs).
+    Enum {
+        /// Type name.
+        name: String,
+    },
+    /// An array of `element`.
+    Array {
+        /// Type name.
+        name: String,
+        /// Element type.
+        element: Box<TypeRef>,
+    },
+    /// A range over `subtype`.
+    Range {
+        /// Type name.
+        name: String,
+        /// Subtype.
+        subtype: Box<TypeRef>,
+    },
+    /// A multirange of `range`.
+    Multirange {
+        /// Type name.
+        name: String,
+        /// Range type.
+        range: Box<TypeRef>,
+    },
+    /// A composite (row) type.
+    Composite {
+        /// Type name.
+        name: String,
+        /// Field names and types.
+        fields: Vec<(String, TypeRef)>,
+    },
+    /// Any other type (pseudo-types, base types of extensions, ...).
+    Other {
+        /// `pg_type.oid`.
+        oid: u32,
+        /// Type name.
+        name: String,
+    },
+}
+
+impl TypeRef {
+    /// A built-in type with its usual name.
+    pub fn builtin(oid: u32, name: &str) -> TypeRef {
+        TypeRef::Builtin {
+            oid,
+            name: name.to_string(),
+        }
+    }
+
+    /// The type's name as messages show it.
+    pub fn name(&self) -> &str {
+        match self {
+            TypeRef::Builtin { name, .. }
+            | TypeRef::Domain { name, .. }
+            | TypeRef::Enum { name }
+            | TypeRef::Array { name, .. }
+            | TypeRef::Range { name, .. }
+            | TypeRef::Multirange { name, .. }
+            | TypeRef::Composite { name, .. }
+            | TypeRef::Other { name, .. } => name,
+        }
+    }
+}
+
+/// Collation provider (`pg_collation.collprovider`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CollationProvider {
+    /// `c`: libc.
+    Libc,
+    /// `i`: ICU.
+    Icu,
+    /// `b`: the built-in provider (PostgreSQL 17+).
+    Builtin,
+    /// `d`: the database default (resolve it to the database's provider when known).
+    Default,
+}
+
+/// A field's resolved collation.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Collation {
+    /// Collation name (`"C"`, `"default"`, `"en-x-icu"`, ...).
+    pub name: String,
+    /// Provider.
+    pub provider: CollationProvider,
+    /// `pg_collation.collisdeterministic`.
+    pub deterministic: bool,
+    /// The effective `LC_COLLATE` / locale (`"C"`, `"POSIX"`, `"en_US.UTF-8"`, `"und"`).
+    pub locale: String,
+}
+
+impl Collation {
+    /// The `C` collation.
+    pub fn c() -> Collation {
+        Collation {
+            name: "C".into(),
+            provider: CollationProvider::Libc,
+            deterministic: true,
+            locale: "C".into(),
+        }
+    }
+
+    /// True for the byte-order collations `C` and `POSIX` (libc, or the database default
+    /// with such a locale). Only these make text order equal byte order.
+    pub fn is_c_or_posix(&self) -> bool {
+        matches!(
+            self.provider,
+            CollationProvider::Libc | CollationProvider::Default
+        ) && matches!(self.locale.as_str(), "C" | "POSIX")
+    }
+}
+
+/// The B-tree operator class (and so the equality operator family) a field is compared
+/// with.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum OpClass {
+    /// The type's default B-tree operator class.
+    Default,
+    /// A named non-default operator class.
+    NonDefault(String),
+}
+
+/// One identity field as the catalogs describe it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FieldSpec {
+    /// The expression or column, as errors name it.
+    pub expr: String,
+    /// Its type.
+    pub ty: TypeRef,
+    /// `atttypmod` / expression typmod; -1 when unconstrained.
+    pub typmod: i32,
+    /// The collation, for collatable types.
+    pub collation: Option<Collation>,
+    /// The operator class the identity's equality uses.
+    pub opclass: OpClass,
+}
+
+impl FieldSpec {
+    /// A field of a non-collatable type with the default operator class.
+    pub fn new(expr: &str, ty: TypeRef, typmod: i32) -> FieldSpec {
+        FieldSpec {
+            expr: expr.to_string(),
+            ty,
+            typmod,
+            collation: None,
+            opclass: OpClass::Default,
+        }
+    }
+
+    /// The same field with a collation.
+    pub fn collate(mut self, collation: Collation) -> FieldSpec {
+        self.collation = Some(collation);
+        self
+    }
+}
+
+/// Facts about the server that resolution and planning depend on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ServerContext {
+    /// PostgreSQL major version (15, 16, ...).
+    pub pg_major: u32,
+    /// Maximum bytes per character of the database encoding (`pg_encoding_max_length`:
+    /// 4 for UTF8, 1 for SQL_ASCII/LATIN1, 3 for EUC_JP, ...).
+    pub max_char_bytes: u32,
+    /// `SHOW block_size`.
+    pub block_size: u32,
+}
+
+impl ServerContext {
+    /// PostgreSQL 18, UTF8, 8 kB pages.
+    pub const fn default_pg18() -> ServerContext {
+        ServerContext {
+            pg_major: 18,
+            max_char_bytes: 4,
+            block_size: 8192,
+        }
+    }
+}

@@ -1,0 +1,262 @@
+//! Registry entries: the contract of each supported type (spec/registry.md §2).
+
+use rowid_codec::TypeTag;
+
+use crate::catalog::oid;
+
+/// PostgreSQL majors whose contracts the project verifies (spec/registry.md §2.6).
+pub const SUPPORTED_MAJORS: &[u32] = &[15, 16, 17, 18];
+
+/// Names of the tests that prove a claim: one against the codec's model of PostgreSQL's
+/// operators, one against a running server.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Proof {
+    /// Test against the model (`rowid-codec/tests/properties.rs`).
+    pub model: &'static str,
+    /// Test against the server's operators (the extension's test suite).
+    pub server: &'static str,
+}
+
+/// Whether lexicographic payload order agrees with the type's default B-tree comparator for
+/// non-NULL values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OrderClaim {
+    /// Always (proof named).
+    Preserving(Proof),
+    /// Only when the field's collation is `C` or `POSIX` (proof named).
+    OnlyUnderCCollation(Proof),
+    /// Never: no locality claim.
+    NotPreserving,
+}
+
+/// Volatility of the encoding of a value of this type.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Volatility {
+    /// Depends only on the value.
+    Immutable,
+    /// Depends on catalog state (enum labels).
+    Stable,
+}
+
+/// How the worst-case encoded size of a field is known.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SizeRule {
+    /// A fixed payload width (or a family-determined maximum, inet/cidr).
+    Fixed(usize),
+    /// `numeric(p, s)`: bounded by the precision in the typmod.
+    NumericTypmod,
+    /// `varchar(n)` / `char(n)`: bounded by `n` characters of the database encoding.
+    CharTypmod,
+    /// `bit(n)` / `varbit(n)`: bounded by `n` bits.
+    BitTypmod,
+    /// Enum labels: bounded by `MAX_ENUM_LABEL_LEN`.
+    EnumLabel,
+    /// No bound.
+    Unbounded,
+}
+
+/// Catalog changes that invalidate a resolved identity schema.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Invalidation {
+    /// The field's collation changes (`ALTER ... COLLATE`, collation version change).
+    CollationChange,
+    /// `ALTER TYPE ... RENAME VALUE / ADD VALUE` on an enum.
+    EnumLabelOrOrder,
+    /// `ALTER DOMAIN` or DDL on a domain's base type.
+    DomainOrBaseType,
+    /// `ALTER TYPE` on a composite (reserved for structural entries).
+    CompositeAlteration,
+    /// The column's type is changed or replaced (`ALTER COLUMN ... TYPE`): every field.
+    TypeChange,
+}
+
+/// The contract of one concrete type.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Entry {
+    /// `pg_type.oid` of the concrete type.
+    pub oid: u32,
+    /// Type name.
+    pub name: &'static str,
+    /// Wire type tag.
+    pub tag: TypeTag,
+    /// Proof that PostgreSQL equality and byte equality agree in both directions.
+    pub equality_canonical: Proof,
+    /// Order claim for non-NULL values under the default ascending B-tree opclass.
+    pub order: OrderClaim,
+    /// Volatility.
+    pub volatility: Volatility,
+    /// Size rule.
+    pub size: SizeRule,
+    /// Catalog changes that invalidate a schema using this type.
+    pub ddl_invalidations: &'static [Invalidation],
+    /// Majors on which the contract is verified.
+    pub supported_majors: &'static [u32],
+}
+
+const fn proof(model: &'static str, server: &'static str) -> Proof {
+    Proof { model, server }
+}
+
+macro_rules! scalar {
+    ($oid:expr, $name:literal, $tag:ident, $order:ident, $size:expr, $inval:expr) => {
+        Entry {
+            oid: $oid,
+            name: $name,
+            tag: TypeTag::$tag,
+            equality_canonical: proof(
+                concat!("rowid-codec/tests/properties.rs::agree_", $name),
+                concat!("pg-trickle-ext/tests::equality_agreement::", $name),
+            ),
+            order: order_claim!($order, $name),
+            volatility: Volatility::Immutable,
+            size: $size,
+            ddl_invalidations: $inval,
+            supported_majors: SUPPORTED_MAJORS,
+        }
+    };
+}
+
+macro_rules! order_claim {
+    (yes, $name:literal) => {
+        OrderClaim::Preserving(proof(
+            concat!("rowid-codec/tests/properties.rs::agree_", $name),
+            concat!("pg-trickle-ext/tests::order_agreement::", $name),
+        ))
+    };
+    (c_only, $name:literal) => {
+        OrderClaim::OnlyUnderCCollation(proof(
+            concat!("rowid-codec/tests/properties.rs::agree_", $name),
+            concat!("pg-trickle-ext/tests::order_agreement_c_collation::", $name),
+        ))
+    };
+}
+
+const NONE: &[Invalidation] = &[];
+const COLLATED: &[Invalidation] = &[Invalidation::CollationChange];
+
+/// Every built-in type the registry supports, by OID.
+pub const BUILTINS: &[Entry] = &[
+    scalar!(oid::BOOL, "bool", Bool, yes, SizeRule::Fixed(1), NONE),
+    scalar!(oid::INT2, "int2", Int2, yes, SizeRule::Fixed(2), NONE),
+    scalar!(oid::INT4, "int4", Int4, yes, SizeRule::Fixed(4), NONE),
+    scalar!(oid::INT8, "int8", Int8, yes, SizeRule::Fixed(8), NONE),
+    scalar!(oid::OID, "oid", Oid, yes, SizeRule::Fixed(4), NONE),
+    scalar!(oid::FLOAT4, "float4", Float4, yes, SizeRule::Fixed(4), NONE),
+    scalar!(oid::FLOAT8, "float8", Float8, yes, SizeRule::Fixed(8), NONE),
+    scalar!(
+        oid::NUMERIC,
+        "numeric",
+        Numeric,
+        yes,
+        SizeRule::NumericTypmod,
+        NONE
+    ),
+    scalar!(
+        oid::TEXT,
+        "text",
+        Text,
+        c_only,
+        SizeRule::Unbounded,
+        COLLATED
+    ),
+    scalar!(
+        oid::VARCHAR,
+        "varchar",
+        Varchar,
+        c_only,
+        SizeRule::CharTypmod,
+        COLLATED
+    ),
+    scalar!(
+        oid::BPCHAR,
+        "bpchar",
+        Bpchar,
+        c_only,
+        SizeRule::CharTypmod,
+        COLLATED
+    ),
+    scalar!(oid::BYTEA, "bytea", Bytea, yes, SizeRule::Unbounded, NONE),
+    scalar!(oid::UUID, "uuid", Uuid, yes, SizeRule::Fixed(16), NONE),
+    scalar!(oid::DATE, "date", Date, yes, SizeRule::Fixed(4), NONE),
+    scalar!(oid::TIME, "time", Time, yes, SizeRule::Fixed(8), NONE),
+    scalar!(
+        oid::TIMESTAMP,
+        "timestamp",
+        Timestamp,
+        yes,
+        SizeRule::Fixed(8),
+        NONE
+    ),
+    scalar!(
+        oid::TIMESTAMPTZ,
+        "timestamptz",
+        Timestamptz,
+        yes,
+        SizeRule::Fixed(8),
+        NONE
+    ),
+    scalar!(
+        oid::TIMETZ,
+        "timetz",
+        Timetz,
+        yes,
+        SizeRule::Fixed(12),
+        NONE
+    ),
+    scalar!(
+        oid::INTERVAL,
+        "interval",
+        Interval,
+        yes,
+        SizeRule::Fixed(16),
+        NONE
+    ),
+    scalar!(oid::INET, "inet", Inet, yes, SizeRule::Fixed(34), NONE),
+    scalar!(oid::CIDR, "cidr", Cidr, yes, SizeRule::Fixed(34), NONE),
+    scalar!(
+        oid::MACADDR,
+        "macaddr",
+        Macaddr,
+        yes,
+        SizeRule::Fixed(6),
+        NONE
+    ),
+    scalar!(
+        oid::MACADDR8,
+        "macaddr8",
+        Macaddr8,
+        yes,
+        SizeRule::Fixed(8),
+        NONE
+    ),
+    scalar!(oid::BIT, "bit", Bit, yes, SizeRule::BitTypmod, NONE),
+    scalar!(
+        oid::VARBIT,
+        "varbit",
+        Varbit,
+        yes,
+        SizeRule::BitTypmod,
+        NONE
+    ),
+];
+
+/// The contract of enum types (one for all: labels, not OIDs, are encoded).
+pub const ENUM: Entry = Entry {
+    oid: 0,
+    name: "enum",
+    tag: TypeTag::Enum,
+    equality_canonical: proof(
+        "rowid-codec/tests/properties.rs::agree_enum",
+        "pg-trickle-ext/tests::equality_agreement::enum",
+    ),
+    order: OrderClaim::NotPreserving,
+    volatility: Volatility::Stable,
+    size: SizeRule::EnumLabel,
+    ddl_invalidations: &[Invalidation::EnumLabelOrOrder],
+    supported_majors: SUPPORTED_MAJORS,
+};
+
+/// The built-in entry for `oid`.
+pub fn builtin(oid: u32) -> Option<&'static Entry> {
+    BUILTINS.iter().find(|e| e.oid == oid)
+}

@@ -1,0 +1,33 @@
+//! # rowid-registry: what may become a Row Identity V2, and how it is indexed
+//!
+//! Pure Rust, no PostgreSQL and no pgrx: catalog facts come in as plain data
+//! ([`catalog`]), so every rule here is unit-testable and shared by the extension and by
+//! Rust tools. The normative description is `spec/registry.md`.
+//!
+//! | spec/registry.md | what | code |
+//! |---|---|---|
+//! | §2 | type contracts | [`entry::Entry`], [`entry::BUILTINS`], [`entry::ENUM`] |
+//! | §2, §4 | resolution and rejections | [`resolve_field`], [`resolve_schema`], [`Rejection`] |
+//! | §3.1 | worst-case sizes | [`size::payload_bound`], [`IdentitySchema::max_encoded_len`] |
+//! | §3.2 | B-tree limits | [`size::bt_max_item_size`], [`size::max_indexable_datum`] |
+//! | §3.3 | index plan | [`plan_index`] |
+//! | §5 | SQL shapes | [`sql`] |
+//! | §6 | SCAN_KEY eligibility | [`choose_scan_key`] |
+
+pub mod catalog;
+pub mod entry;
+pub mod error;
+pub mod plan;
+pub mod resolve;
+pub mod size;
+pub mod source_key;
+pub mod sql;
+
+pub use catalog::{Collation, CollationProvider, FieldSpec, OpClass, ServerContext, TypeRef};
+pub use entry::{Entry, Invalidation, OrderClaim, SUPPORTED_MAJORS, SizeRule, Volatility};
+pub use error::{FieldContext, Property, Rejection, Rejections};
+pub use plan::{IndexClass, IndexPlan, MaintenanceMode, Uniqueness, plan_index};
+pub use resolve::{IdentitySchema, ResolvedField, resolve_field, resolve_schema};
+pub use source_key::{
+    IndexCandidate, Ineligible, KeyColumn, NoEligibleKey, ScanKey, choose_scan_key,
+};
