@@ -10,7 +10,7 @@ use crate::{fuzz, vectors};
 const FUZZ_SMOKE_SECONDS: u32 = 60;
 
 /// Crates whose tests also run on the big-endian target (no PostgreSQL, no host tools).
-const PORTABLE_CRATES: [&str; 2] = ["rowid-codec", "rowid-vectors"];
+const PORTABLE_CRATES: [&str; 3] = ["rowid-codec", "rowid-registry", "rowid-vectors"];
 
 pub fn run() -> Result<(), String> {
     let started = Instant::now();
