@@ -295,10 +295,10 @@ fn numeric_groups(d: &[u8], shift: i32) -> (i16, Vec<u16>) {
     } else {
         digits[int_len..].to_vec()
     };
-    while int_part.len() % 4 != 0 {
+    while !int_part.len().is_multiple_of(4) {
         int_part.insert(0, 0);
     }
-    while frac_part.len() % 4 != 0 {
+    while !frac_part.len().is_multiple_of(4) {
         frac_part.push(0);
     }
     let all: Vec<u8> = int_part.iter().chain(&frac_part).copied().collect();
