@@ -9,6 +9,7 @@
 
 mod demo;
 mod fuzz;
+mod pg;
 mod setup;
 mod shell;
 mod test;

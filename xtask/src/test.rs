@@ -4,7 +4,7 @@ use std::time::Instant;
 
 use crate::setup::{self, BIG_ENDIAN_TARGET, NO_STD_TARGET};
 use crate::shell::{Counts, cargo, exec, run_tests, step};
-use crate::{fuzz, vectors};
+use crate::{fuzz, pg, vectors};
 
 /// Seconds of decoder fuzzing in the test run.
 const FUZZ_SMOKE_SECONDS: u32 = 60;
@@ -38,6 +38,26 @@ pub fn run() -> Result<(), String> {
         "--workspace",
         "--release",
     ]))?);
+
+    step("the codec against PostgreSQL's own operators (throwaway cluster)");
+    let cluster = pg::Cluster::start("pg-oracle", 55_432)?;
+    let path = format!(
+        "{}:{}",
+        cluster.bindir().display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    for (krate, test) in [
+        ("rowid-codec", "server_oracle"),
+        ("rowid-vectors", "vectors_on_server"),
+    ] {
+        let mut c = cargo();
+        c.args(["test", "--release", "-p", krate, "--test", test])
+            .args(["--", "--ignored", "--nocapture"])
+            .env("ROWID_ORACLE_PSQL_ARGS", cluster.psql_args())
+            .env("PATH", &path);
+        counts.add(run_tests(&mut c)?);
+    }
+    drop(cluster);
 
     step("golden vectors are current");
     vectors::check()?;

@@ -3,6 +3,8 @@
 //! shared/reference/postgres-semantics.md).
 #![allow(dead_code)]
 
+pub mod sql;
+
 use std::cmp::Ordering;
 
 use proptest::prelude::*;

@@ -1,0 +1,130 @@
+//! The codec against a real PostgreSQL server's operators.
+//!
+//! For every scalar type, generated pairs (half of them equal by construction in a different
+//! representation) are sent to the server as SQL literals; the server's `=` (as `IS NOT
+//! DISTINCT FROM`) and `<`/`>` must agree with equality and byte order of the codec's
+//! encodings (order only where the spec claims it; text types under `COLLATE "C"`).
+//!
+//! Needs a server: `cargo xtask test` starts a throwaway cluster and runs this with
+//! `--ignored`, passing psql connection arguments in `ROWID_ORACLE_PSQL_ARGS`.
+
+// Test code: a failed expectation is a panic by design.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod support;
+
+use std::cmp::Ordering;
+use std::process::Command;
+
+use proptest::strategy::{Strategy, ValueTree};
+use proptest::test_runner::TestRunner;
+use rowid_codec::{Domain, TypeTag, encode_identity};
+use support::sql::{ENUM_LABELS, literal, representable};
+use support::{Input, order_preserving, pair, scalar_tags};
+
+/// Pairs per type.
+const PAIRS: usize = 3_000;
+
+fn psql(script: &str) -> String {
+    let args = std::env::var("ROWID_ORACLE_PSQL_ARGS")
+        .expect("ROWID_ORACLE_PSQL_ARGS is not set: run through `cargo xtask test`");
+    let dir = std::env::temp_dir().join(format!("rowid-oracle-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("script.sql");
+    std::fs::write(&file, script).unwrap();
+    let out = Command::new("psql")
+        .args(args.split_whitespace())
+        .args(["-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-f"])
+        .arg(&file)
+        .output()
+        .expect("psql runs");
+    assert!(
+        out.status.success(),
+        "psql failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+fn encoded(v: &Input) -> Vec<u8> {
+    let mut buf = Vec::new();
+    encode_identity(&mut buf, Domain::ScanKey, &[(v.tag(), Some(v.value()))]).unwrap();
+    buf
+}
+
+#[test]
+#[ignore = "needs a PostgreSQL server: run through `cargo xtask test`"]
+fn server_operators_agree_with_the_codec() {
+    let labels: Vec<String> = ENUM_LABELS.iter().map(|l| format!("'{l}'")).collect();
+    psql(&format!(
+        "DROP TYPE IF EXISTS oracle_enum; CREATE TYPE oracle_enum AS ENUM ({});",
+        labels.join(", ")
+    ));
+    let version = psql("SHOW server_version_num;");
+    let mut runner = TestRunner::deterministic();
+    let mut report = Vec::new();
+    let mut failures = Vec::new();
+    for tag in scalar_tags() {
+        let mut pairs = Vec::with_capacity(PAIRS);
+        let mut script = String::new();
+        for _ in 0..PAIRS {
+            let (a, b) = pair(tag).new_tree(&mut runner).unwrap().current();
+            let (a, b) = (representable(&a), representable(&b));
+            let (la, lb) = (literal(&a), literal(&b));
+            script.push_str(&format!(
+                "SELECT CASE WHEN {la} < {lb} THEN -1 WHEN {la} > {lb} THEN 1 ELSE 0 END, \
+                 {la} IS NOT DISTINCT FROM {lb};\n"
+            ));
+            pairs.push((a, b));
+        }
+        let output = psql(&script);
+        let rows: Vec<&str> = output.lines().filter(|l| !l.is_empty()).collect();
+        assert_eq!(rows.len(), pairs.len(), "{}: row count", tag.name());
+        let (mut equal, mut disagreements) = (0, 0);
+        for ((a, b), row) in pairs.iter().zip(rows) {
+            let (cmp, eq) = row.split_once('|').unwrap();
+            let server_eq = eq == "t";
+            let server_cmp = match cmp {
+                "-1" => Ordering::Less,
+                "0" => Ordering::Equal,
+                _ => Ordering::Greater,
+            };
+            let (ea, eb) = (encoded(a), encoded(b));
+            let eq_ok = server_eq == (ea == eb);
+            let ord_ok = !order_preserving(tag) || server_cmp == ea.cmp(&eb);
+            equal += usize::from(server_eq);
+            if !(eq_ok && ord_ok) {
+                disagreements += 1;
+                if failures.len() < 20 {
+                    failures.push(format!(
+                        "{}: server says cmp {cmp} eq {eq}, codec says {:?} for {} vs {}",
+                        tag.name(),
+                        ea.cmp(&eb),
+                        literal(a),
+                        literal(b)
+                    ));
+                }
+            }
+        }
+        report.push(format!(
+            "{:12} {} pairs, {equal} equal, {disagreements} disagreements{}",
+            tag.name(),
+            pairs.len(),
+            if order_preserving(tag) {
+                ""
+            } else {
+                " (equality only)"
+            }
+        ));
+    }
+    println!("server_version_num {}", version.trim());
+    for line in &report {
+        println!("{line}");
+    }
+    assert!(
+        failures.is_empty(),
+        "disagreements:\n{}",
+        failures.join("\n")
+    );
+    assert!(TypeTag::ALL.len() - 1 == report.len());
+}
