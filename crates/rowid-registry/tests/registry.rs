@@ -404,13 +404,24 @@ fn schema_reports_every_bad_field() {
     assert_eq!(err.0[0].property, Property::TooManyFields);
 }
 
-/// Every proof an entry names as its model test exists in the codec's property suite.
+/// Every proof an entry names exists: its model test in the codec's property suite, its
+/// server test in the oracle, which covers every tag the registry uses.
 #[test]
-fn named_model_proofs_exist() {
+fn named_proofs_exist() {
+    let oracle = include_str!("../../rowid-codec/tests/server_oracle.rs");
+    assert!(oracle.contains("fn server_operators_agree_with_the_codec()"));
+    assert!(
+        oracle.contains("for tag in scalar_tags()"),
+        "the oracle covers every scalar tag"
+    );
     let suite = include_str!("../../rowid-codec/tests/properties.rs");
     let mut entries: Vec<_> = BUILTINS.to_vec();
     entries.push(ENUM);
     for e in entries {
+        assert_eq!(
+            e.equality_canonical.server,
+            rowid_registry::entry::SERVER_ORACLE
+        );
         let test = e.equality_canonical.model.rsplit("::").next().unwrap();
         assert!(
             suite.contains(&format!("{test} => TypeTag::")),
