@@ -94,3 +94,43 @@ pub fn fuzzing() -> Result<(), String> {
     }
     Ok(())
 }
+
+/// The cargo-pgrx version the extension is pinned to (`pgrx = "=0.18.1"`).
+pub const PGRX_VERSION: &str = "0.18.1";
+/// The system PostgreSQL the extension is built and tested against.
+pub const PG15_CONFIG: &str = "/usr/lib/postgresql/15/bin/pg_config";
+
+/// cargo-pgrx, the build dependencies of pgrx, and `cargo pgrx init` for PostgreSQL 15.
+pub fn pgrx() -> Result<(), String> {
+    apt(&[
+        "postgresql-15",
+        "postgresql-server-dev-15",
+        "libclang-dev",
+        "clang",
+        "sudo",
+    ])?;
+    let installed = cmd("cargo")
+        .args(["pgrx", "--version"])
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains(PGRX_VERSION));
+    if !installed {
+        println!("installing cargo-pgrx {PGRX_VERSION} (takes about 6 minutes)");
+        exec(cmd("cargo").args([
+            "install",
+            "cargo-pgrx",
+            "--version",
+            PGRX_VERSION,
+            "--locked",
+        ]))?;
+    }
+    let home = std::env::var("HOME").unwrap_or_else(|_| "/root".into());
+    let config = std::path::Path::new(&home)
+        .join(".pgrx")
+        .join("config.toml");
+    let initialised = std::fs::read_to_string(&config).is_ok_and(|c| c.contains(PG15_CONFIG));
+    if !initialised {
+        println!("cargo pgrx init against the system PostgreSQL 15 (downloads nothing)");
+        exec(cmd("cargo").args(["pgrx", "init", "--pg15", PG15_CONFIG]))?;
+    }
+    Ok(())
+}

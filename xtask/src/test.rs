@@ -3,7 +3,7 @@
 use std::time::Instant;
 
 use crate::setup::{self, BIG_ENDIAN_TARGET, NO_STD_TARGET};
-use crate::shell::{Counts, cargo, exec, run_tests, step};
+use crate::shell::{Counts, cargo, cmd, exec, root, run_tests, step};
 use crate::{fuzz, pg, vectors};
 
 /// Seconds of decoder fuzzing in the test run.
@@ -33,10 +33,27 @@ fn server_checks(major: u32, source: pg::Source) -> Result<Counts, String> {
         c.args(["test", "--release", "-p", krate, "--test", test])
             .args(["--", "--ignored", "--nocapture"])
             .env("ROWID_ORACLE_PSQL_ARGS", cluster.psql_args())
+            .env(
+                "ROWID_ORACLE_EXTENSION",
+                if major == 15 { "1" } else { "0" },
+            )
             .env("PATH", &path);
         counts.add(run_tests(&mut c)?);
     }
     Ok(counts)
+}
+
+/// `cargo pgrx test pg15`, with the test cluster owned by the postgres user (initdb refuses
+/// to run as root).
+fn extension_tests() -> Result<Counts, String> {
+    let pgdata = root().join("target").join("pgrx-test-data");
+    std::fs::create_dir_all(&pgdata).map_err(|e| format!("{}: {e}", pgdata.display()))?;
+    exec(cmd("chown").args(["-R", "postgres:postgres"]).arg(&pgdata))?;
+    let mut c = cargo();
+    c.current_dir(root().join("crates").join("pg-trickle-ext"))
+        .args(["pgrx", "test", "pg15", "--runas", "postgres", "--pgdata"])
+        .arg(&pgdata);
+    run_tests(&mut c)
 }
 
 pub fn run() -> Result<(), String> {
@@ -49,26 +66,44 @@ pub fn run() -> Result<(), String> {
     step("formatting");
     exec(cargo().args(["fmt", "--all", "--", "--check"]))?;
 
-    step("clippy, warnings are errors");
+    // The default workspace members: everything but the extension, which needs pgrx's setup
+    // and is checked in its own step below.
+    step("clippy, warnings are errors (codec, registry, vectors, xtask)");
+    exec(cargo().args(["clippy", "--all-targets", "--", "-D", "warnings"]))?;
+
+    step("tests (x86_64)");
+    counts.add(run_tests(cargo().args(["test", "--release"]))?);
+
+    step("the extension inside PostgreSQL 15 (cargo pgrx test)");
+    setup::pgrx()?;
     exec(cargo().args([
         "clippy",
-        "--workspace",
+        "-p",
+        "pg-trickle-ext",
         "--all-targets",
+        "--features",
+        "pg_test",
         "--",
         "-D",
         "warnings",
     ]))?;
-
-    step("workspace tests (x86_64)");
-    counts.add(run_tests(cargo().args([
-        "test",
-        "--workspace",
-        "--release",
-    ]))?);
+    counts.add(extension_tests()?);
+    // Installed into the system PostgreSQL 15, where the oracle below also checks the
+    // in-server encoder against the codec.
+    let mut install = cargo();
+    install
+        .current_dir(root().join("crates").join("pg-trickle-ext"))
+        .args(["pgrx", "install", "--pg-config", setup::PG15_CONFIG]);
+    exec(&mut install)?;
 
     for (major, source) in pg::MAJORS {
+        let with_extension = if major == 15 {
+            " and the extension's encoder"
+        } else {
+            ""
+        };
         step(&format!(
-            "the codec against PostgreSQL {major}'s own operators (throwaway cluster)"
+            "the codec{with_extension} against PostgreSQL {major}'s own operators (throwaway cluster)"
         ));
         counts.add(server_checks(major, source)?);
     }

@@ -42,6 +42,7 @@
 extern crate alloc;
 
 pub mod decode;
+pub mod describe;
 pub mod encode;
 pub mod error;
 pub mod limits;

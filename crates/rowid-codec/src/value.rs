@@ -121,14 +121,16 @@ pub enum NumericSign {
 
 /// Base-10000 digit groups of a numeric, most significant first.
 ///
-/// Either a native `u16` slice (the backend's `NumericDigit` array) or big-endian byte pairs
-/// (the `numeric_send` format), so neither source is copied.
+/// A native `u16` slice, native-endian byte pairs (the backend's `NumericDigit` array, which
+/// is unaligned in a value with a 1-byte varlena header), or big-endian byte pairs (the
+/// `numeric_send` format), so no source is copied.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Digits<'a>(DigitRepr<'a>);
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum DigitRepr<'a> {
     Native(&'a [u16]),
+    NativeBytes(&'a [u8]),
     BigEndian(&'a [u8]),
 }
 
@@ -136,6 +138,15 @@ impl<'a> Digits<'a> {
     /// Digits from a native slice.
     pub const fn native(digits: &'a [u16]) -> Self {
         Digits(DigitRepr::Native(digits))
+    }
+
+    /// Digits from native-endian byte pairs; `None` if `bytes` has an odd length.
+    pub const fn native_bytes(bytes: &'a [u8]) -> Option<Self> {
+        if bytes.len().is_multiple_of(2) {
+            Some(Digits(DigitRepr::NativeBytes(bytes)))
+        } else {
+            None
+        }
     }
 
     /// Digits from big-endian byte pairs; `None` if `bytes` has an odd length.
@@ -152,7 +163,7 @@ impl<'a> Digits<'a> {
     pub const fn len(&self) -> usize {
         match self.0 {
             DigitRepr::Native(d) => d.len(),
-            DigitRepr::BigEndian(b) => b.len() / 2,
+            DigitRepr::NativeBytes(b) | DigitRepr::BigEndian(b) => b.len() / 2,
         }
     }
 
@@ -167,6 +178,10 @@ impl<'a> Digits<'a> {
     pub fn get(&self, i: usize) -> Option<u16> {
         match self.0 {
             DigitRepr::Native(d) => d.get(i).copied(),
+            DigitRepr::NativeBytes(b) => {
+                let pair = b.get(2 * i..2 * i + 2)?;
+                Some(u16::from_ne_bytes([pair[0], pair[1]]))
+            }
             DigitRepr::BigEndian(b) => {
                 let pair = b.get(2 * i..2 * i + 2)?;
                 Some(u16::from_be_bytes([pair[0], pair[1]]))
@@ -179,6 +194,7 @@ impl<'a> Digits<'a> {
     pub(crate) fn slice(&self, start: usize, end: usize) -> Digits<'a> {
         match self.0 {
             DigitRepr::Native(d) => Digits(DigitRepr::Native(&d[start..end])),
+            DigitRepr::NativeBytes(b) => Digits(DigitRepr::NativeBytes(&b[2 * start..2 * end])),
             DigitRepr::BigEndian(b) => Digits(DigitRepr::BigEndian(&b[2 * start..2 * end])),
         }
     }

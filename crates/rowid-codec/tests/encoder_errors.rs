@@ -180,3 +180,20 @@ fn errors_display_their_context() {
     let e = rowid_codec::decode(&[0x02, 0x01, 0, 0, 0, 1, 0x1B, 0x00, 0xFF]).unwrap_err();
     assert_eq!(e.to_string(), "field 0: unknown type tag 0x1B at byte 6");
 }
+
+#[test]
+fn digit_representations_encode_alike() {
+    let groups = [0u16, 12, 3400, 0];
+    let native_bytes: Vec<u8> = groups.iter().flat_map(|g| g.to_ne_bytes()).collect();
+    let be_bytes: Vec<u8> = groups.iter().flat_map(|g| g.to_be_bytes()).collect();
+    let enc = |d| {
+        let mut buf = Vec::new();
+        let v = Value::Numeric(Numeric::finite(true, 3, d));
+        encode_identity(&mut buf, Domain::ScanKey, &[(v.tag(), Some(v))]).unwrap();
+        buf
+    };
+    let a = enc(Digits::native(&groups));
+    assert_eq!(a, enc(Digits::native_bytes(&native_bytes).unwrap()));
+    assert_eq!(a, enc(Digits::big_endian(&be_bytes).unwrap()));
+    assert!(Digits::native_bytes(&[1]).is_none());
+}

@@ -7,6 +7,10 @@
 //!
 //! Needs a server: `cargo xtask test` starts a throwaway cluster and runs this with
 //! `--ignored`, passing psql connection arguments in `ROWID_ORACLE_PSQL_ARGS`.
+//!
+//! With `ROWID_ORACLE_EXTENSION=1` (set where the `pg_trickle_ext` extension is installed),
+//! the server also encodes every value with `pgtrickle.encode_row_id_v2` and the bytes must
+//! equal the codec's: the in-server encoder then inherits the equality and order proof.
 
 // Test code: a failed expectation is a panic by design.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -61,6 +65,17 @@ fn server_operators_agree_with_the_codec() {
         labels.join(", ")
     ));
     let version = psql("SHOW server_version_num;");
+    let extension = std::env::var("ROWID_ORACLE_EXTENSION").is_ok_and(|v| v == "1");
+    if extension {
+        psql("CREATE EXTENSION IF NOT EXISTS pg_trickle_ext;");
+    }
+    let in_server = |l: &str| {
+        if extension {
+            format!(", encode(pgtrickle.encode_row_id_v2('SCAN_KEY', ROW({l})), 'hex')")
+        } else {
+            String::new()
+        }
+    };
     let mut runner = TestRunner::deterministic();
     let mut report = Vec::new();
     let mut failures = Vec::new();
@@ -73,16 +88,19 @@ fn server_operators_agree_with_the_codec() {
             let (la, lb) = (literal(&a), literal(&b));
             script.push_str(&format!(
                 "SELECT CASE WHEN {la} < {lb} THEN -1 WHEN {la} > {lb} THEN 1 ELSE 0 END, \
-                 {la} IS NOT DISTINCT FROM {lb};\n"
+                 {la} IS NOT DISTINCT FROM {lb}{}{};\n",
+                in_server(&la),
+                in_server(&lb)
             ));
             pairs.push((a, b));
         }
         let output = psql(&script);
         let rows: Vec<&str> = output.lines().filter(|l| !l.is_empty()).collect();
         assert_eq!(rows.len(), pairs.len(), "{}: row count", tag.name());
-        let (mut equal, mut disagreements) = (0, 0);
+        let (mut equal, mut disagreements, mut in_server_mismatches) = (0, 0, 0);
         for ((a, b), row) in pairs.iter().zip(rows) {
-            let (cmp, eq) = row.split_once('|').unwrap();
+            let columns: Vec<&str> = row.split('|').collect();
+            let (cmp, eq) = (columns[0], columns[1]);
             let server_eq = eq == "t";
             let server_cmp = match cmp {
                 "-1" => Ordering::Less,
@@ -90,6 +108,20 @@ fn server_operators_agree_with_the_codec() {
                 _ => Ordering::Greater,
             };
             let (ea, eb) = (encoded(a), encoded(b));
+            if extension {
+                let hex = |b: &[u8]| b.iter().map(|x| format!("{x:02x}")).collect::<String>();
+                if columns[2] != hex(&ea) || columns[3] != hex(&eb) {
+                    in_server_mismatches += 1;
+                    if failures.len() < 20 {
+                        failures.push(format!(
+                            "{}: encode_row_id_v2 in the server differs from the codec for {} or {}",
+                            tag.name(),
+                            literal(a),
+                            literal(b)
+                        ));
+                    }
+                }
+            }
             let eq_ok = server_eq == (ea == eb);
             let ord_ok = !order_preserving(tag) || server_cmp == ea.cmp(&eb);
             equal += usize::from(server_eq);
@@ -106,15 +138,20 @@ fn server_operators_agree_with_the_codec() {
                 }
             }
         }
+        let mode = if order_preserving(tag) {
+            ""
+        } else {
+            " (equality only)"
+        };
+        let in_server_note = if extension {
+            format!(", {in_server_mismatches} in-server encodings differ from the codec")
+        } else {
+            String::new()
+        };
         report.push(format!(
-            "{:12} {} pairs, {equal} equal, {disagreements} disagreements{}",
+            "{:12} {} pairs, {equal} equal, {disagreements} disagreements{mode}{in_server_note}",
             tag.name(),
             pairs.len(),
-            if order_preserving(tag) {
-                ""
-            } else {
-                " (equality only)"
-            }
         ));
     }
     println!("server_version_num {}", version.trim());

@@ -324,3 +324,34 @@ fn probe_example() {
     assert_eq!(out, [hex(prefix_hex), hex(digest_hex)].concat());
     assert_eq!(out.len(), 48);
 }
+
+#[test]
+fn decoded_identities_render_for_diagnostics() {
+    let uuid = hex("a0eebc999c0b4ef8bb6d6bb9bd380a11");
+    let id = identity(
+        Domain::ScanKey,
+        &[
+            (TypeTag::Int4, Some(Value::Int4(42))),
+            (TypeTag::Text, Some(Value::Text(b"ab"))),
+            (TypeTag::Int8, None),
+            (TypeTag::Uuid, Some(Value::Uuid(uuid.try_into().unwrap()))),
+            (
+                TypeTag::Inet,
+                Some(Value::Inet(Inet::v4([192, 168, 1, 5], 24))),
+            ),
+            (TypeTag::Numeric, Some(num(true, 1, &[1, 2345, 6780]))),
+            (
+                TypeTag::Varbit,
+                Some(Value::Varbit(BitString {
+                    bit_len: 3,
+                    bytes: &[0xA0],
+                })),
+            ),
+        ],
+    );
+    assert_eq!(
+        decode(&id).unwrap().to_string(),
+        "SCAN_KEY(int4 42, text \"ab\", int8 NULL, uuid a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11, \
+         inet 192.168.1.5/24, numeric -0.000123456780e10000^2, varbit B'101')"
+    );
+}

@@ -816,7 +816,7 @@ fn structure() -> Family {
             }),
             display: format!("SCAN_KEY(int4 {v})"),
             sql: Some(format!(
-                "pgtrickle.encode_row_id_v2('SCAN_KEY', ROW(({v})::int4))"
+                "pgtrickle.encode_row_id_v2('SCAN_KEY', ROW(({v})::int4))::pgtrickle.row_id"
             )),
         }
     };
@@ -882,7 +882,7 @@ fn structure() -> Family {
     valid.push(case(
         Domain::JoinKey,
         "join with a NULL child side",
-        vec![child(1), null(TypeTag::ChildIdentity, "bytea")],
+        vec![child(1), null(TypeTag::ChildIdentity, "pgtrickle.row_id")],
         &["nesting", "null"],
     ));
     valid.push(ValidCase {

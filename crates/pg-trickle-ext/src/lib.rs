@@ -1,0 +1,157 @@
+//! # pg-trickle-ext: Row Identity V2 inside PostgreSQL
+//!
+//! A thin pgrx extension: Datums in, `rowid-codec` call, `bytea` out. The wire format, the
+//! type contracts and the probe live in `rowid-codec` and `rowid-registry`; this crate only
+//! reads PostgreSQL's representations ([`datum`]), caches per-call-site dispatch
+//! ([`record`]) and raises errors with SQLSTATEs ([`errors`]).
+//!
+//! SQL surface (schema `pgtrickle`):
+//! - `encode_row_id_v2(domain text, fields record) RETURNS bytea` (STABLE: enum labels are
+//!   catalog state);
+//! - `row_probe_v1(bytea) RETURNS bytea` (IMMUTABLE, STRICT);
+//! - `row_id_fingerprint(bytea) RETURNS text` (length and a short digest, safe for logs);
+//! - `row_id_describe(bytea) RETURNS text` (decoded fields; EXECUTE revoked from PUBLIC,
+//!   because identities carry reversible source values);
+//! - the domain `row_id` over `bytea`, which marks child identities inside derived ones.
+
+use pgrx::pg_sys;
+use pgrx::prelude::*;
+
+pub mod datum;
+pub mod errors;
+pub mod record;
+
+::pgrx::pg_module_magic!(name, version);
+
+extension_sql!(
+    r#"
+CREATE SCHEMA IF NOT EXISTS pgtrickle;
+CREATE DOMAIN pgtrickle.row_id AS bytea;
+COMMENT ON DOMAIN pgtrickle.row_id IS
+  'A complete Row Identity V2; inside encode_row_id_v2 it is encoded as a child identity';
+"#,
+    name = "row_id_domain",
+    bootstrap
+);
+
+/// Copies finished identity bytes into a palloc'd bytea (the only copy per call).
+pub fn to_bytea(bytes: &[u8]) -> *mut pg_sys::bytea {
+    let len = bytes.len() + pg_sys::VARHDRSZ;
+    // SAFETY: palloc returns len writable bytes in the current (result) memory context; the
+    // header is set before the payload is copied into it.
+    unsafe {
+        let out = pg_sys::palloc(len) as *mut pg_sys::bytea;
+        pgrx::set_varsize_4b(out.cast(), len as i32);
+        std::ptr::copy_nonoverlapping(
+            bytes.as_ptr(),
+            pgrx::vardata_4b(out.cast()).cast_mut().cast::<u8>(),
+            bytes.len(),
+        );
+        out
+    }
+}
+
+#[pg_schema]
+mod pgtrickle {
+    use pgrx::pg_sys;
+    use pgrx::prelude::*;
+    use rowid_codec::Domain;
+
+    use crate::record::CallSite;
+
+    fn parse_domain(name: Option<&str>) -> Domain {
+        let Some(name) = name else {
+            ereport!(
+                ERROR,
+                PgSqlErrorCode::ERRCODE_NULL_VALUE_NOT_ALLOWED,
+                "pgtrickle.encode_row_id_v2: domain must not be NULL"
+            );
+        };
+        match Domain::from_name(name) {
+            Some(d) => d,
+            None => {
+                let names: Vec<&str> = Domain::ALL.iter().map(|d| d.name()).collect();
+                ereport!(
+                    ERROR,
+                    PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+                    format!(
+                        "pgtrickle.encode_row_id_v2: unknown identity domain {name:?}; expected one of {}",
+                        names.join(", ")
+                    )
+                );
+            }
+        }
+    }
+
+    /// Encodes `fields` as a Row Identity V2 of `domain`.
+    ///
+    /// The record argument is read as a raw Datum from `fcinfo` (its SQL type is `record`)
+    /// and deformed against the cached tuple descriptor.
+    #[pg_extern(sql = r#"
+CREATE FUNCTION pgtrickle.encode_row_id_v2(domain text, fields record) RETURNS bytea
+STABLE PARALLEL SAFE LANGUAGE c AS 'MODULE_PATHNAME', 'encode_row_id_v2_wrapper';
+"#)]
+    fn encode_row_id_v2(fcinfo: pg_sys::FunctionCallInfo) -> Option<pgrx::datum::Internal> {
+        // SAFETY: PostgreSQL calls this with two arguments (text, record) per the SQL
+        // definition above; fn_extra/fn_mcxt belong to this call site's FmgrInfo.
+        unsafe {
+            let domain_arg = pgrx::pg_getarg::<&str>(fcinfo, 0);
+            let domain = parse_domain(domain_arg);
+            if pgrx::pg_arg_is_null(fcinfo, 1) {
+                ereport!(
+                    ERROR,
+                    PgSqlErrorCode::ERRCODE_NULL_VALUE_NOT_ALLOWED,
+                    "pgtrickle.encode_row_id_v2: fields must not be NULL (a NULL row has no identity)"
+                );
+            }
+            let record = pgrx::pg_getarg_datum_raw(fcinfo, 1);
+            let flinfo = (*fcinfo).flinfo;
+            let mcxt = (*flinfo).fn_mcxt;
+            let mut cache = pgrx::pg_func_extra(fcinfo, CallSite::default);
+            let out = cache.encode(domain, record, mcxt);
+            Some(pgrx::datum::Internal::from(Some(pg_sys::Datum::from(out))))
+        }
+    }
+
+    /// Probe V1 of an identity: the identity itself when short, else its first P bytes and
+    /// an XXH3-128 digest (spec/probe.md). Defined for every bytea.
+    #[pg_extern(immutable, parallel_safe, strict)]
+    fn row_probe_v1(id: &[u8]) -> Vec<u8> {
+        let mut out = Vec::with_capacity(id.len().min(rowid_codec::PROBE_V1_PREFIX_LEN + 16));
+        rowid_codec::probe_v1(id, &mut out);
+        out
+    }
+
+    /// Length and a 32-bit digest prefix: identifies an identity in logs without revealing it.
+    #[pg_extern(immutable, parallel_safe, strict)]
+    fn row_id_fingerprint(id: &[u8]) -> String {
+        let d = rowid_codec::probe::probe_digest(id);
+        format!(
+            "len={} fp={:02x}{:02x}{:02x}{:02x}",
+            id.len(),
+            d[0],
+            d[1],
+            d[2],
+            d[3]
+        )
+    }
+}
+
+#[cfg(any(test, feature = "pg_test"))]
+#[pg_schema]
+mod tests {
+    include!("tests.rs");
+}
+
+/// pgrx test harness hooks.
+#[cfg(test)]
+pub mod pg_test {
+    /// Runs once before the tests.
+    pub fn setup(_options: Vec<&str>) {}
+
+    /// Server settings for the test cluster.
+    #[must_use]
+    pub fn postgresql_conf_options() -> Vec<&'static str> {
+        vec![]
+    }
+}

@@ -1,0 +1,296 @@
+//! `encode_row_id_v2`: the record argument deformed against a per-call-site cache.
+//!
+//! The cache lives in `fn_extra` (allocated in `fn_mcxt`) and holds the record's tuple
+//! descriptor, each field's resolved type tag, deform arrays and the scratch buffer. It is
+//! rebuilt when the record's type OID or typmod changes; nothing per row looks at catalogs
+//! except the ENUMOID syscache for enum labels.
+
+use pgrx::pg_sys;
+use pgrx::prelude::*;
+use rowid_codec::{Domain, IdentityEncoder, TypeTag};
+use rowid_registry::{
+    Collation, CollationProvider, FieldSpec, ServerContext, TypeRef, resolve_field,
+};
+
+use crate::datum;
+use crate::errors::{codec_error, malformed};
+
+/// One field's dispatch, resolved once per call site.
+struct Field {
+    tag: TypeTag,
+    name: String,
+}
+
+/// The per-call-site cache.
+pub struct CallSite {
+    typid: pg_sys::Oid,
+    typmod: i32,
+    tupdesc: pg_sys::TupleDesc,
+    fields: Vec<Field>,
+    values: Vec<pg_sys::Datum>,
+    nulls: Vec<bool>,
+    scratch: Vec<u8>,
+}
+
+impl Default for CallSite {
+    fn default() -> Self {
+        CallSite {
+            typid: pg_sys::InvalidOid,
+            typmod: -1,
+            tupdesc: std::ptr::null_mut(),
+            fields: Vec::new(),
+            values: Vec::new(),
+            nulls: Vec::new(),
+            scratch: Vec::new(),
+        }
+    }
+}
+
+fn server_context() -> ServerContext {
+    ServerContext {
+        pg_major: pg_sys::PG_VERSION_NUM / 10_000,
+        // SAFETY: reads the database encoding, always valid inside a backend.
+        max_char_bytes: unsafe { pg_sys::pg_database_encoding_max_length() } as u32,
+        block_size: pg_sys::BLCKSZ,
+    }
+}
+
+/// `format_type_be` as a Rust string.
+fn type_name(oid: pg_sys::Oid) -> String {
+    // SAFETY: format_type_be returns a palloc'd C string for any OID.
+    unsafe { std::ffi::CStr::from_ptr(pg_sys::format_type_be(oid)) }
+        .to_string_lossy()
+        .into_owned()
+}
+
+/// The OID of `pgtrickle.row_id`, the domain that marks child identities.
+fn row_id_domain() -> pg_sys::Oid {
+    // SAFETY: catalog lookups by name; both return InvalidOid when missing (missing_ok).
+    unsafe {
+        let ns = pg_sys::get_namespace_oid(c"pgtrickle".as_ptr(), true);
+        if ns == pg_sys::InvalidOid {
+            return pg_sys::InvalidOid;
+        }
+        pg_sys::GetSysCacheOid(
+            pg_sys::SysCacheIdentifier::TYPENAMENSP as _,
+            pg_sys::Anum_pg_type_oid as _,
+            pg_sys::Datum::from(c"row_id".as_ptr()),
+            pg_sys::Datum::from(ns),
+            pg_sys::Datum::from(0),
+            pg_sys::Datum::from(0),
+        )
+    }
+}
+
+/// The registry's view of a type: domains and nesting resolved from the catalogs.
+fn type_ref(oid: pg_sys::Oid) -> TypeRef {
+    let name = type_name(oid);
+    // SAFETY: lsyscache lookups on a valid type OID.
+    unsafe {
+        let mut typmod = -1;
+        let base = pg_sys::getBaseTypeAndTypmod(oid, &mut typmod);
+        if base != oid {
+            return TypeRef::Domain {
+                name,
+                base: Box::new(type_ref(base)),
+            };
+        }
+        if pg_sys::type_is_enum(oid) {
+            return TypeRef::Enum { name };
+        }
+        let element = pg_sys::get_element_type(oid);
+        if element != pg_sys::InvalidOid {
+            return TypeRef::Array {
+                name,
+                element: Box::new(type_ref(element)),
+            };
+        }
+        match pg_sys::get_typtype(oid) as u8 {
+            b'c' => TypeRef::Composite {
+                name,
+                fields: Vec::new(),
+            },
+            b'r' => TypeRef::Range {
+                name,
+                subtype: Box::new(TypeRef::Other {
+                    oid: 0,
+                    name: String::new(),
+                }),
+            },
+            b'm' => TypeRef::Multirange {
+                name: name.clone(),
+                range: Box::new(TypeRef::Other { oid: 0, name }),
+            },
+            _ if u32::from(oid) < pg_sys::FirstNormalObjectId => TypeRef::Builtin {
+                oid: u32::from(oid),
+                name,
+            },
+            _ => TypeRef::Other {
+                oid: u32::from(oid),
+                name,
+            },
+        }
+    }
+}
+
+/// Resolves one record attribute to its tag, raising the registry's rejection as an error
+/// that names the field position, name, type and property.
+fn resolve_attribute(
+    index: usize,
+    att: &pg_sys::FormData_pg_attribute,
+    row_id: pg_sys::Oid,
+) -> Field {
+    // SAFETY: attname is a NUL-terminated NameData.
+    let name = unsafe { std::ffi::CStr::from_ptr(att.attname.data.as_ptr()) }
+        .to_string_lossy()
+        .into_owned();
+    if row_id != pg_sys::InvalidOid && att.atttypid == row_id {
+        return Field {
+            tag: TypeTag::ChildIdentity,
+            name,
+        };
+    }
+    let collation = (att.attcollation != pg_sys::InvalidOid).then(|| Collation {
+        name: format!("{}", u32::from(att.attcollation)),
+        provider: CollationProvider::Default,
+        // SAFETY: a valid collation OID from the tuple descriptor.
+        deterministic: unsafe { pg_sys::get_collation_isdeterministic(att.attcollation) },
+        locale: String::new(),
+    });
+    let spec = FieldSpec {
+        expr: format!("field {} ({name})", index + 1),
+        ty: type_ref(att.atttypid),
+        typmod: att.atttypmod,
+        collation,
+        opclass: rowid_registry::OpClass::Default,
+    };
+    match resolve_field(&spec, &server_context()) {
+        Ok(r) => Field { tag: r.tag, name },
+        Err(rejection) => {
+            ereport!(
+                ERROR,
+                PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
+                format!("pgtrickle.encode_row_id_v2: {rejection}")
+            );
+        }
+    }
+}
+
+impl CallSite {
+    /// Rebuilds the cache for a record type.
+    ///
+    /// # Safety
+    /// Must run inside a backend with `mcxt` the FmgrInfo's memory context.
+    unsafe fn rebuild(&mut self, typid: pg_sys::Oid, typmod: i32, mcxt: pg_sys::MemoryContext) {
+        // SAFETY: the copy is made in fn_mcxt so it lives as long as this cache; the old copy
+        // (if any) is freed.
+        unsafe {
+            if !self.tupdesc.is_null() {
+                pg_sys::FreeTupleDesc(self.tupdesc);
+            }
+            let old = pg_sys::MemoryContextSwitchTo(mcxt);
+            self.tupdesc = pg_sys::lookup_rowtype_tupdesc_copy(typid, typmod);
+            pg_sys::MemoryContextSwitchTo(old);
+        }
+        // SAFETY: a valid tuple descriptor with natts attributes.
+        let natts = unsafe { (*self.tupdesc).natts } as usize;
+        let row_id = row_id_domain();
+        self.fields.clear();
+        for i in 0..natts {
+            // SAFETY: i < natts.
+            let att = unsafe { &*(*self.tupdesc).attrs.as_ptr().add(i) };
+            if att.attisdropped {
+                continue;
+            }
+            let f = resolve_attribute(i, att, row_id);
+            self.fields.push(f);
+        }
+        self.values = vec![pg_sys::Datum::from(0); natts];
+        self.nulls = vec![true; natts];
+        self.typid = typid;
+        self.typmod = typmod;
+    }
+
+    /// Encodes one record datum into a new bytea.
+    ///
+    /// # Safety
+    /// `record` must be a non-NULL composite datum and `mcxt` the FmgrInfo's memory context.
+    pub unsafe fn encode(
+        &mut self,
+        domain: Domain,
+        record: pg_sys::Datum,
+        mcxt: pg_sys::MemoryContext,
+    ) -> *mut pg_sys::bytea {
+        // SAFETY: a composite datum detoasts to a HeapTupleHeader whose datum fields name its
+        // row type; heap_deform_tuple fills exactly natts values/nulls.
+        unsafe {
+            let header = pg_sys::pg_detoast_datum(record.cast_mut_ptr()) as pg_sys::HeapTupleHeader;
+            let typid = pgrx::heap_tuple_header_get_type_id(header);
+            let typmod = pgrx::heap_tuple_header_get_typmod(header);
+            if self.tupdesc.is_null() || typid != self.typid || typmod != self.typmod {
+                self.rebuild(typid, typmod, mcxt);
+            }
+            let mut tuple = pg_sys::HeapTupleData {
+                t_len: pgrx::heap_tuple_header_get_datum_length(header) as u32,
+                t_self: pg_sys::ItemPointerData::default(),
+                t_tableOid: pg_sys::InvalidOid,
+                t_data: header,
+            };
+            pg_sys::heap_deform_tuple(
+                &mut tuple,
+                self.tupdesc,
+                self.values.as_mut_ptr(),
+                self.nulls.as_mut_ptr(),
+            );
+        }
+        self.scratch.clear();
+        let count = self.fields.len() as u32;
+        let result = (|| {
+            let mut enc = IdentityEncoder::begin(&mut self.scratch, domain, count)?;
+            let mut attno = 0usize;
+            for f in &self.fields {
+                // Dropped attributes were skipped when the fields were resolved.
+                // SAFETY: attno < natts; the descriptor is the one the tuple was deformed with.
+                while unsafe { (*(*self.tupdesc).attrs.as_ptr().add(attno)).attisdropped } {
+                    attno += 1;
+                }
+                let (datum, null) = (self.values[attno], self.nulls[attno]);
+                attno += 1;
+                if null {
+                    enc.null(f.tag)?;
+                } else if f.tag == TypeTag::Enum {
+                    // SAFETY: the registry resolved this attribute to an enum type.
+                    let r = unsafe {
+                        datum::with_enum_label(datum, |label| {
+                            enc.value(&rowid_codec::Value::Enum(label))
+                        })
+                    };
+                    match r {
+                        Some(r) => r?,
+                        None => return Ok(Err(f)),
+                    }
+                } else {
+                    // SAFETY: the datum is of the type the tag was resolved from.
+                    match unsafe { datum::read(f.tag, datum) } {
+                        Ok(v) => enc.value(&v)?,
+                        Err(_) => return Ok(Err(f)),
+                    }
+                }
+            }
+            enc.finish().map(Ok)
+        })();
+        match result {
+            Ok(Ok(_)) => {}
+            Ok(Err(f)) => malformed(&f.name, f.tag),
+            Err(e) => codec_error(&e, |i| self.fields.get(i).map(|f| f.name.as_str())),
+        }
+        crate::to_bytea(&self.scratch)
+    }
+}
+
+impl Drop for CallSite {
+    fn drop(&mut self) {
+        // The tuple descriptor was allocated in fn_mcxt, which is being deleted with us.
+        self.tupdesc = std::ptr::null_mut();
+    }
+}

@@ -1,0 +1,140 @@
+//! Human-readable rendering of decoded identities, for diagnostics.
+//!
+//! The text is for people, not a format: it shows each field's type and value (temporal
+//! types in PostgreSQL's internal units, labelled), e.g.
+//! `SCAN_KEY(int4 42, text "ab", int8 NULL)`. Identities contain reversible source values;
+//! callers decide who may see this text.
+
+use core::fmt::{self, Display, Formatter, Write};
+
+use crate::decode::{DecodedField, DecodedIdentity, OwnedValue};
+use crate::value::{IpFamily, NumericSign};
+
+impl Display for DecodedIdentity {
+    fn fmt(&self, f: &mut Formatter<'_>) -> fmt::Result {
+        write!(f, "{}(", self.domain.name())?;
+        for (i, field) in self.fields.iter().enumerate() {
+            if i > 0 {
+                f.write_str(", ")?;
+            }
+            write!(f, "{field}")?;
+        }
+        f.write_char(')')
+    }
+}
+
+impl Display for DecodedField {
+    fn fmt(&self, f: &mut Formatter<'_>) -> fmt::Result {
+        write!(f, "{} ", self.tag.name())?;
+        match &self.value {
+            None => f.write_str("NULL"),
+            Some(v) => write!(f, "{v}"),
+        }
+    }
+}
+
+fn text(f: &mut Formatter<'_>, bytes: &[u8]) -> fmt::Result {
+    match core::str::from_utf8(bytes) {
+        Ok(s) => write!(f, "{s:?}"),
+        Err(_) => hex(f, bytes),
+    }
+}
+
+fn hex(f: &mut Formatter<'_>, bytes: &[u8]) -> fmt::Result {
+    f.write_str("\\x")?;
+    bytes.iter().try_for_each(|b| write!(f, "{b:02x}"))
+}
+
+fn joined(f: &mut Formatter<'_>, bytes: &[u8], sep: char) -> fmt::Result {
+    for (i, b) in bytes.iter().enumerate() {
+        if i > 0 {
+            f.write_char(sep)?;
+        }
+        write!(f, "{b:02x}")?;
+    }
+    Ok(())
+}
+
+impl Display for OwnedValue {
+    fn fmt(&self, f: &mut Formatter<'_>) -> fmt::Result {
+        match self {
+            OwnedValue::Bool(v) => write!(f, "{v}"),
+            OwnedValue::Int2(v) => write!(f, "{v}"),
+            OwnedValue::Int4(v) => write!(f, "{v}"),
+            OwnedValue::Date(v) => write!(f, "{v} days from 2000-01-01"),
+            OwnedValue::Int8(v) => write!(f, "{v}"),
+            OwnedValue::Oid(v) => write!(f, "{v}"),
+            OwnedValue::Float4(v) => write!(f, "{v:?}"),
+            OwnedValue::Float8(v) => write!(f, "{v:?}"),
+            OwnedValue::Numeric(n) => match n.sign {
+                NumericSign::NaN => f.write_str("NaN"),
+                NumericSign::PositiveInfinity => f.write_str("Infinity"),
+                NumericSign::NegativeInfinity => f.write_str("-Infinity"),
+                _ if n.digits.is_empty() => f.write_char('0'),
+                sign => {
+                    if sign == NumericSign::Negative {
+                        f.write_char('-')?;
+                    }
+                    f.write_str("0.")?;
+                    for g in &n.digits {
+                        write!(f, "{g:04}")?;
+                    }
+                    write!(f, "e10000^{}", i32::from(n.weight) + 1)
+                }
+            },
+            OwnedValue::Text(v) | OwnedValue::Varchar(v) | OwnedValue::Bpchar(v) => text(f, v),
+            OwnedValue::Enum(v) => text(f, v),
+            OwnedValue::Bytea(v) => hex(f, v),
+            OwnedValue::Uuid(u) => {
+                for (i, (a, b)) in [(0, 4), (4, 6), (6, 8), (8, 10), (10, 16)]
+                    .into_iter()
+                    .enumerate()
+                {
+                    if i > 0 {
+                        f.write_char('-')?;
+                    }
+                    u[a..b].iter().try_for_each(|x| write!(f, "{x:02x}"))?;
+                }
+                Ok(())
+            }
+            OwnedValue::Time(v) => write!(f, "{v} us after midnight"),
+            OwnedValue::Timestamp(v) => write!(f, "{v} us from 2000-01-01"),
+            OwnedValue::Timestamptz(v) => write!(f, "{v} us from 2000-01-01 UTC"),
+            OwnedValue::Timetz(t) => {
+                write!(f, "{} us after midnight, zone {} s west", t.time, t.zone)
+            }
+            OwnedValue::Interval(i) => write!(f, "{} us (months as 30 days)", i.cmp_value()),
+            OwnedValue::Inet(n) | OwnedValue::Cidr(n) => {
+                match n.family {
+                    IpFamily::V4 => {
+                        let a = n.address();
+                        write!(f, "{}.{}.{}.{}", a[0], a[1], a[2], a[3])?;
+                    }
+                    IpFamily::V6 => {
+                        for (i, pair) in n.address().chunks(2).enumerate() {
+                            if i > 0 {
+                                f.write_char(':')?;
+                            }
+                            write!(f, "{:x}", u16::from_be_bytes([pair[0], pair[1]]))?;
+                        }
+                    }
+                }
+                write!(f, "/{}", n.bits)
+            }
+            OwnedValue::Macaddr(m) => joined(f, m, ':'),
+            OwnedValue::Macaddr8(m) => joined(f, m, ':'),
+            OwnedValue::Bit(b) | OwnedValue::Varbit(b) => {
+                f.write_str("B'")?;
+                for i in 0..b.bit_len as usize {
+                    let bit = b
+                        .bytes
+                        .get(i / 8)
+                        .is_some_and(|byte| byte & (0x80 >> (i % 8)) != 0);
+                    f.write_char(if bit { '1' } else { '0' })?;
+                }
+                f.write_char('\'')
+            }
+            OwnedValue::Identity(c) => write!(f, "{}", c.identity),
+        }
+    }
+}
