@@ -122,6 +122,37 @@ STABLE PARALLEL SAFE LANGUAGE c AS 'MODULE_PATHNAME', 'encode_row_id_v2_wrapper'
         out
     }
 
+    /// The decoded fields of an identity as text. Identities carry reversible source values,
+    /// so EXECUTE is revoked from PUBLIC (design proposal §11.1).
+    #[pg_extern(immutable, parallel_safe, strict)]
+    fn row_id_describe(id: &[u8]) -> String {
+        match rowid_codec::decode(id) {
+            Ok(decoded) => decoded.to_string(),
+            Err(e) => {
+                ereport!(
+                    ERROR,
+                    PgSqlErrorCode::ERRCODE_INVALID_BINARY_REPRESENTATION,
+                    format!("pgtrickle.row_id_describe: not a Row Identity V2: {e}")
+                );
+            }
+        }
+    }
+
+    /// Test support: the probe with a constant digest, so distinct long identities collide.
+    /// Only in test builds; proves that matching rechecks the complete identity.
+    #[cfg(feature = "pg_test")]
+    #[pg_extern(immutable, parallel_safe, strict)]
+    fn row_probe_forced_v1(id: &[u8]) -> Vec<u8> {
+        let mut out = Vec::new();
+        rowid_codec::probe::probe_with_forced_digest(
+            id,
+            rowid_codec::PROBE_V1_PREFIX_LEN,
+            [0xAB; 16],
+            &mut out,
+        );
+        out
+    }
+
     /// Length and a 32-bit digest prefix: identifies an identity in logs without revealing it.
     #[pg_extern(immutable, parallel_safe, strict)]
     fn row_id_fingerprint(id: &[u8]) -> String {
@@ -136,6 +167,12 @@ STABLE PARALLEL SAFE LANGUAGE c AS 'MODULE_PATHNAME', 'encode_row_id_v2_wrapper'
         )
     }
 }
+
+extension_sql!(
+    "REVOKE EXECUTE ON FUNCTION pgtrickle.row_id_describe(bytea) FROM PUBLIC;",
+    name = "revoke_describe",
+    finalize
+);
 
 #[cfg(any(test, feature = "pg_test"))]
 #[pg_schema]

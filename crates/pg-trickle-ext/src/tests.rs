@@ -106,3 +106,198 @@ fn enum_labels_are_read_per_call() {
     assert_ne!(before, after);
     assert!(after.contains(&to_hex(b"blue")));
 }
+
+#[pg_test]
+fn describe_is_not_executable_by_public() {
+    Spi::run("CREATE ROLE rowid_nobody").expect("role");
+    let can = |f: &str| {
+        Spi::get_one::<bool>(&format!(
+            "SELECT has_function_privilege('rowid_nobody', 'pgtrickle.{f}(bytea)', 'EXECUTE')"
+        ))
+        .expect("query")
+        .expect("not NULL")
+    };
+    assert!(!can("row_id_describe"));
+    assert!(can("row_id_fingerprint"));
+    assert!(can("row_probe_v1"));
+    let text = Spi::get_one::<String>(
+        "SELECT pgtrickle.row_id_describe(pgtrickle.encode_row_id_v2('SCAN_KEY', ROW(42, 'ab'::text, NULL::int8)))",
+    );
+    assert_eq!(text, Ok(Some("SCAN_KEY(int4 42, text \"ab\", int8 NULL)".to_string())));
+}
+
+#[pg_test]
+#[should_panic(expected = "not a Row Identity V2")]
+fn describe_rejects_garbage() {
+    Spi::get_one::<String>("SELECT pgtrickle.row_id_describe('\\x0102'::bytea)").ok();
+}
+
+/// The same values give the same bytes whatever the session's formatting settings.
+#[pg_test]
+fn identities_do_not_depend_on_settings() {
+    for family in families() {
+        for setup in &family.setup {
+            Spi::run(setup).expect("vector setup runs");
+        }
+    }
+    let exprs: Vec<String> = families()
+        .iter()
+        .flat_map(|f| f.valid.clone())
+        .filter(|c| !c.flags.contains(&"pg17"))
+        .filter_map(|c| {
+            let sqls: Option<Vec<String>> = c.fields.iter().map(|f| f.sql.clone()).collect();
+            Some(format!(
+                "encode(pgtrickle.encode_row_id_v2('{}', ROW({})), 'hex')",
+                c.domain.name(),
+                sqls?.join(", ")
+            ))
+        })
+        .collect();
+    let all = format!("SELECT array_to_string(ARRAY[{}], ',')", exprs.join(", "));
+    let baseline = Spi::get_one::<String>(&all).expect("query").expect("not NULL");
+    let settings = [
+        "SET DateStyle = 'SQL, DMY'",
+        "SET DateStyle = 'German'",
+        "SET IntervalStyle = 'sql_standard'",
+        "SET IntervalStyle = 'iso_8601'",
+        "SET TimeZone = 'Asia/Kathmandu'",
+        "SET TimeZone = 'America/St_Johns'",
+        "SET bytea_output = 'escape'",
+        "SET extra_float_digits = -3",
+        "SET extra_float_digits = 3",
+        "SET lc_numeric = 'C.UTF-8'",
+        "SET lc_time = 'C.UTF-8'",
+        "SET search_path = public, pg_catalog",
+    ];
+    for set in settings {
+        Spi::run(set).expect("setting applies");
+        let again = Spi::get_one::<String>(&all).expect("query").expect("not NULL");
+        assert_eq!(again, baseline, "identities changed after {set}");
+    }
+    assert!(exprs.len() >= 120);
+}
+
+fn nest(levels: usize) -> String {
+    let mut id = hex_of("pgtrickle.encode_row_id_v2('SCAN_KEY', ROW(1))");
+    for _ in 0..levels {
+        id = hex_of(&format!(
+            "pgtrickle.encode_row_id_v2('JOIN_KEY', ROW('\\x{id}'::bytea::pgtrickle.row_id))"
+        ));
+    }
+    id
+}
+
+#[pg_test]
+fn nesting_up_to_the_depth_limit_works() {
+    let id = nest(31);
+    let depth = Spi::get_one::<String>(&format!("SELECT pgtrickle.row_id_describe('\\x{id}'::bytea)"))
+        .expect("query")
+        .expect("not NULL")
+        .matches("JOIN_KEY(").count();
+    assert_eq!(depth, 31);
+}
+
+#[pg_test]
+#[should_panic(expected = "MAX_DEPTH")]
+fn nesting_beyond_the_depth_limit_is_an_error() {
+    nest(32);
+}
+
+#[pg_test]
+#[should_panic(expected = "unknown row identity version byte 0x01")]
+fn invalid_child_identities_are_rejected() {
+    hex_of("pgtrickle.encode_row_id_v2('JOIN_KEY', ROW('\\x01'::bytea::pgtrickle.row_id))");
+}
+
+/// Out-of-line and compressed values are detoasted and encode like the same value inline.
+#[pg_test]
+fn toasted_values_encode_like_inline_ones() {
+    Spi::run(
+        "CREATE TABLE big (id int, t text, b bytea);
+         ALTER TABLE big ALTER COLUMN t SET STORAGE EXTERNAL;
+         INSERT INTO big VALUES (1, repeat('abcdefgh', 20000), NULL),
+                                (2, repeat('z', 1000000), decode(repeat('00ff', 50000), 'hex'))",
+    )
+    .expect("setup");
+    for id in [1, 2] {
+        let stored = hex_of(&format!(
+            "(SELECT pgtrickle.encode_row_id_v2('KEYLESS_ROW', ROW(t, b)) FROM big WHERE id = {id})"
+        ));
+        let inline = hex_of(&format!(
+            "(SELECT pgtrickle.encode_row_id_v2('KEYLESS_ROW', ROW(t || '', b || ''::bytea)) FROM big WHERE id = {id})"
+        ));
+        assert_eq!(stored, inline);
+    }
+    let len = Spi::get_one::<i32>(
+        "SELECT length(pgtrickle.encode_row_id_v2('KEYLESS_ROW', ROW(t))) FROM big WHERE id = 2",
+    );
+    assert_eq!(len, Ok(Some(7 + 2 + 1_000_000 + 2)));
+}
+
+fn peak_rss_kb() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").expect("procfs");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches(" kB").trim().parse().ok())
+        .expect("VmHWM")
+}
+
+/// 10^6 encodes in one query: the backend's peak memory does not grow with the row count.
+#[pg_test]
+fn memory_stays_flat_over_a_million_rows() {
+    let run = |n: u64| {
+        Spi::get_one::<i64>(&format!(
+            "SELECT count(DISTINCT pgtrickle.encode_row_id_v2('SCAN_KEY', ROW(g, g::text, g::numeric / 7))) \
+             FROM generate_series(1, {n}) g"
+        ))
+        .expect("query")
+    };
+    assert_eq!(run(100_000), Some(100_000));
+    let before = peak_rss_kb();
+    // count(DISTINCT) keeps the identities (tens of MB), so measure a plain scan instead.
+    let total = Spi::get_one::<i64>(
+        "SELECT sum(length(pgtrickle.encode_row_id_v2('SCAN_KEY', ROW(g, g::text, g::numeric / 7)))) \
+         FROM generate_series(1, 1000000) g",
+    )
+    .expect("query");
+    assert!(total.is_some_and(|t| t > 30_000_000));
+    let growth = peak_rss_kb().saturating_sub(before);
+    pgrx::notice!("peak RSS growth over 10^6 encodes: {growth} kB");
+    assert!(growth < 16 * 1024, "peak RSS grew by {growth} kB");
+}
+
+/// Forced equal probes for distinct identities: the probe index finds both candidates, the
+/// full-identity recheck keeps only the exact row for UPDATE and DELETE.
+#[pg_test]
+fn forced_probe_collisions_match_only_the_exact_row() {
+    Spi::run(
+        "CREATE TABLE st (__pgt_row_id bytea NOT NULL, v int);
+         CREATE INDEX st_probe ON st USING btree (pgtrickle.row_probe_forced_v1(__pgt_row_id));
+         INSERT INTO st SELECT pgtrickle.encode_row_id_v2('KEYLESS_ROW', ROW(repeat('k', 300) || x)), 0
+         FROM unnest(ARRAY['a', 'b']) x;
+         CREATE TABLE delta AS SELECT pgtrickle.encode_row_id_v2('KEYLESS_ROW', ROW(repeat('k', 300) || 'a')) AS __pgt_row_id;
+         ANALYZE st;",
+    )
+    .expect("setup");
+    let probes = Spi::get_one::<i64>("SELECT count(DISTINCT pgtrickle.row_probe_forced_v1(__pgt_row_id)) FROM st");
+    assert_eq!(probes, Ok(Some(1)), "the two identities must share a probe");
+    let predicate = rowid_registry::sql::match_predicate(rowid_registry::IndexClass::ProbeExpression, "t", "d")
+        .replace(rowid_registry::sql::PROBE_FN, "pgtrickle.row_probe_forced_v1");
+    Spi::run("SET enable_seqscan = off").expect("set");
+    let explain: Vec<String> = Spi::connect_mut(|c| {
+        c.update(&format!("EXPLAIN UPDATE st AS t SET v = 1 FROM delta AS d WHERE {predicate}"), None, &[])
+            .expect("explain")
+            .map(|row| row.get::<String>(1).ok().flatten().unwrap_or_default())
+            .collect()
+    });
+    assert!(explain.iter().any(|l| l.contains("st_probe")), "{explain:?}");
+    Spi::run(&format!("UPDATE st AS t SET v = 1 FROM delta AS d WHERE {predicate}")).expect("update");
+    let updated = Spi::get_one::<i64>("SELECT count(*) FROM st WHERE v = 1");
+    assert_eq!(updated, Ok(Some(1)));
+    Spi::run(&format!("DELETE FROM st AS t USING delta AS d WHERE {predicate}")).expect("delete");
+    let left = Spi::get_one::<i64>("SELECT count(*) FROM st WHERE v = 0");
+    assert_eq!(left, Ok(Some(1)), "the colliding row must survive");
+    let gone = Spi::get_one::<i64>("SELECT count(*) FROM st");
+    assert_eq!(gone, Ok(Some(1)));
+}
