@@ -301,3 +301,53 @@ fn forced_probe_collisions_match_only_the_exact_row() {
     let gone = Spi::get_one::<i64>("SELECT count(*) FROM st");
     assert_eq!(gone, Ok(Some(1)));
 }
+
+/// Session A warms a call site (a PL/pgSQL simple expression keeps its executor state, and
+/// so the encoder's fn_extra cache, for the whole transaction); session B renames the label
+/// in use and commits; session A's next call through the same warm call site must produce
+/// the new label's bytes, never stale ones.
+#[pg_test]
+fn enum_rename_in_another_backend_reaches_a_warm_call_site() {
+    Spi::run("CREATE EXTENSION IF NOT EXISTS dblink").expect("dblink");
+    let conn = Spi::get_one::<String>(
+        "SELECT format('host=%s port=%s dbname=%s user=%s', \
+         split_part(current_setting('unix_socket_directories'), ',', 1), \
+         current_setting('port'), current_database(), current_user)",
+    )
+    .expect("query")
+    .expect("not NULL");
+    let in_b = |sql: &str| {
+        Spi::run(&format!(
+            "SELECT dblink_exec({}, {})",
+            quote(&conn),
+            quote(sql)
+        ))
+        .expect("session B statement");
+    };
+    in_b("DROP TABLE IF EXISTS rename_moods; DROP TYPE IF EXISTS rename_mood");
+    in_b("CREATE TYPE rename_mood AS ENUM ('sad', 'ok')");
+    in_b("CREATE TABLE rename_moods (m rename_mood); INSERT INTO rename_moods VALUES ('sad')");
+    Spi::run(
+        "CREATE FUNCTION enc_mood(m rename_mood) RETURNS text LANGUAGE plpgsql AS \
+         $$ BEGIN RETURN encode(pgtrickle.encode_row_id_v2('GROUP_KEY', ROW(m)), 'hex'); END $$",
+    )
+    .expect("function");
+    let call = || {
+        Spi::get_one::<String>("SELECT enc_mood(m) FROM rename_moods")
+            .expect("query")
+            .expect("not NULL")
+    };
+    let warm = call();
+    assert_eq!(warm, call(), "the call site is warm and stable");
+    assert!(warm.contains(&to_hex(b"sad")));
+    in_b("ALTER TYPE rename_mood RENAME VALUE 'sad' TO 'blue'");
+    let after = call();
+    // No cleanup from session B here: it would wait for this transaction's locks. The next
+    // run drops the objects before creating them.
+    assert!(after.contains(&to_hex(b"blue")), "stale bytes after a committed rename: {after}");
+    assert_ne!(after, warm);
+}
+
+fn quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', "''"))
+}
