@@ -17,9 +17,11 @@
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 
+pub mod catalog;
 pub mod datum;
 pub mod errors;
 pub mod record;
+pub mod validate;
 
 ::pgrx::pg_module_magic!(name, version);
 

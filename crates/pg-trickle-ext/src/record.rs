@@ -8,10 +8,9 @@
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 use rowid_codec::{Domain, IdentityEncoder, TypeTag};
-use rowid_registry::{
-    Collation, CollationProvider, FieldSpec, ServerContext, TypeRef, resolve_field,
-};
+use rowid_registry::{Collation, CollationProvider, FieldSpec, resolve_field};
 
+use crate::catalog::{attribute, row_id_domain, server_context, type_ref};
 use crate::datum;
 use crate::errors::{codec_error, malformed};
 
@@ -42,93 +41,6 @@ impl Default for CallSite {
             values: Vec::new(),
             nulls: Vec::new(),
             scratch: Vec::new(),
-        }
-    }
-}
-
-fn server_context() -> ServerContext {
-    ServerContext {
-        pg_major: pg_sys::PG_VERSION_NUM / 10_000,
-        // SAFETY: reads the database encoding, always valid inside a backend.
-        max_char_bytes: unsafe { pg_sys::pg_database_encoding_max_length() } as u32,
-        block_size: pg_sys::BLCKSZ,
-    }
-}
-
-/// `format_type_be` as a Rust string.
-fn type_name(oid: pg_sys::Oid) -> String {
-    // SAFETY: format_type_be returns a palloc'd C string for any OID.
-    unsafe { std::ffi::CStr::from_ptr(pg_sys::format_type_be(oid)) }
-        .to_string_lossy()
-        .into_owned()
-}
-
-/// The OID of `pgtrickle.row_id`, the domain that marks child identities.
-fn row_id_domain() -> pg_sys::Oid {
-    // SAFETY: catalog lookups by name; both return InvalidOid when missing (missing_ok).
-    unsafe {
-        let ns = pg_sys::get_namespace_oid(c"pgtrickle".as_ptr(), true);
-        if ns == pg_sys::InvalidOid {
-            return pg_sys::InvalidOid;
-        }
-        pg_sys::GetSysCacheOid(
-            pg_sys::SysCacheIdentifier::TYPENAMENSP as _,
-            pg_sys::Anum_pg_type_oid as _,
-            pg_sys::Datum::from(c"row_id".as_ptr()),
-            pg_sys::Datum::from(ns),
-            pg_sys::Datum::from(0),
-            pg_sys::Datum::from(0),
-        )
-    }
-}
-
-/// The registry's view of a type: domains and nesting resolved from the catalogs.
-fn type_ref(oid: pg_sys::Oid) -> TypeRef {
-    let name = type_name(oid);
-    // SAFETY: lsyscache lookups on a valid type OID.
-    unsafe {
-        let mut typmod = -1;
-        let base = pg_sys::getBaseTypeAndTypmod(oid, &mut typmod);
-        if base != oid {
-            return TypeRef::Domain {
-                name,
-                base: Box::new(type_ref(base)),
-            };
-        }
-        if pg_sys::type_is_enum(oid) {
-            return TypeRef::Enum { name };
-        }
-        let element = pg_sys::get_element_type(oid);
-        if element != pg_sys::InvalidOid {
-            return TypeRef::Array {
-                name,
-                element: Box::new(type_ref(element)),
-            };
-        }
-        match pg_sys::get_typtype(oid) as u8 {
-            b'c' => TypeRef::Composite {
-                name,
-                fields: Vec::new(),
-            },
-            b'r' => TypeRef::Range {
-                name,
-                subtype: Box::new(TypeRef::Other {
-                    oid: 0,
-                    name: String::new(),
-                }),
-            },
-            b'm' => TypeRef::Multirange {
-                name: name.clone(),
-                range: Box::new(TypeRef::Other { oid: 0, name }),
-            },
-            _ if u32::from(oid) < pg_sys::FirstNormalObjectId => TypeRef::Builtin {
-                oid: u32::from(oid),
-                name,
-            },
-            _ => TypeRef::Other {
-                oid: u32::from(oid),
-                name,
-            },
         }
     }
 }
@@ -198,7 +110,7 @@ impl CallSite {
         self.fields.clear();
         for i in 0..natts {
             // SAFETY: i < natts.
-            let att = unsafe { &*(*self.tupdesc).attrs.as_ptr().add(i) };
+            let att = unsafe { attribute(self.tupdesc, i) };
             if att.attisdropped {
                 continue;
             }
@@ -251,7 +163,7 @@ impl CallSite {
             for f in &self.fields {
                 // Dropped attributes were skipped when the fields were resolved.
                 // SAFETY: attno < natts; the descriptor is the one the tuple was deformed with.
-                while unsafe { (*(*self.tupdesc).attrs.as_ptr().add(attno)).attisdropped } {
+                while unsafe { attribute(self.tupdesc, attno) }.attisdropped {
                     attno += 1;
                 }
                 let (datum, null) = (self.values[attno], self.nulls[attno]);

@@ -351,3 +351,90 @@ fn enum_rename_in_another_backend_reaches_a_warm_call_site() {
 fn quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', "''"))
 }
+
+/// (identity, index name, max bytes, index class, DDL, passed-over reasons)
+type SourcePlan = (String, Option<String>, Option<i64>, String, String, String);
+
+fn source_plan(rel: &str, mode: &str) -> SourcePlan {
+    Spi::connect(|c| {
+        let row = c
+            .select(
+                &format!(
+                    "SELECT identity, index_name, max_identity_bytes, index_class, index_ddl, \
+                     array_to_string(passed_over, ' | ') \
+                     FROM pgtrickle.validate_source_identity('{rel}'::regclass, '{mode}')"
+                ),
+                None,
+                &[],
+            )?
+            .first();
+        Ok::<_, pgrx::spi::SpiError>((
+            row.get::<String>(1)?.unwrap_or_default(),
+            row.get::<String>(2)?,
+            row.get::<i64>(3)?,
+            row.get::<String>(4)?.unwrap_or_default(),
+            row.get::<String>(5)?.unwrap_or_default(),
+            row.get::<String>(6)?.unwrap_or_default(),
+        ))
+    })
+    .expect("validate_source_identity")
+}
+
+/// Source relations through the real catalogs: the chosen key, the keyless fallback with
+/// every passed-over index and its reason, and the planned index.
+#[pg_test]
+fn source_identities_are_validated_from_the_catalogs() {
+    Spi::run(
+        "CREATE TABLE s_int (id int8 PRIMARY KEY, v text);
+         CREATE TABLE s_text (k text PRIMARY KEY);
+         CREATE TABLE s_nullable (a int8, b int8, UNIQUE (a));
+         CREATE TABLE s_nnd (a int8, UNIQUE NULLS NOT DISTINCT (a));
+         CREATE TABLE s_partial (a int8 NOT NULL); CREATE UNIQUE INDEX s_partial_a ON s_partial (a) WHERE a > 0;
+         CREATE TABLE s_expr (a text NOT NULL); CREATE UNIQUE INDEX s_expr_a ON s_expr (lower(a));
+         CREATE TABLE s_defer (a int8 NOT NULL, CONSTRAINT s_defer_a UNIQUE (a) DEFERRABLE);
+         CREATE TABLE s_ops (a text NOT NULL); CREATE UNIQUE INDEX s_ops_a ON s_ops (a text_pattern_ops);",
+    )
+    .expect("setup");
+    let (identity, index, bytes, class, ddl, _) = source_plan("s_int", "immediate");
+    assert_eq!((identity.as_str(), index.as_deref(), bytes, class.as_str()), ("SCAN_KEY", Some("s_int_pkey"), Some(17), "direct_unique"));
+    assert!(ddl.starts_with("CREATE UNIQUE INDEX"), "{ddl}");
+    let (identity, _, bytes, class, ddl, _) = source_plan("s_text", "refresh");
+    assert_eq!((identity.as_str(), bytes, class.as_str()), ("SCAN_KEY", None, "probe_expression"));
+    assert!(ddl.contains("pgtrickle.row_probe_v1") && !ddl.contains("UNIQUE"), "{ddl}");
+    let (identity, _, _, _, _, _) = source_plan("s_nnd", "refresh");
+    assert_eq!(identity, "SCAN_KEY");
+    for (rel, reason, class) in [
+        ("s_nullable", "nullable key column(s) a", "direct_non_unique"),
+        ("s_partial", "partial index", "direct_non_unique"),
+        ("s_expr", "expression index", "probe_expression"),
+        ("s_defer", "deferrable", "direct_non_unique"),
+        ("s_ops", "text_pattern_ops", "probe_expression"),
+    ] {
+        let (identity, index, _, got_class, _, passed) = source_plan(rel, "refresh");
+        assert_eq!((identity.as_str(), index, got_class.as_str()), ("KEYLESS_ROW", None, class), "{rel}");
+        assert!(passed.contains(reason), "{rel}: {passed}");
+    }
+}
+
+#[pg_test]
+#[should_panic(expected = "unique unbounded identity in IMMEDIATE mode")]
+fn immediate_mode_rejects_unique_unbounded_identities() {
+    Spi::run("CREATE TABLE s_text2 (k text PRIMARY KEY)").expect("setup");
+    source_plan("s_text2", "immediate");
+}
+
+#[pg_test]
+fn identity_fields_are_validated() {
+    let row = Spi::get_two::<i64, String>(
+        "SELECT max_identity_bytes, index_class FROM pgtrickle.validate_identity_fields(\
+         'GROUP_KEY', ARRAY['int8'::regtype, 'varchar'::regtype]::oid[], ARRAY[-1, 68])",
+    );
+    assert_eq!(row, Ok((Some(7 + 10 + 260), Some("direct_unique".to_string()))));
+}
+
+#[pg_test]
+#[should_panic(expected = "money output and arithmetic depend on lc_monetary")]
+fn identity_fields_reject_unsupported_types() {
+    Spi::run("SELECT * FROM pgtrickle.validate_identity_fields('GROUP_KEY', ARRAY['money'::regtype]::oid[])")
+        .expect("rejected");
+}
