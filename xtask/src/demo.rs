@@ -91,7 +91,7 @@ fn storage_table(
 
 pub fn run() -> Result<(), String> {
     step("setup: cargo-pgrx, PostgreSQL 15 and its build packages (skipped when present)");
-    setup::pgrx()?;
+    setup::pgrx(&[])?;
     step("build and install the extension into the system PostgreSQL 15");
     let mut install = cargo();
     install

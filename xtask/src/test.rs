@@ -1,5 +1,6 @@
 //! `cargo xtask test`: every check CI runs, in order, stopping at the first failure.
 
+use std::path::PathBuf;
 use std::time::Instant;
 
 use crate::setup::{self, BIG_ENDIAN_TARGET, NO_STD_TARGET};
@@ -11,6 +12,11 @@ const FUZZ_SMOKE_SECONDS: u32 = 60;
 
 /// Crates whose tests also run on the big-endian target (no PostgreSQL, no host tools).
 const PORTABLE_CRATES: [&str; 3] = ["rowid-codec", "rowid-registry", "rowid-vectors"];
+
+/// Majors where the extension is installed, so the oracle also checks in-server encodings.
+fn with_extension(major: u32) -> bool {
+    matches!(major, 15 | 18)
+}
 
 /// The server-judged tests, on a throwaway cluster of one major.
 fn server_checks(major: u32, source: pg::Source) -> Result<Counts, String> {
@@ -35,7 +41,7 @@ fn server_checks(major: u32, source: pg::Source) -> Result<Counts, String> {
             .env("ROWID_ORACLE_PSQL_ARGS", cluster.psql_args())
             .env(
                 "ROWID_ORACLE_EXTENSION",
-                if major == 15 { "1" } else { "0" },
+                if with_extension(major) { "1" } else { "0" },
             )
             .env("PATH", &path);
         counts.add(run_tests(&mut c)?);
@@ -45,13 +51,22 @@ fn server_checks(major: u32, source: pg::Source) -> Result<Counts, String> {
 
 /// `cargo pgrx test pg15`, with the test cluster owned by the postgres user (initdb refuses
 /// to run as root).
-fn extension_tests() -> Result<Counts, String> {
-    let pgdata = root().join("target").join("pgrx-test-data");
+fn extension_tests(major: u32) -> Result<Counts, String> {
+    let pgdata = root()
+        .join("target")
+        .join(format!("pgrx-test-data-{major}"));
     std::fs::create_dir_all(&pgdata).map_err(|e| format!("{}: {e}", pgdata.display()))?;
     exec(cmd("chown").args(["-R", "postgres:postgres"]).arg(&pgdata))?;
     let mut c = cargo();
     c.current_dir(root().join("crates").join("pg-trickle-ext"))
-        .args(["pgrx", "test", "pg15", "--runas", "postgres", "--pgdata"])
+        .args([
+            "pgrx",
+            "test",
+            &format!("pg{major}"),
+            "--runas",
+            "postgres",
+            "--pgdata",
+        ])
         .arg(&pgdata);
     run_tests(&mut c)
 }
@@ -74,8 +89,13 @@ pub fn run() -> Result<(), String> {
     step("tests (x86_64)");
     counts.add(run_tests(cargo().args(["test", "--release"]))?);
 
-    step("the extension inside PostgreSQL 15 (cargo pgrx test)");
-    setup::pgrx()?;
+    // The extension is built, tested and installed for the system PostgreSQL 15 and for
+    // PostgreSQL 18 (pg_trickle's target; PyPI build), where step 4 uses it.
+    let pg18 = pg::Source::PyPi(pg::PG18_VERSION)
+        .bindir()?
+        .join("pg_config");
+    setup::pgrx(&[(18, pg18.clone())])?;
+    step("the extension: clippy");
     exec(cargo().args([
         "clippy",
         "-p",
@@ -87,23 +107,27 @@ pub fn run() -> Result<(), String> {
         "-D",
         "warnings",
     ]))?;
-    counts.add(extension_tests()?);
-    // Installed into the system PostgreSQL 15, where the oracle below also checks the
-    // in-server encoder against the codec.
-    let mut install = cargo();
-    install
-        .current_dir(root().join("crates").join("pg-trickle-ext"))
-        .args(["pgrx", "install", "--pg-config", setup::PG15_CONFIG]);
-    exec(&mut install)?;
+    for (major, pg_config) in [(15, PathBuf::from(setup::PG15_CONFIG)), (18, pg18)] {
+        step(&format!(
+            "the extension inside PostgreSQL {major} (cargo pgrx test pg{major})"
+        ));
+        counts.add(extension_tests(major)?);
+        let mut install = cargo();
+        install
+            .current_dir(root().join("crates").join("pg-trickle-ext"))
+            .args(["pgrx", "install", "--pg-config"])
+            .arg(&pg_config);
+        exec(&mut install)?;
+    }
 
     for (major, source) in pg::MAJORS {
-        let with_extension = if major == 15 {
+        let what = if with_extension(major) {
             " and the extension's encoder"
         } else {
             ""
         };
         step(&format!(
-            "the codec{with_extension} against PostgreSQL {major}'s own operators (throwaway cluster)"
+            "the codec{what} against PostgreSQL {major}'s own operators (throwaway cluster)"
         ));
         counts.add(server_checks(major, source)?);
     }

@@ -54,6 +54,14 @@ pub fn type_ref(oid: pg_sys::Oid) -> TypeRef {
                 base: Box::new(type_ref(base)),
             };
         }
+        // Anonymous records (ROW(...) inside ROW(...)) are the pseudo-type `record`: a
+        // composite whose fields are only known per value.
+        if oid == pg_sys::RECORDOID {
+            return TypeRef::Composite {
+                name,
+                fields: Vec::new(),
+            };
+        }
         if pg_sys::type_is_enum(oid) {
             return TypeRef::Enum { name };
         }

@@ -438,3 +438,110 @@ fn identity_fields_reject_unsupported_types() {
     Spi::run("SELECT * FROM pgtrickle.validate_identity_fields('GROUP_KEY', ARRAY['money'::regtype]::oid[])")
         .expect("rejected");
 }
+
+/// Validates `rel` (created by `setup`) with `require_key => true`.
+fn require_key(setup: &str, rel: &str) {
+    Spi::run(setup).expect("setup");
+    Spi::run(&format!(
+        "SELECT * FROM pgtrickle.validate_source_identity('{rel}'::regclass, require_key => true)"
+    ))
+    .expect("validated");
+}
+
+#[pg_test]
+#[should_panic(expected = "nullable key column(s) a")]
+fn required_key_rejects_nullable_nulls_distinct_indexes() {
+    require_key("CREATE TABLE r1 (a int8, UNIQUE (a))", "r1");
+}
+
+#[pg_test]
+#[should_panic(expected = "partial index")]
+fn required_key_rejects_partial_indexes() {
+    require_key(
+        "CREATE TABLE r2 (a int8 NOT NULL); CREATE UNIQUE INDEX r2_a ON r2 (a) WHERE a > 0",
+        "r2",
+    );
+}
+
+#[pg_test]
+#[should_panic(expected = "expression index")]
+fn required_key_rejects_expression_indexes() {
+    require_key(
+        "CREATE TABLE r3 (a text NOT NULL); CREATE UNIQUE INDEX r3_a ON r3 (lower(a))",
+        "r3",
+    );
+}
+
+#[pg_test]
+#[should_panic(expected = "deferrable constraint")]
+fn required_key_rejects_deferrable_constraints() {
+    require_key(
+        "CREATE TABLE r4 (a int8 NOT NULL, CONSTRAINT r4_a UNIQUE (a) DEFERRABLE)",
+        "r4",
+    );
+}
+
+#[pg_test]
+#[should_panic(expected = "no primary key or unique index")]
+fn required_key_rejects_relations_without_keys() {
+    require_key("CREATE TABLE r5 (a int8)", "r5");
+}
+
+/// Bounded unique storage: the direct UNIQUE index makes `ON CONFLICT (__pgt_row_id)`
+/// authoritative; the registry's upsert updates the existing row in place.
+#[pg_test]
+fn bounded_unique_storage_upserts_on_the_row_id() {
+    Spi::run(
+        "CREATE TABLE src (id int8 PRIMARY KEY, v text);
+         INSERT INTO src VALUES (1, 'a'), (2, 'b');
+         CREATE TABLE st_src (__pgt_row_id bytea NOT NULL, v text);",
+    )
+    .expect("setup");
+    let ddl = Spi::get_one::<String>("SELECT index_ddl FROM pgtrickle.validate_source_identity('src'::regclass)")
+        .expect("query")
+        .expect("ddl")
+        .replace("\"src_storage\"", "st_src");
+    assert!(ddl.starts_with("CREATE UNIQUE INDEX"), "{ddl}");
+    Spi::run(&ddl).expect("index");
+    Spi::run("INSERT INTO st_src SELECT pgtrickle.encode_row_id_v2('SCAN_KEY', ROW(id)), v FROM src")
+        .expect("load");
+    Spi::run(
+        "UPDATE src SET v = 'a2' WHERE id = 1;
+         CREATE TEMP TABLE d AS SELECT pgtrickle.encode_row_id_v2('SCAN_KEY', ROW(id)) AS __pgt_row_id, v FROM src WHERE id = 1",
+    )
+    .expect("delta");
+    let table = rowid_registry::sql::QualifiedName { schema: None, name: "st_src".into() };
+    let upsert = rowid_registry::sql::upsert(rowid_registry::IndexClass::DirectUnique, &table, "d", &["v"])
+        .expect("bounded unique upsert");
+    Spi::run(&upsert).expect("upsert");
+    assert_eq!(Spi::get_one::<i64>("SELECT count(*) FROM st_src"), Ok(Some(2)));
+    assert_eq!(
+        Spi::get_one::<String>(
+            "SELECT v FROM st_src WHERE __pgt_row_id = pgtrickle.encode_row_id_v2('SCAN_KEY', ROW(1::int8))"
+        ),
+        Ok(Some("a2".to_string()))
+    );
+}
+
+/// Non-deterministic collations are rejected in records and in field validation. Needs ICU,
+/// which the system PostgreSQL 15 has and the PyPI PostgreSQL 18 build lacks
+/// (`--without-icu`), so this test exists in PostgreSQL 15 builds only; the rule itself is
+/// also tested in rowid-registry.
+#[cfg(feature = "pg15")]
+#[pg_test]
+#[should_panic(expected = "non-deterministic collation")]
+fn nondeterministic_collations_are_rejected() {
+    Spi::run(
+        "CREATE COLLATION ci_und (provider = icu, locale = 'und-u-ks-level2', deterministic = false)",
+    )
+    .expect("collation");
+    hex_of("pgtrickle.encode_row_id_v2('GROUP_KEY', ROW('A'::text COLLATE ci_und))");
+}
+
+/// A record nested inside the identity record is a structural field: rejected with its
+/// position and type, never encoded by another rule.
+#[pg_test]
+#[should_panic(expected = "identity field \"field 2 (f2)\" of type record: structural type not supported yet")]
+fn nested_records_are_rejected_with_context() {
+    hex_of("pgtrickle.encode_row_id_v2('SCAN_KEY', ROW(1, ROW(2, 3)))");
+}

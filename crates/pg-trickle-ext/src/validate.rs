@@ -302,15 +302,18 @@ fn all_columns(rel: pg_sys::Oid) -> Vec<FieldSpec> {
     }))
 }
 
-/// Validates the row identity of a source relation: the SCAN_KEY it would use (or the keyless
-/// rule when no index is eligible), every field's contract, and the storage index plan for
-/// this cluster's block size. Creates nothing.
+/// Validates the row identity of a source relation: the SCAN_KEY it would use (or, unless
+/// `require_key`, the keyless rule when no index is eligible), every field's contract, and
+/// the storage index plan for this cluster's block size. Creates nothing. With
+/// `require_key` (a mode that needs a unique identity), no eligible index is an error
+/// listing every candidate and why it was passed over.
 // pgrx needs the TableIterator row spelled out in the signature (no type alias).
 #[allow(clippy::type_complexity)]
 #[pg_extern(schema = "pgtrickle", stable)]
 fn validate_source_identity(
     rel: pg_sys::Oid,
     mode: default!(&str, "'refresh'"),
+    require_key: default!(bool, false),
 ) -> TableIterator<
     'static,
     (
@@ -344,6 +347,7 @@ fn validate_source_identity(
                 Uniqueness::Unique,
                 key.passed_over,
             ),
+            Err(none) if require_key => raise(&none.rejection),
             Err(none) => {
                 let fields = all_columns(rel);
                 let names = fields.iter().map(|f| f.expr.clone()).collect();
