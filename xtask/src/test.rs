@@ -11,7 +11,12 @@ use crate::{fuzz, pg, vectors};
 const FUZZ_SMOKE_SECONDS: u32 = 60;
 
 /// Crates whose tests also run on the big-endian target (no PostgreSQL, no host tools).
-const PORTABLE_CRATES: [&str; 3] = ["rowid-codec", "rowid-registry", "rowid-vectors"];
+const PORTABLE_CRATES: [&str; 4] = [
+    "rowid-codec",
+    "rowid-pgoutput",
+    "rowid-registry",
+    "rowid-vectors",
+];
 
 /// Majors where the extension is installed, so the oracle also checks in-server encodings.
 fn with_extension(major: u32) -> bool {
