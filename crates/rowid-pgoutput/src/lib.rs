@@ -15,6 +15,7 @@
 pub mod after_image;
 pub mod decode;
 pub mod error;
+pub mod identity;
 pub mod message;
 mod reader;
 pub mod relation;
@@ -22,5 +23,6 @@ pub mod relation;
 pub use after_image::{AfterImage, IncompleteAfterImage, complete};
 pub use decode::{Decoder, Options};
 pub use error::DecodeError;
+pub use identity::{BoundIdentity, IdentityColumn, IdentityError, IdentitySchema, SchemaMismatch};
 pub use message::{Column, Message, OldTuple, Relation, RelationColumn, Tuple};
 pub use relation::{FLAG_REPLICA_IDENTITY, FlagBits, RelationCache};

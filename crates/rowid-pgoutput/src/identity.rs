@@ -1,0 +1,264 @@
+//! Row Identity V2 from WAL: the same bytes `pgtrickle.encode_row_id_v2` computes in SQL.
+//!
+//! The caller supplies the identity schema from a catalog snapshot (key columns with their
+//! type OIDs and registry tags). Every Relation message is checked against it before any
+//! change is turned into an identity, so a schema change in the stream (a key "from the
+//! future", a column type change) is refused instead of silently used. Values must be in
+//! binary (`'b'`, typsend): text output depends on the walsender's settings.
+
+use std::fmt;
+
+use rowid_codec::send::value_from_send;
+use rowid_codec::{Domain, IdentityEncoder, TypeTag};
+
+use crate::message::{Column, Relation, Tuple};
+use crate::relation::FlagBits;
+
+/// One identity column as the catalog snapshot describes it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct IdentityColumn {
+    /// Column name.
+    pub name: String,
+    /// `pg_type` OID (for a domain: the domain's OID, as the Relation message sends it).
+    pub type_oid: u32,
+    /// The registry's tag for the column's (base) type.
+    pub tag: TypeTag,
+}
+
+/// The identity schema of one relation.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct IdentitySchema {
+    /// SCAN_KEY for a key, KEYLESS_ROW for every column.
+    pub domain: Domain,
+    /// Identity columns in identity order.
+    pub columns: Vec<IdentityColumn>,
+    /// The key is the primary key (checked against primary-key bits when the stream has them).
+    pub key_is_primary: bool,
+}
+
+/// The stream's description of a relation disagrees with the identity schema.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SchemaMismatch {
+    /// An identity column is not published.
+    MissingColumn {
+        /// Column name.
+        column: String,
+    },
+    /// An identity column has another type in the stream.
+    TypeChanged {
+        /// Column name.
+        column: String,
+        /// OID in the schema.
+        expected: u32,
+        /// OID in the Relation message.
+        found: u32,
+    },
+    /// A SCAN_KEY column is not part of the replica identity, so old tuples cannot carry it.
+    NotInReplicaIdentity {
+        /// Column name.
+        column: String,
+    },
+    /// The stream's primary-key bits disagree with the schema's key.
+    PrimaryKeyDiffers {
+        /// Column name.
+        column: String,
+    },
+    /// KEYLESS_ROW needs exactly the schema's columns, in order.
+    ColumnsDiffer,
+}
+
+impl fmt::Display for SchemaMismatch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SchemaMismatch::MissingColumn { column } => {
+                write!(f, "identity column {column} is not in the Relation message")
+            }
+            SchemaMismatch::TypeChanged {
+                column,
+                expected,
+                found,
+            } => write!(
+                f,
+                "identity column {column} has type OID {found} in the stream, {expected} in the schema"
+            ),
+            SchemaMismatch::NotInReplicaIdentity { column } => write!(
+                f,
+                "identity column {column} is not part of the replica identity"
+            ),
+            SchemaMismatch::PrimaryKeyDiffers { column } => write!(
+                f,
+                "primary-key bits disagree with the schema at column {column}: the stream's key \
+                 is not the snapshot's key"
+            ),
+            SchemaMismatch::ColumnsDiffer => {
+                write!(
+                    f,
+                    "published columns differ from the keyless identity schema"
+                )
+            }
+        }
+    }
+}
+
+impl std::error::Error for SchemaMismatch {}
+
+/// Why a row gave no identity.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum IdentityError {
+    /// An identity column arrived as text.
+    TextValue {
+        /// Column name.
+        column: String,
+    },
+    /// An identity column is an unchanged TOASTed value that could not be backfilled.
+    Missing {
+        /// Column name.
+        column: String,
+    },
+    /// The tuple has fewer columns than the relation.
+    ShortTuple,
+    /// The codec refused the value (malformed send format or limit).
+    Codec {
+        /// Column name.
+        column: String,
+        /// The codec's error.
+        error: rowid_codec::Error,
+    },
+}
+
+impl fmt::Display for IdentityError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            IdentityError::TextValue { column } => write!(
+                f,
+                "identity column {column} arrived as text; start replication with binary 'true' \
+                 (text output depends on the walsender's DateStyle, TimeZone, ...)"
+            ),
+            IdentityError::Missing { column } => write!(
+                f,
+                "identity column {column} is an unchanged TOASTed value the stream did not carry"
+            ),
+            IdentityError::ShortTuple => write!(f, "tuple has fewer columns than the relation"),
+            IdentityError::Codec { column, error } => {
+                write!(f, "identity column {column}: {error}")
+            }
+        }
+    }
+}
+
+impl std::error::Error for IdentityError {}
+
+/// An identity schema checked against one Relation message: where each column sits.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BoundIdentity {
+    domain: Domain,
+    positions: Vec<(usize, TypeTag, String)>,
+}
+
+impl IdentitySchema {
+    /// Checks the schema against a Relation message and binds column positions.
+    pub fn bind(
+        &self,
+        relation: &Relation,
+        flags: &FlagBits,
+    ) -> Result<BoundIdentity, SchemaMismatch> {
+        if self.domain == Domain::KeylessRow && relation.columns.len() != self.columns.len() {
+            return Err(SchemaMismatch::ColumnsDiffer);
+        }
+        let mut positions = Vec::with_capacity(self.columns.len());
+        for col in &self.columns {
+            let Some((pos, rc)) = relation
+                .columns
+                .iter()
+                .enumerate()
+                .find(|(_, c)| c.name == col.name)
+            else {
+                return Err(SchemaMismatch::MissingColumn {
+                    column: col.name.clone(),
+                });
+            };
+            if rc.type_oid != col.type_oid {
+                return Err(SchemaMismatch::TypeChanged {
+                    column: col.name.clone(),
+                    expected: col.type_oid,
+                    found: rc.type_oid,
+                });
+            }
+            if self.domain == Domain::ScanKey {
+                if relation.replica_identity != b'n' && !flags.in_replica_identity(rc) {
+                    return Err(SchemaMismatch::NotInReplicaIdentity {
+                        column: col.name.clone(),
+                    });
+                }
+                if flags
+                    .in_primary_key(rc)
+                    .is_some_and(|pk| pk != self.key_is_primary)
+                {
+                    return Err(SchemaMismatch::PrimaryKeyDiffers {
+                        column: col.name.clone(),
+                    });
+                }
+            }
+            positions.push((pos, col.tag, col.name.clone()));
+        }
+        if self.domain == Domain::ScanKey && self.key_is_primary {
+            // With primary-key bits, no other column may claim to be in the key either.
+            let extra = relation.columns.iter().find(|c| {
+                flags.in_primary_key(c) == Some(true)
+                    && !self.columns.iter().any(|k| k.name == c.name)
+            });
+            if let Some(c) = extra {
+                return Err(SchemaMismatch::PrimaryKeyDiffers {
+                    column: c.name.clone(),
+                });
+            }
+        }
+        Ok(BoundIdentity {
+            domain: self.domain,
+            positions,
+        })
+    }
+}
+
+impl BoundIdentity {
+    /// Appends the identity of `row` (a complete new tuple, or an old `'K'`/`'O'` tuple).
+    pub fn encode(&self, row: &Tuple, out: &mut Vec<u8>) -> Result<usize, IdentityError> {
+        let start = out.len();
+        let result = self.encode_inner(row, out);
+        if result.is_err() {
+            out.truncate(start);
+        }
+        result
+    }
+
+    fn encode_inner(&self, row: &Tuple, out: &mut Vec<u8>) -> Result<usize, IdentityError> {
+        let codec = |column: &str, error| IdentityError::Codec {
+            column: column.to_string(),
+            error,
+        };
+        let count = u32::try_from(self.positions.len()).unwrap_or(u32::MAX);
+        let mut enc = IdentityEncoder::begin(out, self.domain, count).map_err(|e| codec("", e))?;
+        for (pos, tag, name) in &self.positions {
+            match row.get(*pos).ok_or(IdentityError::ShortTuple)? {
+                Column::Null => enc.null(*tag).map_err(|e| codec(name, e))?,
+                Column::Binary(bytes) => {
+                    let value = value_from_send(*tag, bytes).map_err(|e| codec(name, e))?;
+                    enc.value(&value).map_err(|e| codec(name, e))?;
+                }
+                Column::Text(_) => {
+                    return Err(IdentityError::TextValue {
+                        column: name.clone(),
+                    });
+                }
+                Column::UnchangedToast => {
+                    return Err(IdentityError::Missing {
+                        column: name.clone(),
+                    });
+                }
+            }
+        }
+        enc.finish().map_err(|e| codec("", e))
+    }
+}

@@ -1,0 +1,254 @@
+//! Identities from WAL values equal the codec's identities of the same typed values, and
+//! every schema disagreement or unusable value is refused.
+
+// Test code: a failed expectation is a panic by design.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use bytes::Bytes;
+use rowid_codec::{Digits, Domain, Numeric, TypeTag, Value, encode_identity};
+use rowid_pgoutput::{
+    Column, FlagBits, IdentityColumn, IdentityError, IdentitySchema, Relation, RelationColumn,
+    SchemaMismatch,
+};
+
+fn rel(ri: u8, cols: &[(&str, u32, u8)]) -> Relation {
+    Relation {
+        relid: 1,
+        namespace: "public".into(),
+        name: "t".into(),
+        replica_identity: ri,
+        columns: cols
+            .iter()
+            .map(|&(name, type_oid, flags)| RelationColumn {
+                flags,
+                name: name.into(),
+                type_oid,
+                typmod: -1,
+            })
+            .collect(),
+    }
+}
+
+fn key(cols: &[(&str, u32, TypeTag)]) -> IdentitySchema {
+    IdentitySchema {
+        domain: Domain::ScanKey,
+        columns: cols
+            .iter()
+            .map(|&(name, type_oid, tag)| IdentityColumn {
+                name: name.into(),
+                type_oid,
+                tag,
+            })
+            .collect(),
+        key_is_primary: true,
+    }
+}
+
+fn b(bytes: &[u8]) -> Column {
+    Column::Binary(Bytes::copy_from_slice(bytes))
+}
+
+fn codec(domain: Domain, fields: &[(TypeTag, Option<Value<'_>>)]) -> Vec<u8> {
+    let mut out = Vec::new();
+    encode_identity(&mut out, domain, fields).unwrap();
+    out
+}
+
+/// numeric_send of a finite value: ndigits, weight, sign, dscale, groups.
+fn numeric_send(weight: i16, dscale: i16, groups: &[u16]) -> Vec<u8> {
+    let mut v = Vec::new();
+    v.extend((groups.len() as i16).to_be_bytes());
+    v.extend(weight.to_be_bytes());
+    v.extend(0u16.to_be_bytes());
+    v.extend(dscale.to_be_bytes());
+    for g in groups {
+        v.extend(g.to_be_bytes());
+    }
+    v
+}
+
+#[test]
+fn identities_from_binary_values_match_the_codec() {
+    let relation = rel(b'd', &[("region", 25, 1), ("id", 23, 1), ("note", 25, 0)]);
+    let schema = key(&[("region", 25, TypeTag::Text), ("id", 23, TypeTag::Int4)]);
+    let bound = schema.bind(&relation, &FlagBits::default()).unwrap();
+    let row = vec![b(b"eu"), b(&42i32.to_be_bytes()), Column::UnchangedToast];
+    let mut id = Vec::new();
+    bound.encode(&row, &mut id).unwrap();
+    let want = codec(
+        Domain::ScanKey,
+        &[
+            (TypeTag::Text, Some(Value::Text(b"eu"))),
+            (TypeTag::Int4, Some(Value::Int4(42))),
+        ],
+    );
+    assert_eq!(id, want, "the unchanged non-key column does not matter");
+
+    // numeric 1.0 and 1.00 arrive with different dscale (and 1.00 may carry a zero group).
+    let relation = rel(b'd', &[("amount", 1700, 1)]);
+    let bound = key(&[("amount", 1700, TypeTag::Numeric)])
+        .bind(&relation, &FlagBits::default())
+        .unwrap();
+    let (mut a, mut c) = (Vec::new(), Vec::new());
+    bound
+        .encode(&vec![b(&numeric_send(0, 1, &[1]))], &mut a)
+        .unwrap();
+    bound
+        .encode(&vec![b(&numeric_send(0, 2, &[1, 0]))], &mut c)
+        .unwrap();
+    assert_eq!(a, c);
+    let one = Numeric::finite(false, 0, Digits::native(&[1]));
+    assert_eq!(
+        a,
+        codec(
+            Domain::ScanKey,
+            &[(TypeTag::Numeric, Some(Value::Numeric(one)))]
+        )
+    );
+}
+
+#[test]
+fn old_and_new_identities_show_key_changes() {
+    let relation = rel(b'd', &[("id", 20, 1), ("v", 25, 0)]);
+    let bound = key(&[("id", 20, TypeTag::Int8)])
+        .bind(&relation, &FlagBits::default())
+        .unwrap();
+    let old_key = vec![b(&1i64.to_be_bytes()), Column::Null];
+    let new = vec![b(&2i64.to_be_bytes()), b(b"x")];
+    let (mut old_id, mut new_id) = (Vec::new(), Vec::new());
+    bound.encode(&old_key, &mut old_id).unwrap();
+    bound.encode(&new, &mut new_id).unwrap();
+    assert_ne!(
+        old_id, new_id,
+        "a key update is a delete of the old identity and an insert"
+    );
+    assert_eq!(
+        old_id,
+        codec(Domain::ScanKey, &[(TypeTag::Int8, Some(Value::Int8(1)))])
+    );
+}
+
+#[test]
+fn unusable_values_are_refused() {
+    let relation = rel(b'd', &[("id", 20, 1)]);
+    let bound = key(&[("id", 20, TypeTag::Int8)])
+        .bind(&relation, &FlagBits::default())
+        .unwrap();
+    let mut out = b"keep".to_vec();
+    let err = bound
+        .encode(&vec![Column::Text(Bytes::from_static(b"7"))], &mut out)
+        .unwrap_err();
+    assert_eq!(
+        err,
+        IdentityError::TextValue {
+            column: "id".into()
+        }
+    );
+    assert!(err.to_string().contains("binary 'true'"));
+    assert!(matches!(
+        bound.encode(&vec![Column::UnchangedToast], &mut out),
+        Err(IdentityError::Missing { .. })
+    ));
+    assert!(matches!(
+        bound.encode(&vec![b(&[1, 2, 3])], &mut out),
+        Err(IdentityError::Codec { .. })
+    ));
+    assert!(matches!(
+        bound.encode(&vec![], &mut out),
+        Err(IdentityError::ShortTuple)
+    ));
+    assert_eq!(
+        out, b"keep",
+        "a refused identity leaves the buffer as it was"
+    );
+}
+
+#[test]
+fn schema_disagreements_are_refused() {
+    let schema = key(&[("id", 20, TypeTag::Int8)]);
+    let flags = FlagBits::default();
+    assert_eq!(
+        schema.bind(&rel(b'd', &[("id", 23, 1)]), &flags),
+        Err(SchemaMismatch::TypeChanged {
+            column: "id".into(),
+            expected: 20,
+            found: 23
+        })
+    );
+    assert_eq!(
+        schema.bind(&rel(b'd', &[("key", 20, 1)]), &flags),
+        Err(SchemaMismatch::MissingColumn {
+            column: "id".into()
+        })
+    );
+    assert_eq!(
+        schema.bind(&rel(b'i', &[("id", 20, 0), ("other", 20, 1)]), &flags),
+        Err(SchemaMismatch::NotInReplicaIdentity {
+            column: "id".into()
+        })
+    );
+    // With the proposed primary-key bit (say 0x02), a key "from the future" is caught even
+    // under REPLICA IDENTITY FULL, where every column has the replica-identity bit.
+    let pk = FlagBits {
+        primary_key: Some(0x02),
+        ..FlagBits::default()
+    };
+    assert!(
+        schema
+            .bind(&rel(b'f', &[("id", 20, 0x03), ("v", 25, 0x01)]), &pk)
+            .is_ok()
+    );
+    assert_eq!(
+        schema.bind(&rel(b'f', &[("id", 20, 0x03), ("v", 25, 0x03)]), &pk),
+        Err(SchemaMismatch::PrimaryKeyDiffers { column: "v".into() })
+    );
+    assert_eq!(
+        schema.bind(&rel(b'f', &[("id", 20, 0x01), ("v", 25, 0x03)]), &pk),
+        Err(SchemaMismatch::PrimaryKeyDiffers {
+            column: "id".into()
+        })
+    );
+}
+
+#[test]
+fn keyless_rows_use_every_column_in_order() {
+    let schema = IdentitySchema {
+        domain: Domain::KeylessRow,
+        columns: vec![
+            IdentityColumn {
+                name: "at".into(),
+                type_oid: 1184,
+                tag: TypeTag::Timestamptz,
+            },
+            IdentityColumn {
+                name: "msg".into(),
+                type_oid: 25,
+                tag: TypeTag::Text,
+            },
+        ],
+        key_is_primary: false,
+    };
+    let relation = rel(b'f', &[("at", 1184, 1), ("msg", 25, 1)]);
+    let bound = schema.bind(&relation, &FlagBits::default()).unwrap();
+    let mut id = Vec::new();
+    bound
+        .encode(&vec![b(&5i64.to_be_bytes()), Column::Null], &mut id)
+        .unwrap();
+    assert_eq!(
+        id,
+        codec(
+            Domain::KeylessRow,
+            &[
+                (TypeTag::Timestamptz, Some(Value::Timestamptz(5))),
+                (TypeTag::Text, None)
+            ]
+        )
+    );
+    assert_eq!(
+        schema.bind(
+            &rel(b'f', &[("at", 1184, 1), ("msg", 25, 1), ("extra", 23, 1)]),
+            &FlagBits::default()
+        ),
+        Err(SchemaMismatch::ColumnsDiffer)
+    );
+}
