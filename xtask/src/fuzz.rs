@@ -29,21 +29,26 @@ fn seed_corpus(dir: &Path) -> Result<usize, String> {
     Ok(n)
 }
 
+/// Fuzzes each target for `seconds`: the identity decoder (seeded with every vector) and
+/// the pgoutput decoder.
 pub fn run(seconds: u32) -> Result<(), String> {
     setup::fuzzing()?;
     let fuzz_dir = root().join("fuzz");
     let corpus = fuzz_dir.join("corpus").join("decode");
     let seeded = seed_corpus(&corpus)?;
     println!("corpus: {seeded} seed inputs from vectors/");
-    let mut c = cmd("cargo");
-    c.current_dir(&fuzz_dir).args([
-        "+nightly",
-        "fuzz",
-        "run",
-        "decode",
-        "--",
-        &format!("-max_total_time={seconds}"),
-        "-print_final_stats=1",
-    ]);
-    exec(&mut c)
+    for target in ["decode", "pgoutput"] {
+        let mut c = cmd("cargo");
+        c.current_dir(&fuzz_dir).args([
+            "+nightly",
+            "fuzz",
+            "run",
+            target,
+            "--",
+            &format!("-max_total_time={seconds}"),
+            "-print_final_stats=1",
+        ]);
+        exec(&mut c)?;
+    }
+    Ok(())
 }

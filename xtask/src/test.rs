@@ -8,7 +8,7 @@ use crate::shell::{Counts, cargo, cmd, exec, root, run_tests, step};
 use crate::{fuzz, pg, vectors};
 
 /// Seconds of decoder fuzzing in the test run.
-const FUZZ_SMOKE_SECONDS: u32 = 60;
+const FUZZ_SMOKE_SECONDS: u32 = 45;
 
 /// Crates whose tests also run on the big-endian target (no PostgreSQL, no host tools).
 const PORTABLE_CRATES: [&str; 4] = [
@@ -170,7 +170,9 @@ pub fn run() -> Result<(), String> {
     }
     counts.add(run_tests(&mut be)?);
 
-    step(&format!("decoder fuzzing ({FUZZ_SMOKE_SECONDS} s)"));
+    step(&format!(
+        "fuzzing: identity and pgoutput decoders ({FUZZ_SMOKE_SECONDS} s each)"
+    ));
     fuzz::run(FUZZ_SMOKE_SECONDS)?;
 
     println!(
