@@ -176,7 +176,8 @@ impl Cluster {
         ))?;
         let log = base.join("server.log");
         let opts = format!(
-            "-p {port} -k {} -c listen_addresses='' -c fsync=off",
+            "-p {port} -k {} -c listen_addresses='' -c fsync=off -c wal_level=logical \
+             -c max_replication_slots=10 -c logical_decoding_work_mem=64kB",
             cluster.socket.display()
         );
         exec(&mut cluster.tool(

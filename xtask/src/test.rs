@@ -36,10 +36,15 @@ fn server_checks(major: u32, source: pg::Source) -> Result<Counts, String> {
         std::env::var("PATH").unwrap_or_default()
     );
     let mut counts = Counts::default();
-    for (krate, test) in [
+    let mut tests = vec![
         ("rowid-codec", "server_oracle"),
         ("rowid-vectors", "vectors_on_server"),
-    ] {
+    ];
+    if with_extension(major) {
+        // WAL identities against SQL identities (needs the extension and wal_level=logical).
+        tests.push(("rowid-pgoutput", "cross_path"));
+    }
+    for (krate, test) in tests {
         let mut c = cargo();
         c.args(["test", "--release", "-p", krate, "--test", test])
             .args(["--", "--ignored", "--nocapture"])

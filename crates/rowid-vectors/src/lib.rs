@@ -10,6 +10,7 @@
 
 mod cases;
 mod numeric;
+pub mod psql;
 mod render;
 
 use std::path::{Path, PathBuf};

@@ -9,27 +9,10 @@
 // Test code: a failed expectation is a panic by design.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::process::Command;
-
 use serde_json::Value as Json;
 
 fn psql(script: &str) -> String {
-    let args = std::env::var("ROWID_ORACLE_PSQL_ARGS")
-        .expect("ROWID_ORACLE_PSQL_ARGS is not set: run through `cargo xtask test`");
-    let file = std::env::temp_dir().join(format!("rowid-vectors-{}.sql", std::process::id()));
-    std::fs::write(&file, script).unwrap();
-    let out = Command::new("psql")
-        .args(args.split_whitespace())
-        .args(["-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-f"])
-        .arg(&file)
-        .output()
-        .expect("psql runs");
-    assert!(
-        out.status.success(),
-        "psql failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
+    rowid_vectors::psql::run(script).unwrap_or_else(|e| panic!("{e}"))
 }
 
 struct One {
