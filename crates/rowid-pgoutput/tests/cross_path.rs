@@ -160,6 +160,34 @@ const KEYS: &[(&str, &str, TypeTag, [&str; 4])] = &[
         ["B'1'", "B'10'", "B''", "B'0001'"],
     ),
     (
+        "x_timestamp",
+        "timestamp",
+        TypeTag::Timestamp,
+        [
+            "'2020-01-01 00:00'",
+            "'-infinity'",
+            "'1999-12-31 23:59:59.5'",
+            "'2000-01-01'",
+        ],
+    ),
+    (
+        "x_macaddr8",
+        "macaddr8",
+        TypeTag::Macaddr8,
+        [
+            "'08:00:2b:01:02:03:04:05'",
+            "'00:00:00:00:00:00:00:00'",
+            "'ff:ff:ff:ff:ff:ff:ff:ff'",
+            "'08:00:2b:01:02:03:04:06'",
+        ],
+    ),
+    (
+        "x_bit",
+        "bit(4)",
+        TypeTag::Bit,
+        ["B'1010'", "B'0000'", "B'1111'", "B'0001'"],
+    ),
+    (
         "x_enum",
         "xp_mood",
         TypeTag::Enum,
@@ -330,6 +358,8 @@ fn wal_identities_equal_sql_identities() {
          CREATE TABLE x_default (id int PRIMARY KEY, big text, v int);
          ALTER TABLE x_default ALTER COLUMN big SET STORAGE EXTERNAL;
          CREATE TABLE x_stream (id int8 PRIMARY KEY, pad text);
+         CREATE TABLE x_bool (k bool PRIMARY KEY, v text);
+         CREATE TABLE x_composite (region text, id int4, v text, PRIMARY KEY (region, id));
          CREATE PUBLICATION xp FOR ALL TABLES;\n",
     );
     sql(&setup);
@@ -356,6 +386,14 @@ fn wal_identities_equal_sql_identities() {
          UPDATE x_full SET v = 1;
          INSERT INTO x_default VALUES (1, {big}, 0);
          UPDATE x_default SET v = 1;
+         INSERT INTO x_bool VALUES (false, 'a');
+         UPDATE x_bool SET v = 'b';
+         UPDATE x_bool SET k = true;
+         DELETE FROM x_bool;
+         INSERT INTO x_composite VALUES ('eu', 1, 'a'), ('us', 2, 'b');
+         UPDATE x_composite SET v = 'c' WHERE region = 'eu';
+         UPDATE x_composite SET id = 3 WHERE region = 'us';
+         DELETE FROM x_composite WHERE region = 'eu';
          BEGIN; INSERT INTO x_stream SELECT g, repeat('x', 200) FROM generate_series(1, 3000) g; COMMIT;\n"
     ));
     sql(&work);
@@ -365,6 +403,26 @@ fn wal_identities_equal_sql_identities() {
         .map(|(table, _, tag, _)| (table.to_string(), key_schema(table, *tag)))
         .collect();
     schemas.insert("x_toastkey".into(), key_schema("x_toastkey", TypeTag::Text));
+    schemas.insert("x_bool".into(), key_schema("x_bool", TypeTag::Bool));
+    schemas.insert(
+        "x_composite".into(),
+        IdentitySchema {
+            domain: Domain::ScanKey,
+            columns: vec![
+                IdentityColumn {
+                    name: "region".into(),
+                    type_oid: 25,
+                    tag: TypeTag::Text,
+                },
+                IdentityColumn {
+                    name: "id".into(),
+                    type_oid: 23,
+                    tag: TypeTag::Int4,
+                },
+            ],
+            key_is_primary: true,
+        },
+    );
     schemas.insert(
         "x_stream".into(),
         IdentitySchema {
@@ -434,6 +492,34 @@ fn wal_identities_equal_sql_identities() {
         check(format!("{table} key update old"), &changes[4].2, e(b));
         check(format!("{table} delete old"), &changes[5].2, e(c));
     }
+    let b = &wal.by_table["x_bool"];
+    assert_eq!(b.iter().map(|c| c.0).collect::<String>(), "IUUD");
+    check("bool insert".into(), &b[0].1, enc_sql("SCAN_KEY", "false"));
+    check(
+        "bool sibling update".into(),
+        &b[1].1,
+        enc_sql("SCAN_KEY", "false"),
+    );
+    check(
+        "bool key update new".into(),
+        &b[2].1,
+        enc_sql("SCAN_KEY", "true"),
+    );
+    check(
+        "bool key update old".into(),
+        &b[2].2,
+        enc_sql("SCAN_KEY", "false"),
+    );
+    check("bool delete".into(), &b[3].2, enc_sql("SCAN_KEY", "true"));
+    let c = &wal.by_table["x_composite"];
+    assert_eq!(c.iter().map(|c| c.0).collect::<String>(), "IIUUD");
+    let k = |r: &str, i: i32| enc_sql("SCAN_KEY", &format!("'{r}'::text, {i}::int4"));
+    check("composite insert 1".into(), &c[0].1, k("eu", 1));
+    check("composite insert 2".into(), &c[1].1, k("us", 2));
+    check("composite sibling update".into(), &c[2].1, k("eu", 1));
+    check("composite key update new".into(), &c[3].1, k("us", 3));
+    check("composite key update old".into(), &c[3].2, k("us", 2));
+    check("composite delete".into(), &c[4].2, k("eu", 1));
     // TOASTed key: the sibling update's new tuple has 'u' for k; 'K' carries it.
     let t = &wal.by_table["x_toastkey"];
     assert!(
