@@ -352,7 +352,7 @@ fn wal_identities_equal_sql_identities() {
     setup.push_str(
         "CREATE TABLE x_toastkey (k text PRIMARY KEY, v int);
          ALTER TABLE x_toastkey ALTER COLUMN k SET STORAGE EXTERNAL;
-         CREATE TABLE x_full (id int PRIMARY KEY, big text, v int);
+         CREATE TABLE x_full (id int, big text, v int);
          ALTER TABLE x_full ALTER COLUMN big SET STORAGE EXTERNAL;
          ALTER TABLE x_full REPLICA IDENTITY FULL;
          CREATE TABLE x_default (id int PRIMARY KEY, big text, v int);
