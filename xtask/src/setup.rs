@@ -130,7 +130,7 @@ pub fn pgrx(extra: &[(u32, std::path::PathBuf)]) -> Result<(), String> {
         .join("config.toml");
     let current = std::fs::read_to_string(&config).unwrap_or_default();
     let mut wanted = vec![(15, std::path::PathBuf::from(PG15_CONFIG))];
-    wanted.extend(extra.iter().cloned());
+    wanted.extend(extra.iter().filter(|(m, _)| *m != 15).cloned());
     if wanted
         .iter()
         .any(|(_, p)| !current.contains(&*p.to_string_lossy()))

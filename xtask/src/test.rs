@@ -1,6 +1,5 @@
 //! `cargo xtask test`: every check CI runs, in order, stopping at the first failure.
 
-use std::path::PathBuf;
 use std::time::Instant;
 
 use crate::setup::{self, BIG_ENDIAN_TARGET, NO_STD_TARGET};
@@ -18,9 +17,10 @@ const PORTABLE_CRATES: [&str; 4] = [
     "rowid-vectors",
 ];
 
-/// Majors where the extension is installed, so the oracle also checks in-server encodings.
+/// Majors where the extension is installed (all of them), so the oracle also checks
+/// in-server encodings and WAL identities.
 fn with_extension(major: u32) -> bool {
-    matches!(major, 15 | 18)
+    pg::MAJORS.iter().any(|(m, _)| *m == major)
 }
 
 /// The server-judged tests, on a throwaway cluster of one major.
@@ -101,10 +101,13 @@ pub fn run() -> Result<(), String> {
 
     // The extension is built, tested and installed for the system PostgreSQL 15 and for
     // PostgreSQL 18 (pg_trickle's target; PyPI build), where step 4 uses it.
-    let pg18 = pg::Source::PyPi(pg::PG18_VERSION)
-        .bindir()?
-        .join("pg_config");
-    setup::pgrx(&[(18, pg18.clone())])?;
+    // The extension is built, tested and installed on every supported major: 15 from Debian,
+    // 16-18 from PyPI (their pg_config and headers come with the wheel).
+    let mut configs = Vec::new();
+    for (major, source) in pg::MAJORS {
+        configs.push((major, source.bindir()?.join("pg_config")));
+    }
+    setup::pgrx(&configs)?;
     step("the extension: clippy");
     exec(cargo().args([
         "clippy",
@@ -117,7 +120,8 @@ pub fn run() -> Result<(), String> {
         "-D",
         "warnings",
     ]))?;
-    for (major, pg_config) in [(15, PathBuf::from(setup::PG15_CONFIG)), (18, pg18)] {
+    for (major, pg_config) in &configs {
+        let major = *major;
         step(&format!(
             "the extension inside PostgreSQL {major} (cargo pgrx test pg{major})"
         ));
@@ -126,7 +130,7 @@ pub fn run() -> Result<(), String> {
         install
             .current_dir(root().join("crates").join("pg-trickle-ext"))
             .args(["pgrx", "install", "--pg-config"])
-            .arg(&pg_config);
+            .arg(pg_config);
         exec(&mut install)?;
     }
 

@@ -16,6 +16,8 @@ use crate::errors::{codec_error, malformed};
 
 /// One field's dispatch, resolved once per call site.
 struct Field {
+    /// Zero-based attribute number in the record (dropped attributes are skipped).
+    attno: usize,
     tag: TypeTag,
     name: String,
 }
@@ -58,6 +60,7 @@ fn resolve_attribute(
         .into_owned();
     if row_id != pg_sys::InvalidOid && att.atttypid == row_id {
         return Field {
+            attno: index,
             tag: TypeTag::ChildIdentity,
             name,
         };
@@ -77,7 +80,11 @@ fn resolve_attribute(
         opclass: rowid_registry::OpClass::Default,
     };
     match resolve_field(&spec, &server_context()) {
-        Ok(r) => Field { tag: r.tag, name },
+        Ok(r) => Field {
+            attno: index,
+            tag: r.tag,
+            name,
+        },
         Err(rejection) => {
             ereport!(
                 ERROR,
@@ -159,15 +166,8 @@ impl CallSite {
         let count = self.fields.len() as u32;
         let result = (|| {
             let mut enc = IdentityEncoder::begin(&mut self.scratch, domain, count)?;
-            let mut attno = 0usize;
             for f in &self.fields {
-                // Dropped attributes were skipped when the fields were resolved.
-                // SAFETY: attno < natts; the descriptor is the one the tuple was deformed with.
-                while unsafe { attribute(self.tupdesc, attno) }.attisdropped {
-                    attno += 1;
-                }
-                let (datum, null) = (self.values[attno], self.nulls[attno]);
-                attno += 1;
+                let (datum, null) = (self.values[f.attno], self.nulls[f.attno]);
                 if null {
                     enc.null(f.tag)?;
                 } else if f.tag == TypeTag::Enum {
@@ -197,12 +197,5 @@ impl CallSite {
             Err(e) => codec_error(&e, |i| self.fields.get(i).map(|f| f.name.as_str())),
         }
         crate::to_bytea(&self.scratch)
-    }
-}
-
-impl Drop for CallSite {
-    fn drop(&mut self) {
-        // The tuple descriptor was allocated in fn_mcxt, which is being deleted with us.
-        self.tupdesc = std::ptr::null_mut();
     }
 }
