@@ -9,13 +9,42 @@
 
 use libfuzzer_sys::fuzz_target;
 use rowid_codec::probe::{PROBE_PREFIX_CANDIDATES, max_probe_len, probe_with_prefix};
-use rowid_codec::send::value_from_send;
-use rowid_codec::{Domain, TypeTag, decode, encode_identity, validate};
+use rowid_codec::send::{jsonb_from_text, owned_from_send, value_from_send};
+use rowid_codec::structure::{JsonbValue, Shape};
+use rowid_codec::{Domain, OwnedValue, TypeTag, Value, decode, encode_identity, validate};
 
 fn reencode(id: &rowid_codec::DecodedIdentity) -> Vec<u8> {
     let mut out = Vec::new();
     id.encode(&mut out).expect("decoded identity re-encodes");
     out
+}
+
+/// Structural shapes whose send formats are fuzzed.
+fn shapes() -> Vec<Shape> {
+    let s = |t| Box::new(Shape::Scalar(t));
+    vec![
+        Shape::Array(s(TypeTag::Int4)),
+        Shape::Array(s(TypeTag::Text)),
+        Shape::Array(Box::new(Shape::Range(s(TypeTag::Numeric)))),
+        Shape::Range(s(TypeTag::Int4)),
+        Shape::Range(s(TypeTag::Timestamptz)),
+        Shape::Multirange(s(TypeTag::Int8)),
+        Shape::Jsonb,
+        Shape::Record(vec![
+            Shape::Scalar(TypeTag::Int4),
+            Shape::Scalar(TypeTag::Text),
+            Shape::Array(s(TypeTag::Int2)),
+        ]),
+    ]
+}
+
+fn check_owned(value: &OwnedValue) {
+    let mut id = Vec::new();
+    if encode_identity(&mut id, Domain::ScanKey, &[(value.tag(), Some(value.as_value()))]).is_ok()
+    {
+        let back = decode(&id).expect("encoder output decodes");
+        assert_eq!(reencode(&back), id);
+    }
 }
 
 fuzz_target!(|data: &[u8]| {
@@ -37,5 +66,17 @@ fuzz_target!(|data: &[u8]| {
                 assert_eq!(reencode(&back), id);
             }
         }
+    }
+    for shape in shapes() {
+        if let Ok(value) = owned_from_send(&shape, data) {
+            check_owned(&value);
+        }
+    }
+    if let Ok(j) = jsonb_from_text(data) {
+        let j: JsonbValue = j;
+        let mut id = Vec::new();
+        encode_identity(&mut id, Domain::ScanKey, &[(TypeTag::Jsonb, Some(Value::Jsonb(&j)))])
+            .expect("parsed JSON encodes");
+        assert_eq!(reencode(&decode(&id).expect("decodes")), id);
     }
 });

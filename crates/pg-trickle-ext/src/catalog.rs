@@ -3,7 +3,7 @@
 //! the validation functions; never per row.
 
 use pgrx::pg_sys;
-use rowid_registry::{ServerContext, TypeRef};
+use rowid_registry::{Collation, CollationProvider, CompositeField, ServerContext, TypeRef};
 
 pub fn server_context() -> ServerContext {
     ServerContext {
@@ -41,26 +41,42 @@ pub fn row_id_domain() -> pg_sys::Oid {
     }
 }
 
+/// A collation's facts for the registry, by OID (`None` for `InvalidOid`).
+pub type CollationLookup<'a> = &'a dyn Fn(pg_sys::Oid) -> Option<Collation>;
+
+/// Deepest type nesting `type_ref` follows; PostgreSQL forbids a composite type that
+/// contains itself, so this only bounds pathological chains.
+const MAX_TYPE_NESTING: u32 = rowid_codec::limits::MAX_DEPTH;
+
 /// The registry's view of a type: domains and nesting resolved from the catalogs.
-pub fn type_ref(oid: pg_sys::Oid) -> TypeRef {
+/// `collation` describes the collations of range subtypes and composite attributes.
+pub fn type_ref(oid: pg_sys::Oid, collation: CollationLookup<'_>) -> TypeRef {
+    type_ref_at(oid, collation, 0)
+}
+
+fn type_ref_at(oid: pg_sys::Oid, collation: CollationLookup<'_>, depth: u32) -> TypeRef {
     let name = type_name(oid);
-    // SAFETY: lsyscache lookups on a valid type OID.
+    if depth > MAX_TYPE_NESTING {
+        return TypeRef::Other {
+            oid: u32::from(oid),
+            name,
+        };
+    }
+    let nested = |o: pg_sys::Oid| type_ref_at(o, collation, depth + 1);
+    // SAFETY: lsyscache and typcache lookups on a valid type OID.
     unsafe {
         let mut typmod = -1;
         let base = pg_sys::getBaseTypeAndTypmod(oid, &mut typmod);
         if base != oid {
             return TypeRef::Domain {
                 name,
-                base: Box::new(type_ref(base)),
+                base: Box::new(nested(base)),
             };
         }
         // Anonymous records (ROW(...) inside ROW(...)) are the pseudo-type `record`: a
         // composite whose fields are only known per value.
         if oid == pg_sys::RECORDOID {
-            return TypeRef::Composite {
-                name,
-                fields: Vec::new(),
-            };
+            return TypeRef::AnonymousRecord;
         }
         if pg_sys::type_is_enum(oid) {
             return TypeRef::Enum { name };
@@ -69,24 +85,22 @@ pub fn type_ref(oid: pg_sys::Oid) -> TypeRef {
         if element != pg_sys::InvalidOid {
             return TypeRef::Array {
                 name,
-                element: Box::new(type_ref(element)),
+                element: Box::new(nested(element)),
             };
         }
         match pg_sys::get_typtype(oid) as u8 {
             b'c' => TypeRef::Composite {
                 name,
-                fields: Vec::new(),
+                fields: composite_fields(oid, collation, depth),
             },
             b'r' => TypeRef::Range {
                 name,
-                subtype: Box::new(TypeRef::Other {
-                    oid: 0,
-                    name: String::new(),
-                }),
+                subtype: Box::new(nested(pg_sys::get_range_subtype(oid))),
+                collation: collation(pg_sys::get_range_collation(oid)),
             },
             b'm' => TypeRef::Multirange {
-                name: name.clone(),
-                range: Box::new(TypeRef::Other { oid: 0, name }),
+                name,
+                range: Box::new(nested(pg_sys::get_multirange_range(oid))),
             },
             _ if u32::from(oid) < pg_sys::FirstNormalObjectId => TypeRef::Builtin {
                 oid: u32::from(oid),
@@ -98,6 +112,57 @@ pub fn type_ref(oid: pg_sys::Oid) -> TypeRef {
             },
         }
     }
+}
+
+/// The non-dropped attributes of composite type `oid`.
+fn composite_fields(
+    oid: pg_sys::Oid,
+    collation: CollationLookup<'_>,
+    depth: u32,
+) -> Vec<CompositeField> {
+    // SAFETY: lookup_rowtype_tupdesc_copy returns a palloc'd copy of the type's descriptor
+    // (or raises an error); it is freed below.
+    let tupdesc = unsafe { pg_sys::lookup_rowtype_tupdesc_copy(oid, -1) };
+    // SAFETY: a valid descriptor.
+    let natts = unsafe { (*tupdesc).natts } as usize;
+    let mut fields = Vec::with_capacity(natts);
+    for i in 0..natts {
+        // SAFETY: i < natts.
+        let att = unsafe { attribute(tupdesc, i) };
+        if att.attisdropped {
+            continue;
+        }
+        fields.push(CompositeField {
+            name: attribute_name(att),
+            ty: type_ref_at(att.atttypid, collation, depth + 1),
+            typmod: att.atttypmod,
+            collation: collation(att.attcollation),
+        });
+    }
+    // SAFETY: the copy made above, no longer referenced.
+    unsafe { pg_sys::FreeTupleDesc(tupdesc) };
+    fields
+}
+
+/// An attribute's name.
+pub fn attribute_name(att: &pg_sys::FormData_pg_attribute) -> String {
+    // SAFETY: attname is a NUL-terminated NameData.
+    unsafe { std::ffi::CStr::from_ptr(att.attname.data.as_ptr()) }
+        .to_string_lossy()
+        .into_owned()
+}
+
+/// What the encoder needs of a collation: whether it is deterministic (the registry rejects
+/// non-deterministic ones). Order claims are not made on this path, so the provider and
+/// locale are left unresolved; `validate_*` use the full facts from `pg_collation`.
+pub fn encoder_collation(oid: pg_sys::Oid) -> Option<Collation> {
+    (oid != pg_sys::InvalidOid).then(|| Collation {
+        name: format!("{}", u32::from(oid)),
+        provider: CollationProvider::Default,
+        // SAFETY: a valid collation OID from the catalogs.
+        deterministic: unsafe { pg_sys::get_collation_isdeterministic(oid) },
+        locale: String::new(),
+    })
 }
 
 /// Attribute `i` (zero-based) of a tuple descriptor. PostgreSQL 18 stores an array of

@@ -161,7 +161,13 @@ pub unsafe fn read<'a>(tag: TypeTag, datum: pg_sys::Datum) -> Result<Value<'a>, 
             TypeTag::Cidr => Value::Cidr(inet(varlena_bytes(datum)).ok_or(Malformed)?),
             TypeTag::Bit => Value::Bit(bits(varlena_bytes(datum)).ok_or(Malformed)?),
             TypeTag::Varbit => Value::Varbit(bits(varlena_bytes(datum)).ok_or(Malformed)?),
-            TypeTag::Enum => return Err(Malformed),
+            // Enums go through `with_enum_label`, structures through `nested::Reader`.
+            TypeTag::Enum
+            | TypeTag::Array
+            | TypeTag::Range
+            | TypeTag::Multirange
+            | TypeTag::Jsonb
+            | TypeTag::Record => return Err(Malformed),
         }
     })
 }

@@ -20,6 +20,7 @@ use pgrx::prelude::*;
 pub mod catalog;
 pub mod datum;
 pub mod errors;
+pub mod nested;
 pub mod record;
 pub mod validate;
 

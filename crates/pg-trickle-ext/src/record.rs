@@ -8,17 +8,20 @@
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 use rowid_codec::{Domain, IdentityEncoder, TypeTag};
-use rowid_registry::{Collation, CollationProvider, FieldSpec, resolve_field};
+use rowid_registry::{FieldSpec, resolve_field};
 
-use crate::catalog::{attribute, row_id_domain, server_context, type_ref};
+use crate::catalog::{
+    attribute, attribute_name, encoder_collation, row_id_domain, server_context, type_ref,
+};
 use crate::datum;
 use crate::errors::{codec_error, malformed};
+use crate::nested::Reader;
 
 /// One field's dispatch, resolved once per call site.
 struct Field {
     /// Zero-based attribute number in the record (dropped attributes are skipped).
     attno: usize,
-    tag: TypeTag,
+    reader: Reader,
     name: String,
 }
 
@@ -49,40 +52,35 @@ impl Default for CallSite {
 
 /// Resolves one record attribute to its tag, raising the registry's rejection as an error
 /// that names the field position, name, type and property.
-fn resolve_attribute(
+///
+/// # Safety
+/// Must run inside a backend; `mcxt` must outlive the returned reader.
+unsafe fn resolve_attribute(
     index: usize,
     att: &pg_sys::FormData_pg_attribute,
     row_id: pg_sys::Oid,
+    mcxt: pg_sys::MemoryContext,
 ) -> Field {
-    // SAFETY: attname is a NUL-terminated NameData.
-    let name = unsafe { std::ffi::CStr::from_ptr(att.attname.data.as_ptr()) }
-        .to_string_lossy()
-        .into_owned();
+    let name = attribute_name(att);
     if row_id != pg_sys::InvalidOid && att.atttypid == row_id {
         return Field {
             attno: index,
-            tag: TypeTag::ChildIdentity,
+            reader: Reader::Scalar(TypeTag::ChildIdentity),
             name,
         };
     }
-    let collation = (att.attcollation != pg_sys::InvalidOid).then(|| Collation {
-        name: format!("{}", u32::from(att.attcollation)),
-        provider: CollationProvider::Default,
-        // SAFETY: a valid collation OID from the tuple descriptor.
-        deterministic: unsafe { pg_sys::get_collation_isdeterministic(att.attcollation) },
-        locale: String::new(),
-    });
     let spec = FieldSpec {
         expr: format!("field {} ({name})", index + 1),
-        ty: type_ref(att.atttypid),
+        ty: type_ref(att.atttypid, &encoder_collation),
         typmod: att.atttypmod,
-        collation,
+        collation: encoder_collation(att.attcollation),
         opclass: rowid_registry::OpClass::Default,
     };
     match resolve_field(&spec, &server_context()) {
         Ok(r) => Field {
             attno: index,
-            tag: r.tag,
+            // SAFETY: the registry accepted this type with this shape; guaranteed by caller.
+            reader: unsafe { Reader::build(att.atttypid, &r.shape, mcxt) },
             name,
         },
         Err(rejection) => {
@@ -114,6 +112,9 @@ impl CallSite {
         // SAFETY: a valid tuple descriptor with natts attributes.
         let natts = unsafe { (*self.tupdesc).natts } as usize;
         let row_id = row_id_domain();
+        for f in &mut self.fields {
+            f.reader.release();
+        }
         self.fields.clear();
         for i in 0..natts {
             // SAFETY: i < natts.
@@ -121,7 +122,8 @@ impl CallSite {
             if att.attisdropped {
                 continue;
             }
-            let f = resolve_attribute(i, att, row_id);
+            // SAFETY: mcxt is the FmgrInfo's context, which outlives this cache.
+            let f = unsafe { resolve_attribute(i, att, row_id, mcxt) };
             self.fields.push(f);
         }
         self.values = vec![pg_sys::Datum::from(0); natts];
@@ -169,31 +171,39 @@ impl CallSite {
             for f in &self.fields {
                 let (datum, null) = (self.values[f.attno], self.nulls[f.attno]);
                 if null {
-                    enc.null(f.tag)?;
-                } else if f.tag == TypeTag::Enum {
-                    // SAFETY: the registry resolved this attribute to an enum type.
-                    let r = unsafe {
-                        datum::with_enum_label(datum, |label| {
-                            enc.value(&rowid_codec::Value::Enum(label))
-                        })
-                    };
-                    match r {
-                        Some(r) => r?,
-                        None => return Ok(Err(f)),
+                    enc.null(f.reader.tag())?;
+                    continue;
+                }
+                match &f.reader {
+                    Reader::Enum => {
+                        // SAFETY: the registry resolved this attribute to an enum type.
+                        let r = unsafe {
+                            datum::with_enum_label(datum, |label| {
+                                enc.value(&rowid_codec::Value::Enum(label))
+                            })
+                        };
+                        match r {
+                            Some(r) => r?,
+                            None => return Ok(Err(f)),
+                        }
                     }
-                } else {
                     // SAFETY: the datum is of the type the tag was resolved from.
-                    match unsafe { datum::read(f.tag, datum) } {
+                    Reader::Scalar(tag) => match unsafe { datum::read(*tag, datum) } {
                         Ok(v) => enc.value(&v)?,
                         Err(_) => return Ok(Err(f)),
-                    }
+                    },
+                    // SAFETY: the datum is of the type the reader was built for.
+                    structural => match unsafe { structural.read(datum) } {
+                        Ok(v) => enc.value(&v.as_value())?,
+                        Err(_) => return Ok(Err(f)),
+                    },
                 }
             }
             enc.finish().map(Ok)
         })();
         match result {
             Ok(Ok(_)) => {}
-            Ok(Err(f)) => malformed(&f.name, f.tag),
+            Ok(Err(f)) => malformed(&f.name, f.reader.tag()),
             Err(e) => codec_error(&e, |i| self.fields.get(i).map(|f| f.name.as_str())),
         }
         crate::to_bytea(&self.scratch)

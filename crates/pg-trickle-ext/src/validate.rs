@@ -173,7 +173,7 @@ fn validate_identity_fields(
         .enumerate()
         .map(|(i, &t)| FieldSpec {
             expr: format!("field {}", i + 1),
-            ty: type_ref(t),
+            ty: type_ref(t, &|c| collation(u32::from(c))),
             typmod: typmods
                 .as_ref()
                 .and_then(|m| m.get(i).copied())
@@ -248,7 +248,7 @@ fn candidates(rel: pg_sys::Oid) -> Vec<IndexCandidate> {
                                 name: "expression".into(),
                             }
                         } else {
-                            type_ref(types[k])
+                            type_ref(types[k], &|c| collation(u32::from(c)))
                         },
                         typmod: typmods[k],
                         collation: collation(u32::from(colls[k])),
@@ -290,7 +290,7 @@ fn all_columns(rel: pg_sys::Oid) -> Vec<FieldSpec> {
             let ty = row.get::<pg_sys::Oid>(2)?.unwrap_or(pg_sys::InvalidOid);
             out.push(FieldSpec {
                 expr: name,
-                ty: type_ref(ty),
+                ty: type_ref(ty, &|c| collation(u32::from(c))),
                 typmod: row.get::<i32>(3)?.unwrap_or(-1),
                 collation: collation(u32::from(
                     row.get::<pg_sys::Oid>(4)?.unwrap_or(pg_sys::InvalidOid),

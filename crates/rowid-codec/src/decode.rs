@@ -4,6 +4,9 @@
 //! identity reproduces the input byte for byte. [`validate`] runs the same checks without
 //! allocating, which lets the encoder vet child identities on the hot path.
 
+mod nested;
+
+use alloc::boxed::Box;
 use alloc::vec::Vec;
 
 use crate::encode::{TZDISP_LIMIT, mask_byte, numeric_class};
@@ -13,6 +16,7 @@ use crate::limits::{
 };
 use crate::primitives::unflip_i128;
 use crate::primitives::{ESCAPE, ESCAPED_ZERO, TERMINATOR, unflip_i16, unflip_i32, unflip_i64};
+use crate::structure::{ArrayValue, JsonbValue, MultirangeValue, RangeValue, RecordValue};
 use crate::tag::{Domain, NULL_STATE, TUPLE_END, TypeTag, VALUE_STATE, VERSION_V2};
 use crate::value::{
     BitString, Digits, Inet, Interval, IpFamily, Numeric, NumericSign, Timetz, USECS_PER_DAY, Value,
@@ -68,9 +72,16 @@ pub enum OwnedValue {
     Varbit(OwnedBits),
     Enum(Vec<u8>),
     Identity(ChildIdentity),
+    Array(ArrayValue),
+    Range(Box<RangeValue>),
+    Multirange(MultirangeValue),
+    Jsonb(JsonbValue),
+    Record(RecordValue),
 }
 
-/// A decoded numeric: normalised (no leading or trailing zero groups; zero has no groups).
+/// A numeric that owns its digit groups. A decoded one is normalised (no leading or trailing
+/// zero groups; zero has no groups); one converted from an encoder input keeps its groups as
+/// given, and encodes identically.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct OwnedNumeric {
     /// Class.
@@ -123,11 +134,7 @@ impl OwnedValue {
             OwnedValue::Oid(v) => Value::Oid(*v),
             OwnedValue::Float4(v) => Value::Float4(*v),
             OwnedValue::Float8(v) => Value::Float8(*v),
-            OwnedValue::Numeric(n) => Value::Numeric(Numeric {
-                sign: n.sign,
-                weight: n.weight,
-                digits: Digits::native(&n.digits),
-            }),
+            OwnedValue::Numeric(n) => Value::Numeric(n.as_numeric()),
             OwnedValue::Text(v) => Value::Text(v),
             OwnedValue::Varchar(v) => Value::Varchar(v),
             OwnedValue::Bpchar(v) => Value::Bpchar(v),
@@ -153,6 +160,83 @@ impl OwnedValue {
             }),
             OwnedValue::Enum(v) => Value::Enum(v),
             OwnedValue::Identity(c) => Value::Identity(&c.bytes),
+            OwnedValue::Array(a) => Value::Array(a),
+            OwnedValue::Range(r) => Value::Range(r),
+            OwnedValue::Multirange(m) => Value::Multirange(m),
+            OwnedValue::Jsonb(j) => Value::Jsonb(j),
+            OwnedValue::Record(r) => Value::Record(r),
+        }
+    }
+
+    /// The type tag this value is written with.
+    pub fn tag(&self) -> TypeTag {
+        self.as_value().tag()
+    }
+}
+
+impl TryFrom<Value<'_>> for OwnedValue {
+    type Error = Error;
+
+    /// Copies an encoder input into an owned value (structural values are cloned; a child
+    /// identity is decoded, so an invalid one is an error).
+    fn try_from(v: Value<'_>) -> Result<OwnedValue> {
+        Ok(match v {
+            Value::Bool(x) => OwnedValue::Bool(x),
+            Value::Int2(x) => OwnedValue::Int2(x),
+            Value::Int4(x) => OwnedValue::Int4(x),
+            Value::Int8(x) => OwnedValue::Int8(x),
+            Value::Oid(x) => OwnedValue::Oid(x),
+            Value::Float4(x) => OwnedValue::Float4(x),
+            Value::Float8(x) => OwnedValue::Float8(x),
+            Value::Numeric(n) => OwnedValue::Numeric(OwnedNumeric {
+                sign: n.sign,
+                weight: n.weight,
+                digits: n.digits.iter().collect(),
+            }),
+            Value::Text(x) => OwnedValue::Text(x.to_vec()),
+            Value::Varchar(x) => OwnedValue::Varchar(x.to_vec()),
+            Value::Bpchar(x) => OwnedValue::Bpchar(x.to_vec()),
+            Value::Bytea(x) => OwnedValue::Bytea(x.to_vec()),
+            Value::Uuid(x) => OwnedValue::Uuid(x),
+            Value::Date(x) => OwnedValue::Date(x),
+            Value::Time(x) => OwnedValue::Time(x),
+            Value::Timestamp(x) => OwnedValue::Timestamp(x),
+            Value::Timestamptz(x) => OwnedValue::Timestamptz(x),
+            Value::Timetz(x) => OwnedValue::Timetz(x),
+            Value::Interval(x) => OwnedValue::Interval(x),
+            Value::Inet(x) => OwnedValue::Inet(x),
+            Value::Cidr(x) => OwnedValue::Cidr(x),
+            Value::Macaddr(x) => OwnedValue::Macaddr(x),
+            Value::Macaddr8(x) => OwnedValue::Macaddr8(x),
+            Value::Bit(b) => OwnedValue::Bit(OwnedBits {
+                bit_len: b.bit_len,
+                bytes: b.bytes.to_vec(),
+            }),
+            Value::Varbit(b) => OwnedValue::Varbit(OwnedBits {
+                bit_len: b.bit_len,
+                bytes: b.bytes.to_vec(),
+            }),
+            Value::Enum(x) => OwnedValue::Enum(x.to_vec()),
+            Value::Identity(x) => OwnedValue::Identity(ChildIdentity {
+                bytes: x.to_vec(),
+                identity: decode(x)?,
+            }),
+            Value::Array(a) => OwnedValue::Array(a.clone()),
+            Value::Range(r) => OwnedValue::Range(Box::new(r.clone())),
+            Value::Multirange(m) => OwnedValue::Multirange(m.clone()),
+            Value::Jsonb(j) => OwnedValue::Jsonb(j.clone()),
+            Value::Record(r) => OwnedValue::Record(r.clone()),
+        })
+    }
+}
+
+impl OwnedNumeric {
+    /// Borrows the numeric as an encoder input.
+    pub fn as_numeric(&self) -> Numeric<'_> {
+        Numeric {
+            sign: self.sign,
+            weight: self.weight,
+            digits: Digits::native(&self.digits),
         }
     }
 }
@@ -181,7 +265,9 @@ pub fn decode(bytes: &[u8]) -> Result<DecodedIdentity> {
     })
 }
 
-/// Checks that `bytes` is one complete, canonical identity, without allocating (spec §8).
+/// Checks that `bytes` is one complete, canonical identity without building the decoded
+/// values (spec §8). It allocates nothing for scalar fields; a jsonb object keeps its
+/// previous key to check key order.
 pub fn validate(bytes: &[u8]) -> Result<Summary> {
     check_len(bytes)?;
     let mut src = SliceSource { bytes, pos: 0 };
@@ -576,6 +662,11 @@ fn parse_payload(
                 },
             })
         }
+        TypeTag::Array => return nested::parse_array(src, ctx, depth + 1),
+        TypeTag::Range => return nested::parse_range(src, ctx, depth + 1),
+        TypeTag::Multirange => return nested::parse_multirange(src, ctx, depth + 1),
+        TypeTag::Jsonb => return nested::parse_jsonb(src, ctx, depth + 1),
+        TypeTag::Record => return nested::parse_record(src, ctx, depth + 1),
     };
     Ok(keep.then_some(v))
 }

@@ -8,6 +8,7 @@
 use core::fmt::{self, Display, Formatter, Write};
 
 use crate::decode::{DecodedField, DecodedIdentity, OwnedValue};
+use crate::structure::{ArrayValue, JsonbValue, RangeBound, RangeBounds};
 use crate::value::{IpFamily, NumericSign};
 
 impl Display for DecodedIdentity {
@@ -135,6 +136,107 @@ impl Display for OwnedValue {
                 f.write_char('\'')
             }
             OwnedValue::Identity(c) => write!(f, "{}", c.identity),
+            OwnedValue::Array(a) => array(f, a),
+            OwnedValue::Range(r) => {
+                write!(f, "{} ", r.subtype.name())?;
+                match &r.bounds {
+                    None => f.write_str("empty"),
+                    Some(b) => bounds(f, b),
+                }
+            }
+            OwnedValue::Multirange(m) => {
+                write!(f, "{} {{", m.subtype.name())?;
+                for (i, b) in m.ranges.iter().enumerate() {
+                    if i > 0 {
+                        f.write_str(", ")?;
+                    }
+                    bounds(f, b)?;
+                }
+                f.write_char('}')
+            }
+            OwnedValue::Jsonb(j) => write!(f, "{j}"),
+            OwnedValue::Record(r) => {
+                f.write_char('(')?;
+                for (i, field) in r.fields.iter().enumerate() {
+                    if i > 0 {
+                        f.write_str(", ")?;
+                    }
+                    write!(f, "{field}")?;
+                }
+                f.write_char(')')
+            }
+        }
+    }
+}
+
+fn array(f: &mut Formatter<'_>, a: &ArrayValue) -> fmt::Result {
+    write!(f, "{}[", a.element.name())?;
+    for (i, d) in a.dims.iter().enumerate() {
+        if i > 0 {
+            f.write_char(',')?;
+        }
+        write!(
+            f,
+            "{}:{}",
+            d.lower,
+            i64::from(d.lower) + i64::from(d.len) - 1
+        )?;
+    }
+    f.write_str("] {")?;
+    for (i, e) in a.elements.iter().enumerate() {
+        if i > 0 {
+            f.write_str(", ")?;
+        }
+        match e {
+            None => f.write_str("NULL")?,
+            Some(v) => write!(f, "{v}")?,
+        }
+    }
+    f.write_char('}')
+}
+
+fn bounds(f: &mut Formatter<'_>, b: &RangeBounds) -> fmt::Result {
+    match &b.lower {
+        RangeBound::Infinite => f.write_str("(-infinity")?,
+        RangeBound::Inclusive(v) => write!(f, "[{v}")?,
+        RangeBound::Exclusive(v) => write!(f, "({v}")?,
+    }
+    f.write_str(", ")?;
+    match &b.upper {
+        RangeBound::Infinite => f.write_str("infinity)"),
+        RangeBound::Inclusive(v) => write!(f, "{v}]"),
+        RangeBound::Exclusive(v) => write!(f, "{v})"),
+    }
+}
+
+impl Display for JsonbValue {
+    fn fmt(&self, f: &mut Formatter<'_>) -> fmt::Result {
+        match self {
+            JsonbValue::Null => f.write_str("null"),
+            JsonbValue::Bool(b) => write!(f, "{b}"),
+            JsonbValue::String(s) => text(f, s),
+            JsonbValue::Number(n) => write!(f, "{}", OwnedValue::Numeric(n.clone())),
+            JsonbValue::Array(items) => {
+                f.write_char('[')?;
+                for (i, v) in items.iter().enumerate() {
+                    if i > 0 {
+                        f.write_str(", ")?;
+                    }
+                    write!(f, "{v}")?;
+                }
+                f.write_char(']')
+            }
+            JsonbValue::Object(pairs) => {
+                f.write_char('{')?;
+                for (i, (k, v)) in pairs.iter().enumerate() {
+                    if i > 0 {
+                        f.write_str(", ")?;
+                    }
+                    text(f, k)?;
+                    write!(f, ": {v}")?;
+                }
+                f.write_char('}')
+            }
         }
     }
 }

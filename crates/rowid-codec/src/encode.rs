@@ -1,6 +1,8 @@
 //! The encoder: typed values in, identity bytes appended to a caller-owned buffer
 //! (spec/wire-format.md §3–§6).
 
+pub(crate) mod nested;
+
 use alloc::vec::Vec;
 
 use crate::decode::validate;
@@ -142,7 +144,7 @@ impl<'b> IdentityEncoder<'b> {
         let mark = self.buf.len();
         self.buf
             .extend_from_slice(&[value.tag() as u8, VALUE_STATE]);
-        match put_payload(self.buf, field, value) {
+        match put_payload(self.buf, field, value, 1) {
             Ok(()) => {
                 self.written += 1;
                 Ok(())
@@ -212,12 +214,14 @@ pub fn encode_identity(
     result
 }
 
-fn invalid(field: u32, tag: TypeTag, reason: &'static str) -> Error {
+pub(crate) fn invalid(field: u32, tag: TypeTag, reason: &'static str) -> Error {
     Error::InvalidValue { field, tag, reason }
 }
 
+/// Writes `value`'s payload; `depth` is the nesting level of the identity or structure that
+/// holds it (1 for a top-level field).
 #[inline]
-fn put_payload(buf: &mut Vec<u8>, field: u32, value: &Value<'_>) -> Result<()> {
+fn put_payload(buf: &mut Vec<u8>, field: u32, value: &Value<'_>, depth: u32) -> Result<()> {
     match *value {
         Value::Bool(b) => buf.push(b as u8),
         Value::Int2(v) => buf.extend_from_slice(&flip_i16(v)),
@@ -262,14 +266,19 @@ fn put_payload(buf: &mut Vec<u8>, field: u32, value: &Value<'_>) -> Result<()> {
         }
         Value::Identity(child) => {
             let summary = validate(child)?;
-            if summary.depth >= MAX_DEPTH {
+            if depth + summary.depth > MAX_DEPTH {
                 return Err(Error::LimitExceeded {
                     limit: Limit::Depth,
-                    value: summary.depth as usize + 1,
+                    value: (depth + summary.depth) as usize,
                 });
             }
             put_escaped(buf, child)
         }
+        Value::Array(a) => nested::put_array(buf, field, a, depth + 1)?,
+        Value::Range(r) => nested::put_range(buf, field, r, depth + 1)?,
+        Value::Multirange(m) => nested::put_multirange(buf, field, m, depth + 1)?,
+        Value::Jsonb(j) => nested::put_jsonb(buf, field, j, depth + 1)?,
+        Value::Record(r) => nested::put_record(buf, field, r, depth + 1)?,
     }
     Ok(())
 }
@@ -396,7 +405,7 @@ fn put_bits(buf: &mut Vec<u8>, field: u32, tag: TypeTag, b: &BitString<'_>) -> R
     Ok(())
 }
 
-fn put_numeric(buf: &mut Vec<u8>, field: u32, n: &Numeric<'_>) -> Result<()> {
+pub(crate) fn put_numeric(buf: &mut Vec<u8>, field: u32, n: &Numeric<'_>) -> Result<()> {
     let negative = match n.sign {
         NumericSign::NegativeInfinity => {
             buf.push(numeric_class::NEG_INF);

@@ -20,6 +20,8 @@ pub enum Limit {
     BitLength,
     /// [`crate::limits::MAX_NUMERIC_GROUPS`].
     NumericDigits,
+    /// [`crate::limits::MAX_ELEMENTS`].
+    Elements,
 }
 
 impl Limit {
@@ -32,6 +34,7 @@ impl Limit {
             Limit::EnumLabelLength => "MAX_ENUM_LABEL_LEN",
             Limit::BitLength => "MAX_BIT_LEN",
             Limit::NumericDigits => "MAX_NUMERIC_GROUPS",
+            Limit::Elements => "MAX_ELEMENTS",
         }
     }
 }

@@ -49,6 +49,7 @@ pub mod limits;
 pub mod primitives;
 pub mod probe;
 pub mod send;
+pub mod structure;
 pub mod tag;
 pub mod value;
 

@@ -3,6 +3,12 @@
 //!
 //! Each parser takes exactly one value's bytes and rejects short or trailing input.
 
+mod json;
+mod nested;
+
+pub use json::{JSONB_SEND_VERSION, decimal_to_numeric, jsonb_from_text};
+pub use nested::owned_from_send;
+
 use crate::error::{Error, Result};
 use crate::tag::TypeTag;
 use crate::value::Value;
@@ -230,8 +236,9 @@ pub fn bits_from_send(tag: TypeTag, b: &[u8]) -> Result<BitString<'_>> {
     })
 }
 
-/// Parses the send format of type `tag` into an encoder input. The child-identity tag has no
-/// send format of its own (a child identity travels as `bytea`).
+/// Parses the send format of scalar type `tag` into an encoder input, borrowing `b`. The
+/// child-identity tag has no send format of its own (a child identity travels as `bytea`).
+/// Structural tags need the field's shape: use [`owned_from_send`].
 pub fn value_from_send(tag: TypeTag, b: &[u8]) -> Result<Value<'_>> {
     Ok(match tag {
         TypeTag::Bool => Value::Bool(bool_from_send(b)?),
@@ -261,5 +268,16 @@ pub fn value_from_send(tag: TypeTag, b: &[u8]) -> Result<Value<'_>> {
         TypeTag::Macaddr8 => Value::Macaddr8(macaddr8_from_send(b)?),
         TypeTag::Bit => Value::Bit(bits_from_send(tag, b)?),
         TypeTag::Varbit => Value::Varbit(bits_from_send(tag, b)?),
+        TypeTag::Array
+        | TypeTag::Range
+        | TypeTag::Multirange
+        | TypeTag::Jsonb
+        | TypeTag::Record => {
+            return Err(bad(
+                tag,
+                0,
+                "a structural value needs its shape (owned_from_send)",
+            ));
+        }
     })
 }

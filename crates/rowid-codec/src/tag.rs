@@ -131,13 +131,23 @@ pub enum TypeTag {
     Varbit = 0x19,
     /// Any enum type: the label (spec §5.18).
     Enum = 0x1A,
-    /// A complete child identity inside JOIN_KEY / SET_KEY / WINDOW_KEY (spec §6).
+    /// A complete child identity inside JOIN_KEY / SET_KEY / WINDOW_KEY (spec §6.1).
     ChildIdentity = 0x40,
+    /// Any array type (spec §6.3).
+    Array = 0x41,
+    /// Any range type (spec §6.4).
+    Range = 0x42,
+    /// Any multirange type (spec §6.5).
+    Multirange = 0x43,
+    /// `jsonb` (spec §6.6).
+    Jsonb = 0x44,
+    /// Any composite (row) type (spec §6.7).
+    Record = 0x45,
 }
 
 impl TypeTag {
     /// Every assigned tag, in byte order.
-    pub const ALL: [TypeTag; 27] = [
+    pub const ALL: [TypeTag; 32] = [
         TypeTag::Bool,
         TypeTag::Int2,
         TypeTag::Int4,
@@ -165,6 +175,11 @@ impl TypeTag {
         TypeTag::Varbit,
         TypeTag::Enum,
         TypeTag::ChildIdentity,
+        TypeTag::Array,
+        TypeTag::Range,
+        TypeTag::Multirange,
+        TypeTag::Jsonb,
+        TypeTag::Record,
     ];
 
     /// The tag assigned to `byte`, if any. Reserved and unassigned bytes return `None`.
@@ -197,12 +212,18 @@ impl TypeTag {
             0x19 => TypeTag::Varbit,
             0x1A => TypeTag::Enum,
             0x40 => TypeTag::ChildIdentity,
+            0x41 => TypeTag::Array,
+            0x42 => TypeTag::Range,
+            0x43 => TypeTag::Multirange,
+            0x44 => TypeTag::Jsonb,
+            0x45 => TypeTag::Record,
             _ => return None,
         })
     }
 
     /// The PostgreSQL type name of the family (`"int8"`, `"timestamptz"`, ...); the child
-    /// identity tag is named `"identity"`.
+    /// identity tag is named `"identity"`, the structural families by their kind (`"array"`,
+    /// `"range"`, `"multirange"`, `"jsonb"`, `"record"`).
     pub const fn name(self) -> &'static str {
         match self {
             TypeTag::Bool => "bool",
@@ -232,6 +253,11 @@ impl TypeTag {
             TypeTag::Varbit => "varbit",
             TypeTag::Enum => "enum",
             TypeTag::ChildIdentity => "identity",
+            TypeTag::Array => "array",
+            TypeTag::Range => "range",
+            TypeTag::Multirange => "multirange",
+            TypeTag::Jsonb => "jsonb",
+            TypeTag::Record => "record",
         }
     }
 
@@ -266,7 +292,23 @@ impl TypeTag {
             | TypeTag::Bit
             | TypeTag::Varbit
             | TypeTag::Enum
-            | TypeTag::ChildIdentity => None,
+            | TypeTag::ChildIdentity
+            | TypeTag::Array
+            | TypeTag::Range
+            | TypeTag::Multirange
+            | TypeTag::Jsonb
+            | TypeTag::Record => None,
         }
+    }
+
+    /// True for the structural families (`41`–`FE`, spec §6.2): their payloads frame other
+    /// fields' payloads.
+    pub const fn is_structural(self) -> bool {
+        (self as u8) >= 0x41
+    }
+
+    /// True for the scalar families (`01`–`3F`).
+    pub const fn is_scalar(self) -> bool {
+        (self as u8) < 0x40
     }
 }

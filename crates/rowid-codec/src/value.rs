@@ -5,6 +5,7 @@
 //! value must satisfy to be encodable is checked by the encoder and reported as
 //! [`crate::Error::InvalidValue`].
 
+use crate::structure::{ArrayValue, JsonbValue, MultirangeValue, RangeValue, RecordValue};
 use crate::tag::TypeTag;
 
 /// Microseconds in one day (`USECS_PER_DAY`).
@@ -67,6 +68,16 @@ pub enum Value<'a> {
     Enum(&'a [u8]),
     /// A complete child identity (JOIN_KEY / SET_KEY / WINDOW_KEY components).
     Identity(&'a [u8]),
+    /// Any array (spec §6.3).
+    Array(&'a ArrayValue),
+    /// Any range (spec §6.4).
+    Range(&'a RangeValue),
+    /// Any multirange (spec §6.5).
+    Multirange(&'a MultirangeValue),
+    /// `jsonb` (spec §6.6).
+    Jsonb(&'a JsonbValue),
+    /// Any composite (spec §6.7).
+    Record(&'a RecordValue),
 }
 
 impl Value<'_> {
@@ -100,6 +111,11 @@ impl Value<'_> {
             Value::Varbit(_) => TypeTag::Varbit,
             Value::Enum(_) => TypeTag::Enum,
             Value::Identity(_) => TypeTag::ChildIdentity,
+            Value::Array(_) => TypeTag::Array,
+            Value::Range(_) => TypeTag::Range,
+            Value::Multirange(_) => TypeTag::Multirange,
+            Value::Jsonb(_) => TypeTag::Jsonb,
+            Value::Record(_) => TypeTag::Record,
         }
     }
 }

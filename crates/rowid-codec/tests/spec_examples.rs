@@ -355,3 +355,164 @@ fn decoded_identities_render_for_diagnostics() {
          inet 192.168.1.5/24, numeric -0.000123456780e10000^2, varbit B'101')"
     );
 }
+
+mod structural {
+    use super::{WIRE_SPEC, assert_in_spec, check_field};
+    use rowid_codec::send::jsonb_from_text;
+    use rowid_codec::structure::{
+        ArrayDim, ArrayValue, MultirangeValue, RangeBound, RangeBounds, RangeValue, RecordValue,
+    };
+    use rowid_codec::{DecodedField, OwnedNumeric, OwnedValue, TypeTag, Value};
+
+    fn int4(v: i32) -> OwnedValue {
+        OwnedValue::Int4(v)
+    }
+
+    fn int4_array(elements: Vec<Option<i32>>, dims: &[(i32, i32)]) -> ArrayValue {
+        ArrayValue {
+            element: TypeTag::Int4,
+            dims: dims
+                .iter()
+                .map(|&(len, lower)| ArrayDim { len, lower })
+                .collect(),
+            elements: elements.into_iter().map(|e| e.map(int4)).collect(),
+        }
+    }
+
+    fn numeric(digits: Vec<u16>) -> OwnedValue {
+        OwnedValue::Numeric(OwnedNumeric {
+            sign: rowid_codec::NumericSign::Positive,
+            weight: 0,
+            digits,
+        })
+    }
+
+    #[test]
+    fn arrays() {
+        let a = int4_array(vec![Some(1), None, Some(3)], &[(3, 1)]);
+        check_field(
+            Value::Array(&a),
+            "41 01 03 01 80 00 00 01 02 01 80 00 00 03 00 01 80 00 00 03 80 00 00 01",
+        );
+        check_field(Value::Array(&int4_array(vec![], &[])), "41 01 03 00 00");
+        check_field(
+            Value::Array(&int4_array(vec![Some(1), Some(2)], &[(2, 0)])),
+            "41 01 03 01 80 00 00 01 01 80 00 00 02 00 01 80 00 00 02 80 00 00 00",
+        );
+        check_field(
+            Value::Array(&int4_array(
+                vec![Some(1), Some(2), Some(3), Some(4)],
+                &[(2, 1), (2, 1)],
+            )),
+            "41 01 03 01 80 00 00 01 01 80 00 00 02 01 80 00 00 03 01 80 00 00 04 00 02 \
+             80 00 00 02 80 00 00 02 80 00 00 01 80 00 00 01",
+        );
+    }
+
+    #[test]
+    fn ranges_and_multiranges() {
+        let r = |lower, upper| RangeBounds { lower, upper };
+        let one_three = RangeValue {
+            subtype: TypeTag::Int4,
+            bounds: Some(r(
+                RangeBound::Inclusive(int4(1)),
+                RangeBound::Exclusive(int4(3)),
+            )),
+        };
+        check_field(
+            Value::Range(&one_three),
+            "42 01 03 01 01 80 00 00 01 00 01 80 00 00 03 00",
+        );
+        let empty = RangeValue {
+            subtype: TypeTag::Int4,
+            bounds: None,
+        };
+        check_field(Value::Range(&empty), "42 01 03 00");
+        let below_six = RangeValue {
+            subtype: TypeTag::Int4,
+            bounds: Some(r(RangeBound::Infinite, RangeBound::Exclusive(int4(6)))),
+        };
+        check_field(Value::Range(&below_six), "42 01 03 01 00 01 80 00 00 06 00");
+        // numrange [1,2] and [1,2.0]: 2.0 has a trailing zero group before normalisation.
+        for upper in [vec![2], vec![2, 0]] {
+            let n = RangeValue {
+                subtype: TypeTag::Numeric,
+                bounds: Some(r(
+                    RangeBound::Inclusive(numeric(vec![1])),
+                    RangeBound::Inclusive(numeric(upper)),
+                )),
+            };
+            check_field(
+                Value::Range(&n),
+                "42 01 08 01 01 03 80 00 00 FF 01 00 00 00 01 03 80 00 00 FF 02 00 00 01",
+            );
+        }
+        let m = MultirangeValue {
+            subtype: TypeTag::Int4,
+            ranges: vec![
+                r(
+                    RangeBound::Inclusive(int4(1)),
+                    RangeBound::Exclusive(int4(3)),
+                ),
+                r(
+                    RangeBound::Inclusive(int4(5)),
+                    RangeBound::Exclusive(int4(7)),
+                ),
+            ],
+        };
+        check_field(
+            Value::Multirange(&m),
+            "43 01 03 01 01 80 00 00 01 00 01 80 00 00 03 00 01 01 80 00 00 05 00 01 80 00 00 \
+             07 00 00",
+        );
+        let none = MultirangeValue {
+            subtype: TypeTag::Int4,
+            ranges: vec![],
+        };
+        check_field(Value::Multirange(&none), "43 01 03 00");
+    }
+
+    #[test]
+    fn jsonb() {
+        let expected = "44 01 07 01 61 00 00 01 01 62 00 00 06 03 03 80 00 00 FF 01 00 00 05 00 00";
+        for text in [
+            r#"{"b": [1.0, true], "a": null}"#,
+            r#"{"a": 1, "a": null, "b": [1.00, true]}"#,
+        ] {
+            assert_in_spec(WIRE_SPEC, text);
+            let j = jsonb_from_text(text.as_bytes()).unwrap();
+            check_field(Value::Jsonb(&j), expected);
+        }
+        let one = jsonb_from_text(b"1").unwrap();
+        check_field(Value::Jsonb(&one), "44 01 03 03 80 00 00 FF 01 00 00");
+        let one_array = jsonb_from_text(b"[1]").unwrap();
+        check_field(
+            Value::Jsonb(&one_array),
+            "44 01 06 03 03 80 00 00 FF 01 00 00 00",
+        );
+    }
+
+    #[test]
+    fn composites() {
+        let pair = |s: Option<&[u8]>| RecordValue {
+            fields: vec![
+                DecodedField {
+                    tag: TypeTag::Int4,
+                    value: Some(int4(1)),
+                },
+                DecodedField {
+                    tag: TypeTag::Text,
+                    value: s.map(|s| OwnedValue::Text(s.to_vec())),
+                },
+            ],
+        };
+        check_field(
+            Value::Record(&pair(Some(b"a"))),
+            "45 01 00 02 03 01 80 00 00 01 09 01 61 00 00",
+        );
+        check_field(
+            Value::Record(&pair(None)),
+            "45 01 00 02 03 01 80 00 00 01 09 02",
+        );
+    }
+}

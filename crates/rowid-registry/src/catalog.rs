@@ -74,6 +74,8 @@ pub enum TypeRef {
         name: String,
         /// Subtype.
         subtype: Box<TypeRef>,
+        /// `pg_range.rngcollation`, for a collatable subtype.
+        collation: Option<Collation>,
     },
     /// A multirange of `range`.
     Multirange {
@@ -82,13 +84,16 @@ pub enum TypeRef {
         /// Range type.
         range: Box<TypeRef>,
     },
-    /// A composite (row) type.
+    /// A named composite (row) type.
     Composite {
         /// Type name.
         name: String,
-        /// Field names and types.
-        fields: Vec<(String, TypeRef)>,
+        /// Its non-dropped attributes, in order.
+        fields: Vec<CompositeField>,
     },
+    /// The pseudo-type `record` (an anonymous `ROW(...)` nested in a field): its columns are
+    /// known only per value, so no contract can be resolved for it.
+    AnonymousRecord,
     /// Any other type (pseudo-types, base types of extensions, ...).
     Other {
         /// `pg_type.oid`.
@@ -118,8 +123,22 @@ impl TypeRef {
             | TypeRef::Multirange { name, .. }
             | TypeRef::Composite { name, .. }
             | TypeRef::Other { name, .. } => name,
+            TypeRef::AnonymousRecord => "record",
         }
     }
+}
+
+/// One attribute of a composite type.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CompositeField {
+    /// `attname`.
+    pub name: String,
+    /// `atttypid`, resolved.
+    pub ty: TypeRef,
+    /// `atttypmod`.
+    pub typmod: i32,
+    /// `attcollation`, for a collatable attribute.
+    pub collation: Option<Collation>,
 }
 
 /// Collation provider (`pg_collation.collprovider`).

@@ -23,6 +23,12 @@ pub struct Proof {
 pub const SERVER_ORACLE: &str =
     "rowid-codec/tests/server_oracle.rs::server_operators_agree_with_the_codec";
 
+/// The in-server proof of the structural families: generated pairs of arrays, ranges,
+/// multiranges, jsonb and composites compared by the servers' `=`/`<` and encoded by
+/// `pgtrickle.encode_row_id_v2`, on every supported major.
+pub const STRUCTURAL_ORACLE: &str =
+    "rowid-vectors/tests/structural_oracle.rs::servers_agree_on_structural_values";
+
 /// Whether lexicographic payload order agrees with the type's default B-tree comparator for
 /// non-NULL values.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -31,6 +37,9 @@ pub enum OrderClaim {
     Preserving(Proof),
     /// Only when the field's collation is `C` or `POSIX` (proof named).
     OnlyUnderCCollation(Proof),
+    /// A structural family: exactly when every component (element type, subtype, attribute)
+    /// is order-preserving (proof named).
+    WhenComponentsAre(Proof),
     /// Never: no locality claim.
     NotPreserving,
 }
@@ -59,6 +68,9 @@ pub enum SizeRule {
     EnumLabel,
     /// No bound.
     Unbounded,
+    /// A structural family: computed from the components (ranges and composites of bounded
+    /// components are bounded; arrays, multiranges and jsonb are not).
+    Structural,
 }
 
 /// Catalog changes that invalidate a resolved identity schema.
@@ -70,7 +82,7 @@ pub enum Invalidation {
     EnumLabelOrOrder,
     /// `ALTER DOMAIN` or DDL on a domain's base type.
     DomainOrBaseType,
-    /// `ALTER TYPE` on a composite (reserved for structural entries).
+    /// `ALTER TYPE` on a composite type used by the field (at any nesting level).
     CompositeAlteration,
     /// The column's type is changed or replaced (`ALTER COLUMN ... TYPE`): every field.
     TypeChange,
@@ -259,7 +271,74 @@ pub const ENUM: Entry = Entry {
     supported_majors: SUPPORTED_MAJORS,
 };
 
+const fn structural(
+    name: &'static str,
+    tag: TypeTag,
+    order: OrderClaim,
+    ddl_invalidations: &'static [Invalidation],
+) -> Entry {
+    Entry {
+        oid: 0,
+        name,
+        tag,
+        equality_canonical: STRUCTURAL_PROOF,
+        order,
+        volatility: Volatility::Immutable,
+        size: SizeRule::Structural,
+        ddl_invalidations,
+        supported_majors: SUPPORTED_MAJORS,
+    }
+}
+
+const STRUCTURAL_PROOF: Proof = proof(
+    "rowid-codec/tests/structures.rs (model of array_cmp, range_cmp, multirange_cmp, \
+     record_cmp, jsonb equality)",
+    STRUCTURAL_ORACLE,
+);
+
+/// Arrays of any supported element type (spec/wire-format.md §6.3). Volatility, size and
+/// invalidations combine with the element type's (spec/registry.md §2.7).
+pub const ARRAY: Entry = structural(
+    "array",
+    TypeTag::Array,
+    OrderClaim::WhenComponentsAre(STRUCTURAL_PROOF),
+    NONE,
+);
+
+/// Ranges over any supported subtype (spec/wire-format.md §6.4).
+pub const RANGE: Entry = structural(
+    "range",
+    TypeTag::Range,
+    OrderClaim::WhenComponentsAre(STRUCTURAL_PROOF),
+    NONE,
+);
+
+/// Multiranges over any supported subtype (spec/wire-format.md §6.5).
+pub const MULTIRANGE: Entry = structural(
+    "multirange",
+    TypeTag::Multirange,
+    OrderClaim::WhenComponentsAre(STRUCTURAL_PROOF),
+    NONE,
+);
+
+/// Named composite types whose attributes are all supported (spec/wire-format.md §6.7).
+pub const RECORD: Entry = structural(
+    "record",
+    TypeTag::Record,
+    OrderClaim::WhenComponentsAre(STRUCTURAL_PROOF),
+    &[Invalidation::CompositeAlteration],
+);
+
+/// `jsonb` (spec/wire-format.md §6.6): equality only.
+pub const JSONB: Entry = Entry {
+    oid: oid::JSONB,
+    ..structural("jsonb", TypeTag::Jsonb, OrderClaim::NotPreserving, NONE)
+};
+
 /// The built-in entry for `oid`.
 pub fn builtin(oid: u32) -> Option<&'static Entry> {
+    if oid == JSONB.oid {
+        return Some(&JSONB);
+    }
     BUILTINS.iter().find(|e| e.oid == oid)
 }

@@ -23,7 +23,9 @@ pub mod size;
 pub mod source_key;
 pub mod sql;
 
-pub use catalog::{Collation, CollationProvider, FieldSpec, OpClass, ServerContext, TypeRef};
+pub use catalog::{
+    Collation, CollationProvider, CompositeField, FieldSpec, OpClass, ServerContext, TypeRef,
+};
 pub use entry::{Entry, Invalidation, OrderClaim, SUPPORTED_MAJORS, SizeRule, Volatility};
 pub use error::{FieldContext, Property, Rejection, Rejections};
 pub use plan::{IndexClass, IndexPlan, MaintenanceMode, Uniqueness, plan_index};

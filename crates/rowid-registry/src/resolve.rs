@@ -4,7 +4,9 @@
 use rowid_codec::limits::MAX_FIELDS;
 use rowid_codec::{Domain, TypeTag};
 
-use crate::catalog::{FieldSpec, OpClass, ServerContext, TypeRef, oid};
+use rowid_codec::structure::Shape;
+
+use crate::catalog::{Collation, FieldSpec, OpClass, ServerContext, TypeRef, oid};
 use crate::entry::{self, Entry, Invalidation, OrderClaim, SUPPORTED_MAJORS, Volatility};
 use crate::error::{FieldContext, Property, Rejection, Rejections};
 use crate::size::{FIELD_OVERHEAD, IDENTITY_OVERHEAD, payload_bound};
@@ -18,6 +20,9 @@ pub struct ResolvedField {
     pub type_name: String,
     /// Wire type tag.
     pub tag: TypeTag,
+    /// The field's type, recursively (element types, subtypes, attributes): what a reader of
+    /// send formats or Datums needs.
+    pub shape: Shape,
     /// Whether payload order is the default B-tree order for this field (after the
     /// collation is taken into account).
     pub order_preserving: bool,
@@ -37,6 +42,7 @@ impl ResolvedField {
             expr: expr.to_string(),
             type_name: format!("identity ({})", child.domain.name()),
             tag: TypeTag::ChildIdentity,
+            shape: Shape::Scalar(TypeTag::ChildIdentity),
             order_preserving: child.order_preserving(),
             volatility: child.volatility(),
             max_encoded_len: crate::size::child_identity_bound(child.max_encoded_len()),
@@ -110,7 +116,6 @@ fn unsupported_reason(oid_value: u32) -> &'static str {
     match oid_value {
         oid::MONEY => "money output and arithmetic depend on lc_monetary; use numeric",
         oid::JSON => "json keeps its input text (key order, whitespace, duplicates); use jsonb",
-        oid::JSONB => "jsonb needs the structural encoder, not yet supported",
         oid::XML => "xml has no equality operator",
         oid::POINT => "geometric types have no B-tree equality",
         oid::NAME => "name is not registered; cast to text",
@@ -119,7 +124,9 @@ fn unsupported_reason(oid_value: u32) -> &'static str {
     }
 }
 
-/// Resolves one field against the registry, for the server described by `ctx`.
+/// Resolves one field against the registry, for the server described by `ctx`. Structural
+/// types resolve recursively (spec/registry.md §2.7): the element type, subtype or every
+/// attribute must resolve, and the field combines their properties.
 pub fn resolve_field(field: &FieldSpec, ctx: &ServerContext) -> Result<ResolvedField, Rejection> {
     if !SUPPORTED_MAJORS.contains(&ctx.pg_major) {
         return Err(reject(
@@ -138,92 +145,258 @@ pub fn resolve_field(field: &FieldSpec, ctx: &ServerContext) -> Result<ResolvedF
             format!("no registry entry proves that {name}'s equality agrees with V2 bytes"),
         ));
     }
-    let (entry, type_name, domain_levels) = base_entry(field, &field.ty, 0)?;
-    let mut invalidations: Vec<Invalidation> = entry.ddl_invalidations.to_vec();
+    let node = resolve_type(
+        field,
+        ctx,
+        &field.ty,
+        field.typmod,
+        field.collation.as_ref(),
+        "",
+    )?;
+    let mut invalidations = node.invalidations;
     invalidations.push(Invalidation::TypeChange);
-    if domain_levels > 0 {
-        invalidations.push(Invalidation::DomainOrBaseType);
+    invalidations.sort();
+    invalidations.dedup();
+    Ok(ResolvedField {
+        expr: field.expr.clone(),
+        type_name: node.type_name,
+        tag: node.shape.tag(),
+        shape: node.shape,
+        order_preserving: node.order_preserving,
+        volatility: node.volatility,
+        max_encoded_len: node.payload_bound.map(|p| p + FIELD_OVERHEAD),
+        invalidations,
+    })
+}
+
+/// A resolved type, at any nesting level.
+struct Node {
+    type_name: String,
+    shape: Shape,
+    order_preserving: bool,
+    volatility: Volatility,
+    /// Worst-case payload size (no tag or state); `None` when unbounded.
+    payload_bound: Option<usize>,
+    invalidations: Vec<Invalidation>,
+}
+
+/// `where_` names the nesting position for messages (`"element of int4[]: "`).
+fn resolve_type(
+    field: &FieldSpec,
+    ctx: &ServerContext,
+    ty: &TypeRef,
+    typmod: i32,
+    collation: Option<&Collation>,
+    where_: &str,
+) -> Result<Node, Rejection> {
+    let nested =
+        |inner: &TypeRef, what: &str| format!("{where_}{what} {} of {}: ", inner.name(), ty.name());
+    match ty {
+        TypeRef::Builtin { oid: o, name } => match entry::builtin(*o) {
+            Some(e) => scalar_node(field, ctx, e, name.clone(), typmod, collation, where_),
+            None => Err(reject(
+                field,
+                Property::UnregisteredType,
+                format!("{where_}{}", unsupported_reason(*o)),
+            )),
+        },
+        TypeRef::Enum { name } => scalar_node(
+            field,
+            ctx,
+            &entry::ENUM,
+            name.clone(),
+            typmod,
+            collation,
+            where_,
+        ),
+        TypeRef::Domain { name, base } => {
+            let mut n = resolve_type(field, ctx, base, typmod, collation, where_)?;
+            n.type_name = format!("{name} ({})", n.type_name);
+            n.invalidations.push(Invalidation::DomainOrBaseType);
+            Ok(n)
+        }
+        TypeRef::Array { name, element } => {
+            let e = resolve_type(
+                field,
+                ctx,
+                element,
+                typmod,
+                collation,
+                &nested(element, "element type"),
+            )?;
+            Ok(Node {
+                type_name: name.clone(),
+                shape: Shape::Array(Box::new(e.shape)),
+                order_preserving: e.order_preserving,
+                volatility: e.volatility,
+                payload_bound: None,
+                invalidations: with(e.invalidations, &entry::ARRAY),
+            })
+        }
+        TypeRef::Range {
+            name,
+            subtype,
+            collation: range_collation,
+        } => {
+            let s = resolve_type(
+                field,
+                ctx,
+                subtype,
+                -1,
+                range_collation.as_ref(),
+                &nested(subtype, "subtype"),
+            )?;
+            Ok(Node {
+                type_name: name.clone(),
+                payload_bound: s.payload_bound.map(range_bound),
+                shape: Shape::Range(Box::new(s.shape)),
+                order_preserving: s.order_preserving,
+                volatility: s.volatility,
+                invalidations: with(s.invalidations, &entry::RANGE),
+            })
+        }
+        TypeRef::Multirange { name, range } => {
+            let r = resolve_type(field, ctx, range, -1, None, &nested(range, "range type"))?;
+            let Shape::Range(subtype) = r.shape else {
+                return Err(reject(
+                    field,
+                    Property::StructuralType,
+                    format!("{where_}multirange {name} is not over a range type"),
+                ));
+            };
+            Ok(Node {
+                type_name: name.clone(),
+                shape: Shape::Multirange(subtype),
+                order_preserving: r.order_preserving,
+                volatility: r.volatility,
+                payload_bound: None,
+                invalidations: with(r.invalidations, &entry::MULTIRANGE),
+            })
+        }
+        TypeRef::Composite { name, fields } => {
+            if fields.len() > MAX_FIELDS as usize {
+                return Err(reject(
+                    field,
+                    Property::TooManyFields,
+                    format!("{where_}composite {name} has {} attributes", fields.len()),
+                ));
+            }
+            let mut shapes = Vec::with_capacity(fields.len());
+            let mut order_preserving = true;
+            let mut volatility = entry::RECORD.volatility;
+            let mut payload_bound = Some(COMPOSITE_COUNT_LEN);
+            let mut invalidations = entry::RECORD.ddl_invalidations.to_vec();
+            for f in fields {
+                let n = resolve_type(
+                    field,
+                    ctx,
+                    &f.ty,
+                    f.typmod,
+                    f.collation.as_ref(),
+                    &format!("{where_}attribute {} of {name}: ", f.name),
+                )?;
+                order_preserving &= n.order_preserving;
+                volatility = volatility.max(n.volatility);
+                payload_bound = payload_bound
+                    .zip(n.payload_bound)
+                    .and_then(|(acc, p)| acc.checked_add(p + FIELD_OVERHEAD));
+                invalidations.extend(n.invalidations);
+                shapes.push(n.shape);
+            }
+            Ok(Node {
+                type_name: name.clone(),
+                shape: Shape::Record(shapes),
+                order_preserving,
+                volatility,
+                payload_bound,
+                invalidations,
+            })
+        }
+        TypeRef::AnonymousRecord => Err(reject(
+            field,
+            Property::StructuralType,
+            format!(
+                "{where_}an anonymous record's columns are known only per value; cast it to a \
+                 named composite type"
+            ),
+        )),
+        TypeRef::Other { oid: o, .. } => Err(reject(
+            field,
+            Property::UnregisteredType,
+            format!("{where_}{}", unsupported_reason(*o)),
+        )),
     }
+}
+
+/// `invalidations` plus the family entry's own.
+fn with(mut invalidations: Vec<Invalidation>, family: &Entry) -> Vec<Invalidation> {
+    invalidations.extend_from_slice(family.ddl_invalidations);
+    invalidations
+}
+
+/// Bytes of a composite's field count (spec/wire-format.md §6.7).
+const COMPOSITE_COUNT_LEN: usize = 2;
+
+/// Worst-case range payload for a subtype payload bound: subtype tag, state, and two bounds
+/// of marker, value and inclusivity byte (spec/wire-format.md §6.4).
+fn range_bound(subtype_payload: usize) -> usize {
+    2 + 2 * (subtype_payload + 2)
+}
+
+/// A scalar or enum entry at any nesting level, with the collation rules of §2.3.
+fn scalar_node(
+    field: &FieldSpec,
+    ctx: &ServerContext,
+    entry: &'static Entry,
+    type_name: String,
+    typmod: i32,
+    collation: Option<&Collation>,
+    where_: &str,
+) -> Result<Node, Rejection> {
     let collatable = matches!(
         entry.tag,
         TypeTag::Text | TypeTag::Varchar | TypeTag::Bpchar
     );
     let order_preserving = match entry.order {
-        OrderClaim::Preserving(_) => true,
+        OrderClaim::Preserving(_) | OrderClaim::WhenComponentsAre(_) => true,
         OrderClaim::NotPreserving => false,
-        OrderClaim::OnlyUnderCCollation(_) => {
-            field.collation.as_ref().is_some_and(|c| c.is_c_or_posix())
-        }
+        OrderClaim::OnlyUnderCCollation(_) => collation.is_some_and(|c| c.is_c_or_posix()),
     };
     if collatable {
-        match &field.collation {
+        match collation {
             None => {
                 return Err(reject(
                     field,
                     Property::UnknownCollation,
-                    "a collatable identity field needs its resolved collation",
+                    format!("{where_}a collatable identity field needs its resolved collation"),
                 ));
             }
             Some(c) if !c.deterministic => {
                 return Err(reject(
                     field,
                     Property::NonDeterministicCollation,
-                    "distinct byte strings can compare equal; use a deterministic collation \
-                     (for example COLLATE \"C\")",
+                    format!(
+                        "{where_}distinct byte strings can compare equal under collation {}; \
+                         use a deterministic collation (for example COLLATE \"C\")",
+                        c.name
+                    ),
                 ));
             }
             Some(_) => {}
         }
     }
-    invalidations.sort();
-    invalidations.dedup();
-    Ok(ResolvedField {
-        expr: field.expr.clone(),
+    Ok(Node {
         type_name,
-        tag: entry.tag,
+        shape: if entry.tag == TypeTag::Jsonb {
+            Shape::Jsonb
+        } else {
+            Shape::Scalar(entry.tag)
+        },
         order_preserving,
         volatility: entry.volatility,
-        max_encoded_len: payload_bound(entry.size, field.typmod, ctx.max_char_bytes)
-            .map(|p| p + FIELD_OVERHEAD),
-        invalidations,
+        payload_bound: payload_bound(entry.size, typmod, ctx.max_char_bytes),
+        invalidations: entry.ddl_invalidations.to_vec(),
     })
-}
-
-/// The entry a type resolves to, following domains; returns the display name and the number
-/// of domain levels crossed.
-fn base_entry(
-    field: &FieldSpec,
-    ty: &TypeRef,
-    levels: u32,
-) -> Result<(&'static Entry, String, u32), Rejection> {
-    match ty {
-        TypeRef::Builtin { oid: o, name } => match entry::builtin(*o) {
-            Some(e) => Ok((e, name.clone(), levels)),
-            None => Err(reject(
-                field,
-                Property::UnregisteredType,
-                unsupported_reason(*o),
-            )),
-        },
-        TypeRef::Enum { name } => Ok((&entry::ENUM, name.clone(), levels)),
-        TypeRef::Domain { name, base } => {
-            let (e, base_name, n) = base_entry(field, base, levels + 1)?;
-            Ok((e, format!("{name} ({base_name})"), n))
-        }
-        TypeRef::Array { .. }
-        | TypeRef::Range { .. }
-        | TypeRef::Multirange { .. }
-        | TypeRef::Composite { .. } => Err(reject(
-            field,
-            Property::StructuralType,
-            "arrays, ranges, multiranges and composites have no registry entry yet",
-        )),
-        TypeRef::Other { oid: o, .. } => Err(reject(
-            field,
-            Property::UnregisteredType,
-            unsupported_reason(*o),
-        )),
-    }
 }
 
 /// Resolves every field of a schema; all rejections are reported together.

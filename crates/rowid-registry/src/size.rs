@@ -71,7 +71,7 @@ pub fn numeric_precision(typmod: i32) -> Option<u32> {
 pub fn payload_bound(rule: SizeRule, typmod: i32, max_char_bytes: u32) -> Option<usize> {
     match rule {
         SizeRule::Fixed(n) => Some(n),
-        SizeRule::Unbounded => None,
+        SizeRule::Unbounded | SizeRule::Structural => None,
         SizeRule::EnumLabel => Some(MAX_ENUM_LABEL_LEN + TERMINATOR),
         SizeRule::NumericTypmod => {
             // p significant digits, aligned anywhere against base-10000 groups, touch at

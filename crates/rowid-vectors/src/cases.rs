@@ -23,6 +23,10 @@ pub fn families() -> Vec<Family> {
         network(),
         bits(),
         structure(),
+        crate::structural_cases::arrays(),
+        crate::structural_cases::ranges(),
+        crate::structural_cases::jsonb(),
+        crate::structural_cases::composites(),
         invalid(),
         probes(),
     ];
@@ -30,7 +34,7 @@ pub fn families() -> Vec<Family> {
     all
 }
 
-fn field(tag: TypeTag, value: OwnedValue, display: &str, sql: &str) -> Field {
+pub(crate) fn field(tag: TypeTag, value: OwnedValue, display: &str, sql: &str) -> Field {
     Field {
         tag,
         value: Some(value),
@@ -39,7 +43,7 @@ fn field(tag: TypeTag, value: OwnedValue, display: &str, sql: &str) -> Field {
     }
 }
 
-fn null(tag: TypeTag, sql_type: &str) -> Field {
+pub(crate) fn null(tag: TypeTag, sql_type: &str) -> Field {
     Field {
         tag,
         value: None,
@@ -48,7 +52,7 @@ fn null(tag: TypeTag, sql_type: &str) -> Field {
     }
 }
 
-fn one(comment: &str, f: Field, flags: &[&'static str]) -> ValidCase {
+pub(crate) fn one(comment: &str, f: Field, flags: &[&'static str]) -> ValidCase {
     ValidCase {
         comment: comment.to_string(),
         domain: Domain::ScanKey,
@@ -57,7 +61,7 @@ fn one(comment: &str, f: Field, flags: &[&'static str]) -> ValidCase {
     }
 }
 
-fn bad(comment: &str, hex: &str, error: &'static str) -> InvalidCase {
+pub(crate) fn bad(comment: &str, hex: &str, error: &'static str) -> InvalidCase {
     InvalidCase {
         comment: comment.to_string(),
         bytes: from_hex(hex).unwrap_or_default(),
@@ -925,8 +929,8 @@ fn invalid() -> Family {
             "UnknownTypeTag",
         ),
         bad(
-            "structural tag 41 not yet assigned",
-            "02 01 00000001 41 00 ff",
+            "reserved structural tag 46 (41-45 are assigned since the structural families)",
+            "02 01 00000001 46 00 ff",
             "UnknownTypeTag",
         ),
         bad(

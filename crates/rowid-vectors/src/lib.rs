@@ -12,6 +12,7 @@ mod cases;
 mod numeric;
 pub mod psql;
 mod render;
+mod structural_cases;
 
 use std::path::{Path, PathBuf};
 

@@ -1,0 +1,525 @@
+//! Datum readers for the structural families (spec/wire-format.md §6.3–§6.7): arrays,
+//! ranges, multiranges, jsonb and composites, read from PostgreSQL's own representations
+//! into the codec's owned trees.
+//!
+//! A [`Reader`] is built once per call site from the type's catalog entry and the registry's
+//! resolved [`Shape`]; per row it only walks the value (no catalog access except the ENUMOID
+//! syscache for enum labels inside structures).
+
+use pgrx::pg_sys;
+use rowid_codec::structure::{
+    ArrayDim, ArrayValue, JsonbValue, MultirangeValue, RangeBound, RangeBounds, RangeValue,
+    RecordValue, Shape,
+};
+use rowid_codec::{DecodedField, OwnedNumeric, OwnedValue, TypeTag};
+
+use crate::catalog::attribute;
+use crate::datum::{self, Malformed};
+
+/// `MultirangeType` (multirangetypes.h), which pgrx does not bind; only passed by pointer.
+#[repr(C)]
+pub struct MultirangeType {
+    _opaque: [u8; 0],
+}
+
+unsafe extern "C-unwind" {
+    /// multirangetypes.c (PostgreSQL 14+): the ranges of a multirange, each palloc'd.
+    #[link_name = "multirange_deserialize"]
+    fn multirange_deserialize_raw(
+        rangetyp: *mut pg_sys::TypeCacheEntry,
+        multirange: *const MultirangeType,
+        range_count: *mut i32,
+        ranges: *mut *mut *mut pg_sys::RangeType,
+    );
+}
+
+/// `multirange_deserialize`, guarded so that a PostgreSQL error (out of memory) unwinds
+/// through Rust frames safely, as pgrx guards its own bindings.
+///
+/// # Safety
+/// `rangetyp` is the cache entry of the multirange's range type and `multirange` a detoasted
+/// multirange of that type.
+unsafe fn multirange_deserialize(
+    rangetyp: *mut pg_sys::TypeCacheEntry,
+    multirange: *const MultirangeType,
+    range_count: &mut i32,
+    ranges: &mut *mut *mut pg_sys::RangeType,
+) {
+    // SAFETY: guaranteed by the caller; pg_guard_ffi_boundary converts a longjmp into a Rust
+    // panic that pgrx turns back into the PostgreSQL error.
+    unsafe {
+        pg_sys::ffi::pg_guard_ffi_boundary(|| {
+            multirange_deserialize_raw(rangetyp, multirange, range_count, ranges)
+        })
+    }
+}
+
+/// How to read a value of one type, resolved once per call site.
+pub enum Reader {
+    /// A scalar family (`datum::read`), including a child identity.
+    Scalar(TypeTag),
+    /// An enum: the current label from the ENUMOID syscache.
+    Enum,
+    /// An array of `element`.
+    Array {
+        /// Element type OID and storage facts, for `deconstruct_array`.
+        elem_type: pg_sys::Oid,
+        elem_len: i16,
+        elem_byval: bool,
+        elem_align: std::ffi::c_char,
+        element: Box<Reader>,
+    },
+    /// A range over `subtype`.
+    Range {
+        /// The range type's type-cache entry (entries live as long as the backend).
+        typcache: *mut pg_sys::TypeCacheEntry,
+        subtype: Box<Reader>,
+    },
+    /// A multirange whose ranges are of the range type cached in `range_typcache`.
+    Multirange {
+        range_typcache: *mut pg_sys::TypeCacheEntry,
+        subtype: Box<Reader>,
+    },
+    /// `jsonb`.
+    Jsonb,
+    /// A named composite type: its descriptor (copied into the call site's memory context)
+    /// and a reader per non-dropped attribute.
+    Record {
+        tupdesc: pg_sys::TupleDesc,
+        fields: Vec<(usize, Reader)>,
+    },
+}
+
+/// Follows domains to the base type.
+fn base_type(oid: pg_sys::Oid) -> pg_sys::Oid {
+    // SAFETY: an lsyscache lookup on a valid type OID.
+    unsafe { pg_sys::getBaseType(oid) }
+}
+
+impl Reader {
+    /// Builds the reader for type `oid`, whose registry shape is `shape` (resolution has
+    /// already accepted the type). `mcxt` holds the copied composite descriptors.
+    ///
+    /// # Safety
+    /// Must run inside a backend; `mcxt` must outlive the reader.
+    pub unsafe fn build(oid: pg_sys::Oid, shape: &Shape, mcxt: pg_sys::MemoryContext) -> Reader {
+        let oid = base_type(oid);
+        match shape {
+            Shape::Scalar(TypeTag::Enum) => Reader::Enum,
+            Shape::Scalar(tag) => Reader::Scalar(*tag),
+            Shape::Jsonb => Reader::Jsonb,
+            Shape::Array(element) => {
+                // SAFETY: an array type's element type and its storage facts.
+                unsafe {
+                    let elem_type = pg_sys::get_element_type(oid);
+                    let (mut elem_len, mut elem_byval, mut elem_align) = (0i16, false, 0);
+                    pg_sys::get_typlenbyvalalign(
+                        elem_type,
+                        &mut elem_len,
+                        &mut elem_byval,
+                        &mut elem_align,
+                    );
+                    Reader::Array {
+                        elem_type,
+                        elem_len,
+                        elem_byval,
+                        elem_align,
+                        element: Box::new(Reader::build(elem_type, element, mcxt)),
+                    }
+                }
+            }
+            Shape::Range(subtype) => {
+                // SAFETY: lookup_type_cache on a range type fills rngelemtype.
+                unsafe {
+                    let typcache =
+                        pg_sys::lookup_type_cache(oid, pg_sys::TYPECACHE_RANGE_INFO as i32);
+                    let sub = (*(*typcache).rngelemtype).type_id;
+                    Reader::Range {
+                        typcache,
+                        subtype: Box::new(Reader::build(sub, subtype, mcxt)),
+                    }
+                }
+            }
+            Shape::Multirange(subtype) => {
+                // SAFETY: lookup_type_cache on a multirange type fills rngtype, whose own
+                // entry has its range info filled.
+                unsafe {
+                    let typcache =
+                        pg_sys::lookup_type_cache(oid, pg_sys::TYPECACHE_MULTIRANGE_INFO as i32);
+                    let range_typcache = (*typcache).rngtype;
+                    let sub = (*(*range_typcache).rngelemtype).type_id;
+                    Reader::Multirange {
+                        range_typcache,
+                        subtype: Box::new(Reader::build(sub, subtype, mcxt)),
+                    }
+                }
+            }
+            Shape::Record(shapes) => {
+                // SAFETY: the copy is made in mcxt so it lives as long as the reader.
+                let tupdesc = unsafe {
+                    let old = pg_sys::MemoryContextSwitchTo(mcxt);
+                    let t = pg_sys::lookup_rowtype_tupdesc_copy(oid, -1);
+                    pg_sys::MemoryContextSwitchTo(old);
+                    t
+                };
+                // SAFETY: a valid descriptor.
+                let natts = unsafe { (*tupdesc).natts } as usize;
+                let mut fields = Vec::with_capacity(shapes.len());
+                let mut shapes = shapes.iter();
+                for i in 0..natts {
+                    // SAFETY: i < natts.
+                    let att = unsafe { attribute(tupdesc, i) };
+                    if att.attisdropped {
+                        continue;
+                    }
+                    if let Some(s) = shapes.next() {
+                        // SAFETY: as above.
+                        fields.push((i, unsafe { Reader::build(att.atttypid, s, mcxt) }));
+                    }
+                }
+                Reader::Record { tupdesc, fields }
+            }
+        }
+    }
+
+    /// The tag values of this reader are written with.
+    pub fn tag(&self) -> TypeTag {
+        match self {
+            Reader::Scalar(t) => *t,
+            Reader::Enum => TypeTag::Enum,
+            Reader::Array { .. } => TypeTag::Array,
+            Reader::Range { .. } => TypeTag::Range,
+            Reader::Multirange { .. } => TypeTag::Multirange,
+            Reader::Jsonb => TypeTag::Jsonb,
+            Reader::Record { .. } => TypeTag::Record,
+        }
+    }
+
+    /// Frees the composite descriptors this reader copied (before a cache rebuild).
+    pub fn release(&mut self) {
+        match self {
+            Reader::Array { element: r, .. }
+            | Reader::Range { subtype: r, .. }
+            | Reader::Multirange { subtype: r, .. } => r.release(),
+            Reader::Record { tupdesc, fields } => {
+                for (_, f) in fields.iter_mut() {
+                    f.release();
+                }
+                if !tupdesc.is_null() {
+                    // SAFETY: the copy made in `build`, referenced only here.
+                    unsafe { pg_sys::FreeTupleDesc(*tupdesc) };
+                    *tupdesc = std::ptr::null_mut();
+                }
+            }
+            Reader::Scalar(_) | Reader::Enum | Reader::Jsonb => {}
+        }
+    }
+
+    /// Reads a non-NULL datum into an owned value.
+    ///
+    /// # Safety
+    /// `datum` must be a valid, non-NULL value of the type the reader was built for.
+    pub unsafe fn read(&self, datum: pg_sys::Datum) -> Result<OwnedValue, Malformed> {
+        // SAFETY (every arm): the caller guarantees the datum's type; each arm reads that
+        // type's documented representation through PostgreSQL's own accessors.
+        unsafe {
+            match self {
+                Reader::Scalar(tag) => {
+                    OwnedValue::try_from(datum::read(*tag, datum)?).map_err(|_| Malformed)
+                }
+                Reader::Enum => {
+                    datum::with_enum_label(datum, |l| OwnedValue::Enum(l.to_vec())).ok_or(Malformed)
+                }
+                Reader::Array {
+                    elem_type,
+                    elem_len,
+                    elem_byval,
+                    elem_align,
+                    element,
+                } => read_array(
+                    datum,
+                    *elem_type,
+                    *elem_len,
+                    *elem_byval,
+                    *elem_align,
+                    element,
+                ),
+                Reader::Range { typcache, subtype } => {
+                    let r =
+                        pg_sys::pg_detoast_datum(datum.cast_mut_ptr()).cast::<pg_sys::RangeType>();
+                    Ok(OwnedValue::Range(Box::new(RangeValue {
+                        subtype: subtype.tag(),
+                        bounds: read_range(*typcache, r, subtype)?,
+                    })))
+                }
+                Reader::Multirange {
+                    range_typcache,
+                    subtype,
+                } => {
+                    let m = pg_sys::pg_detoast_datum(datum.cast_mut_ptr()).cast::<MultirangeType>();
+                    let (mut count, mut ranges) = (0i32, std::ptr::null_mut());
+                    multirange_deserialize(*range_typcache, m, &mut count, &mut ranges);
+                    let mut out = Vec::with_capacity(count.max(0) as usize);
+                    for i in 0..count.max(0) as usize {
+                        match read_range(*range_typcache, *ranges.add(i), subtype)? {
+                            Some(b) => out.push(b),
+                            None => return Err(Malformed),
+                        }
+                    }
+                    Ok(OwnedValue::Multirange(MultirangeValue {
+                        subtype: subtype.tag(),
+                        ranges: out,
+                    }))
+                }
+                Reader::Jsonb => read_jsonb(datum).map(OwnedValue::Jsonb),
+                Reader::Record { tupdesc, fields } => read_record(datum, *tupdesc, fields),
+            }
+        }
+    }
+}
+
+/// # Safety
+/// `datum` is an array of `elem_type` with the given storage facts.
+unsafe fn read_array(
+    datum: pg_sys::Datum,
+    elem_type: pg_sys::Oid,
+    elem_len: i16,
+    elem_byval: bool,
+    elem_align: std::ffi::c_char,
+    element: &Reader,
+) -> Result<OwnedValue, Malformed> {
+    // SAFETY: a detoasted (and, if expanded, flattened) ArrayType: the header is followed by
+    // ndim dimension lengths and ndim lower bounds (ARR_DIMS, ARR_LBOUND);
+    // deconstruct_array fills palloc'd element and null arrays of n entries.
+    unsafe {
+        let a = pg_sys::pg_detoast_datum(datum.cast_mut_ptr()).cast::<pg_sys::ArrayType>();
+        let ndim = usize::try_from((*a).ndim).map_err(|_| Malformed)?;
+        if ndim > rowid_codec::structure::MAX_ARRAY_DIMS {
+            return Err(Malformed);
+        }
+        let dims_ptr = a
+            .cast::<u8>()
+            .add(std::mem::size_of::<pg_sys::ArrayType>())
+            .cast::<i32>();
+        let dims = (0..ndim)
+            .map(|i| ArrayDim {
+                len: *dims_ptr.add(i),
+                lower: *dims_ptr.add(ndim + i),
+            })
+            .collect();
+        let (mut elems, mut nulls, mut n) = (std::ptr::null_mut(), std::ptr::null_mut(), 0i32);
+        pg_sys::deconstruct_array(
+            a,
+            elem_type,
+            i32::from(elem_len),
+            elem_byval,
+            elem_align,
+            &mut elems,
+            &mut nulls,
+            &mut n,
+        );
+        let n = usize::try_from(n).map_err(|_| Malformed)?;
+        let mut elements = Vec::with_capacity(n);
+        for i in 0..n {
+            elements.push(if *nulls.add(i) {
+                None
+            } else {
+                Some(element.read(*elems.add(i))?)
+            });
+        }
+        Ok(OwnedValue::Array(ArrayValue {
+            element: element.tag(),
+            dims,
+            elements,
+        }))
+    }
+}
+
+/// The bounds of a range; `None` when empty.
+///
+/// # Safety
+/// `r` is a detoasted range of the type cached in `typcache`.
+unsafe fn read_range(
+    typcache: *mut pg_sys::TypeCacheEntry,
+    r: *mut pg_sys::RangeType,
+    subtype: &Reader,
+) -> Result<Option<RangeBounds>, Malformed> {
+    let mut lower = pg_sys::RangeBound::default();
+    let mut upper = pg_sys::RangeBound::default();
+    let mut empty = false;
+    // SAFETY: range_deserialize reads the range with its type's cache entry; bound values
+    // are datums of the subtype.
+    unsafe {
+        pg_sys::range_deserialize(typcache, r, &mut lower, &mut upper, &mut empty);
+        if empty {
+            return Ok(None);
+        }
+        let bound = |b: &pg_sys::RangeBound| -> Result<RangeBound, Malformed> {
+            if b.infinite {
+                return Ok(RangeBound::Infinite);
+            }
+            let v = subtype.read(b.val)?;
+            Ok(if b.inclusive {
+                RangeBound::Inclusive(v)
+            } else {
+                RangeBound::Exclusive(v)
+            })
+        };
+        Ok(Some(RangeBounds {
+            lower: bound(&lower)?,
+            upper: bound(&upper)?,
+        }))
+    }
+}
+
+/// # Safety
+/// `datum` is a composite value of the type described by `tupdesc`.
+unsafe fn read_record(
+    datum: pg_sys::Datum,
+    tupdesc: pg_sys::TupleDesc,
+    fields: &[(usize, Reader)],
+) -> Result<OwnedValue, Malformed> {
+    // SAFETY: a composite datum detoasts to a HeapTupleHeader of the descriptor's type;
+    // heap_deform_tuple fills natts values and nulls.
+    unsafe {
+        let header = pg_sys::pg_detoast_datum(datum.cast_mut_ptr()) as pg_sys::HeapTupleHeader;
+        let natts = (*tupdesc).natts as usize;
+        let mut values = vec![pg_sys::Datum::from(0); natts];
+        let mut nulls = vec![true; natts];
+        let mut tuple = pg_sys::HeapTupleData {
+            t_len: pgrx::heap_tuple_header_get_datum_length(header) as u32,
+            t_self: pg_sys::ItemPointerData::default(),
+            t_tableOid: pg_sys::InvalidOid,
+            t_data: header,
+        };
+        pg_sys::heap_deform_tuple(&mut tuple, tupdesc, values.as_mut_ptr(), nulls.as_mut_ptr());
+        let mut out = Vec::with_capacity(fields.len());
+        for (attno, reader) in fields {
+            let value = if nulls[*attno] {
+                None
+            } else {
+                Some(reader.read(values[*attno])?)
+            };
+            out.push(DecodedField {
+                tag: reader.tag(),
+                value,
+            });
+        }
+        Ok(OwnedValue::Record(RecordValue { fields: out }))
+    }
+}
+
+/// A container being rebuilt from the jsonb iterator's tokens.
+enum Frame {
+    Array {
+        raw_scalar: bool,
+        items: Vec<JsonbValue>,
+    },
+    Object {
+        pairs: Vec<(Vec<u8>, JsonbValue)>,
+        key: Option<Vec<u8>>,
+    },
+}
+
+impl Frame {
+    fn add(&mut self, v: JsonbValue) -> Result<(), Malformed> {
+        match self {
+            Frame::Array { items, .. } => items.push(v),
+            Frame::Object { pairs, key } => pairs.push((key.take().ok_or(Malformed)?, v)),
+        }
+        Ok(())
+    }
+}
+
+/// A jsonb scalar (`jbvNull`, `jbvString`, `jbvNumeric`, `jbvBool`).
+///
+/// # Safety
+/// `v` was produced by `JsonbIteratorNext` for a scalar token.
+unsafe fn jsonb_scalar(v: &pg_sys::JsonbValue) -> Result<JsonbValue, Malformed> {
+    // SAFETY: the union member read is the one `type_` names; string bytes and the numeric
+    // varlena live in the jsonb value being iterated.
+    unsafe {
+        Ok(match v.type_ {
+            pg_sys::jbvType::jbvNull => JsonbValue::Null,
+            pg_sys::jbvType::jbvBool => JsonbValue::Bool(v.val.boolean),
+            pg_sys::jbvType::jbvString => {
+                let s = v.val.string;
+                let len = usize::try_from(s.len).map_err(|_| Malformed)?;
+                JsonbValue::String(std::slice::from_raw_parts(s.val.cast::<u8>(), len).to_vec())
+            }
+            pg_sys::jbvType::jbvNumeric => {
+                match datum::read(TypeTag::Numeric, pg_sys::Datum::from(v.val.numeric))? {
+                    rowid_codec::Value::Numeric(n) => JsonbValue::Number(OwnedNumeric {
+                        sign: n.sign,
+                        weight: n.weight,
+                        digits: n.digits.iter().collect(),
+                    }),
+                    _ => return Err(Malformed),
+                }
+            }
+            _ => return Err(Malformed),
+        })
+    }
+}
+
+/// Walks a jsonb value with `JsonbIteratorNext`, keys in storage order.
+///
+/// # Safety
+/// `datum` is a jsonb value.
+unsafe fn read_jsonb(datum: pg_sys::Datum) -> Result<JsonbValue, Malformed> {
+    use pg_sys::JsonbIteratorToken::*;
+    // SAFETY: a detoasted Jsonb; the iterator walks its root container, and each token's
+    // value is valid until the next call.
+    unsafe {
+        let jb = pg_sys::pg_detoast_datum(datum.cast_mut_ptr()).cast::<pg_sys::Jsonb>();
+        let mut it = pg_sys::JsonbIteratorInit(&mut (*jb).root);
+        let mut v = std::mem::zeroed::<pg_sys::JsonbValue>();
+        let mut stack: Vec<Frame> = Vec::new();
+        loop {
+            let token = pg_sys::JsonbIteratorNext(&mut it, &mut v, false);
+            let finished = match token {
+                WJB_BEGIN_ARRAY => {
+                    stack.push(Frame::Array {
+                        raw_scalar: v.val.array.rawScalar,
+                        items: Vec::new(),
+                    });
+                    None
+                }
+                WJB_BEGIN_OBJECT => {
+                    stack.push(Frame::Object {
+                        pairs: Vec::new(),
+                        key: None,
+                    });
+                    None
+                }
+                WJB_KEY => {
+                    match (stack.last_mut(), jsonb_scalar(&v)?) {
+                        (Some(Frame::Object { key, .. }), JsonbValue::String(k)) => *key = Some(k),
+                        _ => return Err(Malformed),
+                    }
+                    None
+                }
+                WJB_ELEM | WJB_VALUE => {
+                    stack.last_mut().ok_or(Malformed)?.add(jsonb_scalar(&v)?)?;
+                    None
+                }
+                WJB_END_ARRAY | WJB_END_OBJECT => match stack.pop().ok_or(Malformed)? {
+                    Frame::Array {
+                        raw_scalar: true,
+                        mut items,
+                    } if items.len() == 1 => items.pop(),
+                    Frame::Array { items, .. } => Some(JsonbValue::Array(items)),
+                    Frame::Object { pairs, .. } => Some(JsonbValue::Object(pairs)),
+                },
+                WJB_DONE => return Err(Malformed),
+                _ => return Err(Malformed),
+            };
+            if let Some(value) = finished {
+                match stack.last_mut() {
+                    Some(parent) => parent.add(value)?,
+                    None => return Ok(value),
+                }
+            }
+        }
+    }
+}
