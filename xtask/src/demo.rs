@@ -152,6 +152,14 @@ pub fn run() -> Result<(), String> {
     show(&cluster, "1.0 and 1.00 group together; '1 mon' and '30 days' too", "
         SELECT pgtrickle.encode_row_id_v2('GROUP_KEY', ROW(1.0::numeric)) = pgtrickle.encode_row_id_v2('GROUP_KEY', ROW(1.00::numeric)) AS numeric_equal,
                pgtrickle.encode_row_id_v2('GROUP_KEY', ROW('1 mon'::interval)) = pgtrickle.encode_row_id_v2('GROUP_KEY', ROW('30 days'::interval)) AS interval_equal")?;
+    show(&cluster, "structural values: jsonb key order and duplicates do not matter, [1,3] is [1,4), lower bounds do", "
+        SELECT pgtrickle.encode_row_id_v2('GROUP_KEY', ROW('{\"b\": 1.0, \"a\": [true]}'::jsonb))
+             = pgtrickle.encode_row_id_v2('GROUP_KEY', ROW('{\"a\": null, \"a\": [true], \"b\": 1.00}'::jsonb)) AS jsonb_equal,
+               pgtrickle.encode_row_id_v2('GROUP_KEY', ROW('[1,3]'::int4range))
+             = pgtrickle.encode_row_id_v2('GROUP_KEY', ROW('[1,4)'::int4range)) AS range_equal,
+               pgtrickle.encode_row_id_v2('GROUP_KEY', ROW('{1,2}'::int4[]))
+             = pgtrickle.encode_row_id_v2('GROUP_KEY', ROW('[0:1]={1,2}'::int4[])) AS arrays_with_other_bounds_equal;
+        SELECT pgtrickle.row_id_describe(pgtrickle.encode_row_id_v2('SCAN_KEY', ROW(ARRAY[1, NULL], '{[1,3),[5,7)}'::int4multirange, '{\"k\": [1, \"x\"]}'::jsonb)))")?;
 
     // Storage with the planned indexes, then an update through the exact-match path.
     let int8 = FieldSpec::new("id", TypeRef::builtin(oid::INT8, "int8"), -1);

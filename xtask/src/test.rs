@@ -41,6 +41,9 @@ fn server_checks(major: u32, source: pg::Source) -> Result<Counts, String> {
         ("rowid-vectors", "vectors_on_server"),
     ];
     if with_extension(major) {
+        // Structural families: generated pairs through the server's operators and the
+        // in-server encoder.
+        tests.push(("rowid-vectors", "structural_oracle"));
         // WAL identities against SQL identities (needs the extension and wal_level=logical).
         tests.push(("rowid-pgoutput", "cross_path"));
     }
@@ -99,8 +102,6 @@ pub fn run() -> Result<(), String> {
     step("tests (x86_64)");
     counts.add(run_tests(cargo().args(["test", "--release"]))?);
 
-    // The extension is built, tested and installed for the system PostgreSQL 15 and for
-    // PostgreSQL 18 (pg_trickle's target; PyPI build), where step 4 uses it.
     // The extension is built, tested and installed on every supported major: 15 from Debian,
     // 16-18 from PyPI (their pg_config and headers come with the wheel).
     let mut configs = Vec::new();

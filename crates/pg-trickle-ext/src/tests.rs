@@ -541,7 +541,9 @@ fn nondeterministic_collations_are_rejected() {
 /// A record nested inside the identity record is a structural field: rejected with its
 /// position and type, never encoded by another rule.
 #[pg_test]
-#[should_panic(expected = "identity field \"field 2 (f2)\" of type record: structural type not supported yet")]
+#[should_panic(
+    expected = "identity field \"field 2 (f2)\" of type record: anonymous structural type: an anonymous record"
+)]
 fn nested_records_are_rejected_with_context() {
     hex_of("pgtrickle.encode_row_id_v2('SCAN_KEY', ROW(1, ROW(2, 3)))");
 }
@@ -555,4 +557,83 @@ fn dropped_attributes_are_skipped() {
     let named = hex_of("pgtrickle.encode_row_id_v2('SCAN_KEY', ROW(1, 'x')::three)");
     let anonymous = hex_of("pgtrickle.encode_row_id_v2('SCAN_KEY', ROW(1, 'x'::text))");
     assert_eq!(named, anonymous);
+}
+
+/// Structural values stored out of line (TOAST) encode like the same values built inline.
+#[pg_test]
+fn toasted_structures_encode_like_inline_ones() {
+    Spi::run(
+        "CREATE TABLE big_s (id int, a int4[], j jsonb);
+         ALTER TABLE big_s ALTER COLUMN a SET STORAGE EXTERNAL;
+         INSERT INTO big_s SELECT 1, array_agg(g), jsonb_object_agg(g::text, g)
+           FROM generate_series(1, 20000) g",
+    )
+    .expect("setup");
+    let stored = hex_of("(SELECT pgtrickle.encode_row_id_v2('KEYLESS_ROW', ROW(a, j)) FROM big_s)");
+    let inline = hex_of(
+        "(SELECT pgtrickle.encode_row_id_v2('KEYLESS_ROW', ROW(array_agg(g), jsonb_object_agg(g::text, g))) \
+         FROM generate_series(1, 20000) g)",
+    );
+    assert_eq!(stored, inline);
+}
+
+/// A composite with a dropped attribute inside an array encodes like a composite without it.
+#[pg_test]
+fn dropped_attributes_inside_structures_are_skipped() {
+    Spi::run(
+        "CREATE TYPE tri AS (a int4, b int4, c text); ALTER TYPE tri DROP ATTRIBUTE b;
+         CREATE TYPE duo AS (a int4, c text)",
+    )
+    .expect("types");
+    let dropped = hex_of("pgtrickle.encode_row_id_v2('SCAN_KEY', ROW(ARRAY[ROW(1, 'x')::tri, NULL]))");
+    let plain = hex_of("pgtrickle.encode_row_id_v2('SCAN_KEY', ROW(ARRAY[ROW(1, 'x')::duo, NULL]))");
+    assert_eq!(dropped, plain);
+}
+
+/// Enum labels inside structures are read per call, like top-level enum fields.
+#[pg_test]
+fn enum_labels_inside_structures_are_current() {
+    Spi::run(
+        "CREATE TYPE mood_s AS ENUM ('sad', 'ok');
+         CREATE TABLE moods (m mood_s[]);
+         INSERT INTO moods VALUES (ARRAY['sad'::mood_s])",
+    )
+    .expect("setup");
+    let q = "(SELECT pgtrickle.encode_row_id_v2('GROUP_KEY', ROW(m)) FROM moods)";
+    let before = hex_of(q);
+    Spi::run("ALTER TYPE mood_s RENAME VALUE 'sad' TO 'blue'").expect("rename");
+    let after = hex_of(q);
+    assert_ne!(before, after);
+    assert!(after.contains(&to_hex(b"blue")), "{after}");
+}
+
+/// A jsonb document nested deeper than MAX_DEPTH is an error, never another encoding.
+#[pg_test]
+#[should_panic(expected = "MAX_DEPTH")]
+fn deep_jsonb_exceeds_the_depth_limit() {
+    let doc = format!("{}1{}", "[".repeat(40), "]".repeat(40));
+    hex_of(&format!("pgtrickle.encode_row_id_v2('SCAN_KEY', ROW('{doc}'::jsonb))"));
+}
+
+/// An unsupported element type is rejected, naming the nesting position.
+#[pg_test]
+#[should_panic(expected = "element type money of money[]")]
+fn unsupported_element_types_are_rejected_with_context() {
+    hex_of("pgtrickle.encode_row_id_v2('SCAN_KEY', ROW(ARRAY[1::money]))");
+}
+
+/// Bounded structural identities (an int4range) index directly; jsonb is unbounded.
+#[pg_test]
+fn structural_fields_are_validated() {
+    let range = Spi::get_two::<i64, String>(
+        "SELECT max_identity_bytes, index_class FROM pgtrickle.validate_identity_fields(\
+         'GROUP_KEY', ARRAY['int4range'::regtype]::oid[])",
+    );
+    // header 7 + tag, state, subtype tag, state, 2 x (marker, 4 bytes, inclusivity)
+    assert_eq!(range, Ok((Some(7 + 4 + 12), Some("direct_unique".to_string()))));
+    let doc = Spi::get_two::<i64, String>(
+        "SELECT max_identity_bytes, index_class FROM pgtrickle.validate_identity_fields(\
+         'GROUP_KEY', ARRAY['jsonb'::regtype]::oid[], uniqueness => 'multiset')",
+    );
+    assert_eq!(doc.map(|(bytes, _)| bytes), Ok(None));
 }

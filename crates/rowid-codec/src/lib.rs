@@ -31,10 +31,11 @@
 //! | wire-format §5.4 | float transform | [`encode::float4_key`], [`encode::float8_key`] |
 //! | wire-format §5.5 | numeric | [`Numeric`], [`encode::numeric_class`] |
 //! | wire-format §5.14 | interval | [`Interval`] |
-//! | wire-format §6 | child identities | [`Value::Identity`] |
+//! | wire-format §6.1 | child identities | [`Value::Identity`] |
+//! | wire-format §6.2–§6.7 | arrays, ranges, multiranges, jsonb, composites | [`structure`], [`Value::Array`] … [`Value::Record`] |
 //! | wire-format §7 | resource limits | [`limits`] |
 //! | wire-format §8 | strict decoding | [`decode()`], [`validate`] |
-//! | wire-format §9 | send formats | [`send`] |
+//! | wire-format §9 | send formats | [`send`], [`send::owned_from_send`] for structures |
 //! | probe §2–§3 | probe V1 | [`probe::probe_v1`], [`probe::probe_with_prefix`] |
 #![no_std]
 #![forbid(unsafe_code)]

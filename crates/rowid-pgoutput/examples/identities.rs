@@ -50,11 +50,7 @@ fn bind(relation: &Relation, key: &[String]) -> Result<BoundIdentity, String> {
                     relation.name, col.type_oid
                 )
             })?;
-            Ok(IdentityColumn {
-                name: name.clone(),
-                type_oid: col.type_oid,
-                tag,
-            })
+            Ok(IdentityColumn::scalar(name, col.type_oid, tag))
         })
         .collect::<Result<Vec<_>, String>>()?;
     let schema = IdentitySchema {

@@ -8,7 +8,8 @@
 
 use std::fmt;
 
-use rowid_codec::send::value_from_send;
+use rowid_codec::send::{owned_from_send, value_from_send};
+use rowid_codec::structure::Shape;
 use rowid_codec::{Domain, IdentityEncoder, TypeTag};
 
 use crate::message::{Column, Relation, Tuple};
@@ -21,8 +22,20 @@ pub struct IdentityColumn {
     pub name: String,
     /// `pg_type` OID (for a domain: the domain's OID, as the Relation message sends it).
     pub type_oid: u32,
-    /// The registry's tag for the column's (base) type.
-    pub tag: TypeTag,
+    /// The registry's shape of the column's (base) type: a scalar tag, or the nested types
+    /// of an array, range, multirange, jsonb or composite column (`ResolvedField::shape`).
+    pub shape: Shape,
+}
+
+impl IdentityColumn {
+    /// A column of a scalar family.
+    pub fn scalar(name: &str, type_oid: u32, tag: TypeTag) -> IdentityColumn {
+        IdentityColumn {
+            name: name.to_string(),
+            type_oid,
+            shape: Shape::Scalar(tag),
+        }
+    }
 }
 
 /// The identity schema of one relation.
@@ -154,7 +167,7 @@ impl std::error::Error for IdentityError {}
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct BoundIdentity {
     domain: Domain,
-    positions: Vec<(usize, TypeTag, String)>,
+    positions: Vec<(usize, Shape, String)>,
 }
 
 impl IdentitySchema {
@@ -201,7 +214,7 @@ impl IdentitySchema {
                     });
                 }
             }
-            positions.push((pos, col.tag, col.name.clone()));
+            positions.push((pos, col.shape.clone(), col.name.clone()));
         }
         if self.domain == Domain::ScanKey && self.key_is_primary {
             // With primary-key bits, no other column may claim to be in the key either.
@@ -240,13 +253,20 @@ impl BoundIdentity {
         };
         let count = u32::try_from(self.positions.len()).unwrap_or(u32::MAX);
         let mut enc = IdentityEncoder::begin(out, self.domain, count).map_err(|e| codec("", e))?;
-        for (pos, tag, name) in &self.positions {
+        for (pos, shape, name) in &self.positions {
             match row.get(*pos).ok_or(IdentityError::ShortTuple)? {
-                Column::Null => enc.null(*tag).map_err(|e| codec(name, e))?,
-                Column::Binary(bytes) => {
-                    let value = value_from_send(*tag, bytes).map_err(|e| codec(name, e))?;
-                    enc.value(&value).map_err(|e| codec(name, e))?;
-                }
+                Column::Null => enc.null(shape.tag()).map_err(|e| codec(name, e))?,
+                Column::Binary(bytes) => match shape {
+                    // Scalars are read in place; structures are materialised once.
+                    Shape::Scalar(tag) => {
+                        let value = value_from_send(*tag, bytes).map_err(|e| codec(name, e))?;
+                        enc.value(&value).map_err(|e| codec(name, e))?;
+                    }
+                    nested => {
+                        let value = owned_from_send(nested, bytes).map_err(|e| codec(name, e))?;
+                        enc.value(&value.as_value()).map_err(|e| codec(name, e))?;
+                    }
+                },
                 Column::Text(_) => {
                     return Err(IdentityError::TextValue {
                         column: name.clone(),

@@ -10,6 +10,7 @@
 use std::collections::HashMap;
 
 use bytes::Bytes;
+use rowid_codec::structure::Shape;
 use rowid_codec::{Domain, TypeTag};
 use rowid_pgoutput::{
     Column, Decoder, FlagBits, IdentityColumn, IdentitySchema, Message, OldTuple, Options,
@@ -196,6 +197,96 @@ const KEYS: &[(&str, &str, TypeTag, [&str; 4])] = &[
     ("x_domain", "xp_posint", TypeTag::Int4, ["1", "2", "3", "4"]),
 ];
 
+/// Keys of the structural families (spec/wire-format.md §6): (table, key type, [k1, k2, k3,
+/// new value for k2]); their shapes come from [`structural_shape`].
+const STRUCTURAL_KEYS: &[(&str, &str, [&str; 4])] = &[
+    (
+        "x_int4arr",
+        "int4[]",
+        ["'{1,2}'", "'{}'", "'[0:1]={1,NULL}'", "'{{1,2},{3,4}}'"],
+    ),
+    (
+        "x_textarr",
+        "text[]",
+        ["'{a,b}'", "'{é}'", "'{\"\"}'", "'{z,NULL}'"],
+    ),
+    (
+        "x_int4range",
+        "int4range",
+        ["'[1,3]'", "'empty'", "'(,5]'", "'[2,)'"],
+    ),
+    (
+        "x_numrange",
+        "numrange",
+        ["'[1,2.0]'", "'(1.5,)'", "'empty'", "'[-1,1)'"],
+    ),
+    (
+        "x_int4mr",
+        "int4multirange",
+        ["'{[1,3),[5,7)}'", "'{}'", "'{(,0]}'", "'{[10,20]}'"],
+    ),
+    (
+        "x_jsonb",
+        "jsonb",
+        [
+            "'{\"b\": [true, null], \"a\": 1.0}'",
+            "'1'",
+            "'[1, \"x\"]'",
+            "'{\"k\": {\"n\": 2.50}}'",
+        ],
+    ),
+    (
+        "x_pair",
+        "xp_pair",
+        ["ROW(1,'a')", "ROW(2,NULL)", "ROW(NULL,'c')", "ROW(3,'d')"],
+    ),
+    (
+        "x_nest",
+        "xp_nest",
+        [
+            "ROW('{1,NULL}'::int4[], int4range(1,5), '{\"a\": [1]}'::jsonb)",
+            "ROW(NULL, 'empty'::int4range, 'null'::jsonb)",
+            "ROW('{}'::int4[], NULL, '[]'::jsonb)",
+            "ROW('{7}'::int4[], '(,)'::int4range, '\"s\"'::jsonb)",
+        ],
+    ),
+];
+
+/// The registry's shape of each structural key type.
+fn structural_shape(ty: &str) -> Shape {
+    let scalar = |t| Box::new(Shape::Scalar(t));
+    match ty {
+        "int4[]" => Shape::Array(scalar(TypeTag::Int4)),
+        "text[]" => Shape::Array(scalar(TypeTag::Text)),
+        "int4range" => Shape::Range(scalar(TypeTag::Int4)),
+        "numrange" => Shape::Range(scalar(TypeTag::Numeric)),
+        "int4multirange" => Shape::Multirange(scalar(TypeTag::Int4)),
+        "jsonb" => Shape::Jsonb,
+        "xp_pair" => Shape::Record(vec![
+            Shape::Scalar(TypeTag::Int4),
+            Shape::Scalar(TypeTag::Text),
+        ]),
+        "xp_nest" => Shape::Record(vec![
+            Shape::Array(scalar(TypeTag::Int4)),
+            Shape::Range(scalar(TypeTag::Int4)),
+            Shape::Jsonb,
+        ]),
+        other => panic!("no shape for {other}"),
+    }
+}
+
+/// Every keyed table: scalar and structural, with the key's shape.
+fn all_keys() -> Vec<(&'static str, &'static str, Shape, [&'static str; 4])> {
+    KEYS.iter()
+        .map(|(t, ty, tag, v)| (*t, *ty, Shape::Scalar(*tag), *v))
+        .chain(
+            STRUCTURAL_KEYS
+                .iter()
+                .map(|(t, ty, v)| (*t, *ty, structural_shape(ty), *v)),
+        )
+        .collect()
+}
+
 fn enc_sql(domain: &str, row: &str) -> String {
     format!("SELECT encode(pgtrickle.encode_row_id_v2('{domain}', ROW({row})), 'hex');")
 }
@@ -324,13 +415,13 @@ fn type_oid(table: &str, column: &str) -> u32 {
     .unwrap()
 }
 
-fn key_schema(table: &str, tag: TypeTag) -> IdentitySchema {
+fn key_schema(table: &str, shape: Shape) -> IdentitySchema {
     IdentitySchema {
         domain: Domain::ScanKey,
         columns: vec![IdentityColumn {
             name: "k".into(),
             type_oid: type_oid(table, "k"),
-            tag,
+            shape,
         }],
         key_is_primary: true,
     }
@@ -342,9 +433,12 @@ fn wal_identities_equal_sql_identities() {
     let mut setup = String::from(
         "CREATE EXTENSION IF NOT EXISTS pg_trickle_ext;
          CREATE TYPE xp_mood AS ENUM ('sad', 'ok', 'happy', 'meh');
-         CREATE DOMAIN xp_posint AS int4 CHECK (VALUE > 0);\n",
+         CREATE DOMAIN xp_posint AS int4 CHECK (VALUE > 0);
+         CREATE TYPE xp_pair AS (n int4, s text);
+         CREATE TYPE xp_nest AS (a int4[], r int4range, j jsonb);\n",
     );
-    for (table, ty, _, _) in KEYS {
+    let keys = all_keys();
+    for (table, ty, _, _) in &keys {
         setup.push_str(&format!(
             "CREATE TABLE {table} (k {ty} PRIMARY KEY, v text);\n"
         ));
@@ -368,7 +462,7 @@ fn wal_identities_equal_sql_identities() {
 
     // Workload: every statement is its own committed transaction.
     let mut work = String::new();
-    for (table, ty, _, [a, b, c, b2]) in KEYS {
+    for (table, ty, _, [a, b, c, b2]) in &keys {
         work.push_str(&format!(
             "INSERT INTO {table} VALUES (({a})::{ty}, 'v1'), (({b})::{ty}, 'v2'), (({c})::{ty}, 'v3');
              UPDATE {table} SET v = 'v1x' WHERE k = ({a})::{ty};
@@ -398,12 +492,18 @@ fn wal_identities_equal_sql_identities() {
     ));
     sql(&work);
 
-    let mut schemas: HashMap<String, IdentitySchema> = KEYS
+    let mut schemas: HashMap<String, IdentitySchema> = keys
         .iter()
-        .map(|(table, _, tag, _)| (table.to_string(), key_schema(table, *tag)))
+        .map(|(table, _, shape, _)| (table.to_string(), key_schema(table, shape.clone())))
         .collect();
-    schemas.insert("x_toastkey".into(), key_schema("x_toastkey", TypeTag::Text));
-    schemas.insert("x_bool".into(), key_schema("x_bool", TypeTag::Bool));
+    schemas.insert(
+        "x_toastkey".into(),
+        key_schema("x_toastkey", Shape::Scalar(TypeTag::Text)),
+    );
+    schemas.insert(
+        "x_bool".into(),
+        key_schema("x_bool", Shape::Scalar(TypeTag::Bool)),
+    );
     schemas.insert(
         "x_composite".into(),
         IdentitySchema {
@@ -412,12 +512,12 @@ fn wal_identities_equal_sql_identities() {
                 IdentityColumn {
                     name: "region".into(),
                     type_oid: 25,
-                    tag: TypeTag::Text,
+                    shape: Shape::Scalar(TypeTag::Text),
                 },
                 IdentityColumn {
                     name: "id".into(),
                     type_oid: 23,
-                    tag: TypeTag::Int4,
+                    shape: Shape::Scalar(TypeTag::Int4),
                 },
             ],
             key_is_primary: true,
@@ -430,7 +530,7 @@ fn wal_identities_equal_sql_identities() {
             columns: vec![IdentityColumn {
                 name: "id".into(),
                 type_oid: 20,
-                tag: TypeTag::Int8,
+                shape: Shape::Scalar(TypeTag::Int8),
             }],
             key_is_primary: true,
         },
@@ -441,17 +541,17 @@ fn wal_identities_equal_sql_identities() {
             IdentityColumn {
                 name: "id".into(),
                 type_oid: 23,
-                tag: TypeTag::Int4,
+                shape: Shape::Scalar(TypeTag::Int4),
             },
             IdentityColumn {
                 name: "big".into(),
                 type_oid: type_oid(t, "big"),
-                tag: TypeTag::Text,
+                shape: Shape::Scalar(TypeTag::Text),
             },
             IdentityColumn {
                 name: "v".into(),
                 type_oid: 23,
-                tag: TypeTag::Int4,
+                shape: Shape::Scalar(TypeTag::Int4),
             },
         ],
         key_is_primary: false,
@@ -476,7 +576,7 @@ fn wal_identities_equal_sql_identities() {
             mismatches.push(format!("{what}: WAL {got:?}, SQL {want}"));
         }
     };
-    for (table, ty, _, [a, b, c, b2]) in KEYS {
+    for (table, ty, _, [a, b, c, b2]) in &keys {
         let changes = &wal.by_table[*table];
         assert_eq!(
             changes.iter().map(|c| c.0).collect::<String>(),

@@ -5,6 +5,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use bytes::Bytes;
+use rowid_codec::structure::Shape;
 use rowid_codec::{Digits, Domain, Numeric, TypeTag, Value, encode_identity};
 use rowid_pgoutput::{
     Column, FlagBits, IdentityColumn, IdentityError, IdentitySchema, Relation, RelationColumn,
@@ -34,11 +35,7 @@ fn key(cols: &[(&str, u32, TypeTag)]) -> IdentitySchema {
         domain: Domain::ScanKey,
         columns: cols
             .iter()
-            .map(|&(name, type_oid, tag)| IdentityColumn {
-                name: name.into(),
-                type_oid,
-                tag,
-            })
+            .map(|&(name, type_oid, tag)| IdentityColumn::scalar(name, type_oid, tag))
             .collect(),
         key_is_primary: true,
     }
@@ -218,12 +215,12 @@ fn keyless_rows_use_every_column_in_order() {
             IdentityColumn {
                 name: "at".into(),
                 type_oid: 1184,
-                tag: TypeTag::Timestamptz,
+                shape: Shape::Scalar(TypeTag::Timestamptz),
             },
             IdentityColumn {
                 name: "msg".into(),
                 type_oid: 25,
-                tag: TypeTag::Text,
+                shape: Shape::Scalar(TypeTag::Text),
             },
         ],
         key_is_primary: false,

@@ -297,7 +297,7 @@ const STRUCTURAL_PROOF: Proof = proof(
 );
 
 /// Arrays of any supported element type (spec/wire-format.md §6.3). Volatility, size and
-/// invalidations combine with the element type's (spec/registry.md §2.7).
+/// invalidations combine with the element type's (spec/registry.md §2.8).
 pub const ARRAY: Entry = structural(
     "array",
     TypeTag::Array,

@@ -9,7 +9,8 @@ use std::fmt;
 pub enum Property {
     /// The type has no registry entry (no proven encoder).
     UnregisteredType,
-    /// Arrays, ranges, multiranges, composites: not yet supported by the registry.
+    /// A structural type without a resolvable contract (an anonymous record, a multirange
+    /// that is not over a range).
     StructuralType,
     /// A non-deterministic collation: distinct bytes can compare equal.
     NonDeterministicCollation,
@@ -36,7 +37,7 @@ impl Property {
     pub const fn describe(self) -> &'static str {
         match self {
             Property::UnregisteredType => "type has no proven V2 encoder",
-            Property::StructuralType => "structural type not supported yet",
+            Property::StructuralType => "anonymous structural type",
             Property::NonDeterministicCollation => "non-deterministic collation",
             Property::UnknownCollation => "collation unknown",
             Property::NonDefaultOperatorClass => "non-default operator class",

@@ -125,7 +125,7 @@ fn unsupported_reason(oid_value: u32) -> &'static str {
 }
 
 /// Resolves one field against the registry, for the server described by `ctx`. Structural
-/// types resolve recursively (spec/registry.md §2.7): the element type, subtype or every
+/// types resolve recursively (spec/registry.md §2.8): the element type, subtype or every
 /// attribute must resolve, and the field combines their properties.
 pub fn resolve_field(field: &FieldSpec, ctx: &ServerContext) -> Result<ResolvedField, Rejection> {
     if !SUPPORTED_MAJORS.contains(&ctx.pg_major) {

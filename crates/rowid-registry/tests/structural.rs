@@ -1,5 +1,5 @@
 //! Resolution of the structural families: nested contracts, combined properties and the
-//! rejections of their components (spec/registry.md §2.7).
+//! rejections of their components (spec/registry.md §2.8).
 
 // Test code: a failed expectation is a panic by design.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -253,4 +253,41 @@ fn domains_inside_structures_erase_to_their_base() {
     let r = resolve_field(&FieldSpec::new("d", array(d), -1), &CTX).unwrap();
     assert_eq!(r.shape, Shape::Array(scalar(TypeTag::Int4)));
     assert!(r.invalidations.contains(&Invalidation::DomainOrBaseType));
+}
+
+/// The structural entries name proofs that exist: the model properties in the codec and the
+/// in-server oracle, which covers every structural family.
+#[test]
+fn structural_proofs_exist() {
+    use rowid_registry::entry::{ARRAY, JSONB, MULTIRANGE, RANGE, RECORD, STRUCTURAL_ORACLE};
+    use rowid_registry::{OrderClaim, SizeRule};
+    let model = include_str!("../../rowid-codec/tests/structures.rs");
+    let oracle = include_str!("../../rowid-vectors/tests/structural_oracle.rs");
+    assert!(oracle.contains(&format!(
+        "fn {}()",
+        STRUCTURAL_ORACLE.rsplit("::").next().unwrap()
+    )));
+    for (entry, property, sql) in [
+        (ARRAY, "fn agree_array(", "int4[]"),
+        (RANGE, "fn agree_range(", "numrange"),
+        (MULTIRANGE, "fn agree_multirange(", "nummultirange"),
+        (RECORD, "fn agree_record(", "oracle_rec"),
+        (JSONB, "fn agree_jsonb(", "jsonb"),
+    ] {
+        assert_eq!(entry.equality_canonical.server, STRUCTURAL_ORACLE);
+        assert!(model.contains(property), "{}: no {property}", entry.name);
+        assert!(
+            oracle.contains(&format!("name: \"{sql}")),
+            "{}: oracle lacks {sql}",
+            entry.name
+        );
+        assert_eq!(entry.size, SizeRule::Structural);
+        let expected_order = entry.tag != TypeTag::Jsonb;
+        assert_eq!(
+            matches!(entry.order, OrderClaim::WhenComponentsAre(_)),
+            expected_order,
+            "{}",
+            entry.name
+        );
+    }
 }
