@@ -5,8 +5,10 @@
 //! cargo xtask vectors [--check] regenerate vectors/, or fail if it is stale
 //! cargo xtask fuzz [--seconds N] fuzz the strict decoder (nightly + cargo-fuzz)
 //! cargo xtask demo              show identities computed by the codec
+//! cargo xtask bench [--quick]   benchmarks with their baselines (report in target/bench)
 //! ```
 
+mod bench;
 mod demo;
 mod fuzz;
 mod pg;
@@ -17,7 +19,8 @@ mod vectors;
 
 use std::process::ExitCode;
 
-const USAGE: &str = "usage: cargo xtask <test | vectors [--check] | fuzz [--seconds N] | demo>";
+const USAGE: &str =
+    "usage: cargo xtask <test | vectors [--check] | fuzz [--seconds N] | demo | bench [--quick]>";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -32,6 +35,8 @@ fn main() -> ExitCode {
             Err(_) => Err(format!("--seconds needs a number, got {n:?}")),
         },
         ["demo"] => demo::run(),
+        ["bench"] => bench::run(false),
+        ["bench", "--quick"] => bench::run(true),
         _ => Err(USAGE.to_string()),
     };
     match result {

@@ -174,26 +174,38 @@ impl Cluster {
                 "postgres",
             ],
         ))?;
-        let log = base.join("server.log");
+        cluster.pg_ctl("start", "")?;
+        Ok(cluster)
+    }
+
+    /// `pg_ctl start|restart` with the cluster's fixed options plus `extra` server options
+    /// (`-c shared_buffers=4MB ...`).
+    fn pg_ctl(&self, action: &str, extra: &str) -> Result<(), String> {
+        let log = self.data.with_file_name("server.log");
         let opts = format!(
-            "-p {port} -k {} -c listen_addresses='' -c fsync=off -c wal_level=logical \
-             -c max_replication_slots=10 -c logical_decoding_work_mem=64kB",
-            cluster.socket.display()
+            "-p {} -k {} -c listen_addresses='' -c fsync=off -c wal_level=logical \
+             -c max_replication_slots=10 -c logical_decoding_work_mem=64kB {extra}",
+            self.port,
+            self.socket.display()
         );
-        exec(&mut cluster.tool(
+        exec(&mut self.tool(
             "pg_ctl",
             &[
                 "-D",
-                &cluster.data.to_string_lossy(),
+                &self.data.to_string_lossy(),
                 "-l",
                 &log.to_string_lossy(),
                 "-w",
                 "-o",
                 &opts,
-                "start",
+                action,
             ],
-        ))?;
-        Ok(cluster)
+        ))
+    }
+
+    /// Restarts the server with `extra` options (shared buffers start empty).
+    pub fn restart(&self, extra: &str) -> Result<(), String> {
+        self.pg_ctl("restart", extra)
     }
 
     fn tool(&self, program: &str, args: &[&str]) -> Command {
@@ -216,6 +228,26 @@ impl Cluster {
             self.socket.display(),
             self.port
         )
+    }
+
+    /// Runs a psql script file with `-v name=value` variables; returns its output.
+    pub fn psql_file(&self, file: &Path, vars: &[(&str, String)]) -> Result<String, String> {
+        let mut c = Command::new(self.bindir.join("psql"));
+        c.args(self.psql_args().split_whitespace())
+            .args(["-X", "-q", "-v", "ON_ERROR_STOP=1", "-f"])
+            .arg(file);
+        for (name, value) in vars {
+            c.arg("-v").arg(format!("{name}={value}"));
+        }
+        let out = c.output().map_err(|e| format!("psql: {e}"))?;
+        if !out.status.success() {
+            return Err(format!(
+                "psql {}: {}",
+                file.display(),
+                String::from_utf8_lossy(&out.stderr)
+            ));
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     }
 
     /// The server binaries' directory (put first on PATH so `psql` matches the server).

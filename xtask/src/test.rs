@@ -185,6 +185,11 @@ pub fn run() -> Result<(), String> {
     ));
     fuzz::run(FUZZ_SMOKE_SECONDS)?;
 
+    step(
+        "benchmark smoke test (cargo xtask bench --quick: every benchmark runs, no ratio is judged)",
+    );
+    crate::bench::run(true)?;
+
     println!(
         "\nxtask test: all checks passed in {:.0} s",
         started.elapsed().as_secs_f64()

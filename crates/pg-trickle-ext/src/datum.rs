@@ -1,26 +1,67 @@
 //! Datum readers: PostgreSQL's in-memory representations to codec values, without copies.
 //!
 //! Each reader is selected once per call site (by type tag) and called once per field per
-//! row. Variable-width values are detoasted with `pg_detoast_datum_packed`, which returns the
-//! value itself unless it is compressed or stored out of line.
+//! row. A plain variable-width value (uncompressed, inline) is read in place without calling
+//! into PostgreSQL; anything else is detoasted with `pg_detoast_datum_packed`.
 
 use pgrx::pg_sys;
-use pgrx::varlena::{vardata_any, varsize_any_exhdr};
+use pgrx::varlena::{varatt_is_1b, varatt_is_1b_e, varatt_is_4b_u, vardata_any, varsize_any_exhdr};
 use rowid_codec::{
     BitString, Digits, Inet, Interval, IpFamily, Numeric, NumericSign, Timetz, TypeTag, Value,
 };
 
-/// A detoasted varlena's payload.
+/// True when a varlena can be read in place: a plain 4-byte header or a short 1-byte header,
+/// neither compressed nor stored out of line (`!VARATT_IS_EXTENDED`, for packed reads).
+///
+/// # Safety
+/// `v` must point at a varlena header.
+unsafe fn is_plain(v: *const pg_sys::varlena) -> bool {
+    // SAFETY: the header byte(s) are readable; these helpers only inspect them.
+    unsafe { varatt_is_4b_u(v) || (varatt_is_1b(v) && !varatt_is_1b_e(v)) }
+}
+
+/// A varlena's payload, in place when it is plain (no FFI call on the hot path), else
+/// detoasted.
 ///
 /// # Safety
 /// `datum` must be a non-NULL datum of a varlena type; the returned slice lives as long as
 /// the current memory context (the detoasted copy, if any, is palloc'd there).
 unsafe fn varlena_bytes<'a>(datum: pg_sys::Datum) -> &'a [u8] {
-    // SAFETY: the caller guarantees a varlena datum; pg_detoast_datum_packed returns a valid,
-    // possibly short-header varlena whose payload vardata_any/varsize_any_exhdr describe.
+    // SAFETY: the caller guarantees a varlena datum; a plain one is its own payload, and
+    // pg_detoast_datum_packed returns a valid, possibly short-header varlena otherwise;
+    // vardata_any/varsize_any_exhdr describe either.
     unsafe {
-        let v = pg_sys::pg_detoast_datum_packed(datum.cast_mut_ptr());
+        let mut v = datum.cast_mut_ptr::<pg_sys::varlena>();
+        if !is_plain(v) {
+            v = pg_sys::pg_detoast_datum_packed(v);
+        }
         std::slice::from_raw_parts(vardata_any(v).cast::<u8>(), varsize_any_exhdr(v))
+    }
+}
+
+/// The bytes of a non-NULL `text` datum (see [`varlena_bytes`]).
+///
+/// # Safety
+/// As [`varlena_bytes`], for a `text` datum.
+pub unsafe fn text_bytes<'a>(datum: pg_sys::Datum) -> &'a [u8] {
+    // SAFETY: forwarded to the caller.
+    unsafe { varlena_bytes(datum) }
+}
+
+/// A composite datum as a tuple header, detoasted only when it is not plain.
+///
+/// # Safety
+/// `datum` must be a non-NULL composite datum.
+pub unsafe fn tuple_header(datum: pg_sys::Datum) -> pg_sys::HeapTupleHeader {
+    // SAFETY: a composite datum is a varlena whose plain form is a HeapTupleHeaderData;
+    // anything else is detoasted (and flattened) by pg_detoast_datum.
+    unsafe {
+        let v = datum.cast_mut_ptr::<pg_sys::varlena>();
+        if varatt_is_4b_u(v) {
+            v.cast()
+        } else {
+            pg_sys::pg_detoast_datum(v).cast()
+        }
     }
 }
 

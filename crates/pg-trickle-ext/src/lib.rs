@@ -17,6 +17,8 @@
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 
+#[cfg(feature = "bench")]
+pub mod bench;
 pub mod catalog;
 pub mod datum;
 pub mod errors;
@@ -62,17 +64,12 @@ mod pgtrickle {
 
     use crate::record::CallSite;
 
-    fn parse_domain(name: Option<&str>) -> Domain {
-        let Some(name) = name else {
-            ereport!(
-                ERROR,
-                PgSqlErrorCode::ERRCODE_NULL_VALUE_NOT_ALLOWED,
-                "pgtrickle.encode_row_id_v2: domain must not be NULL"
-            );
-        };
-        match Domain::from_name(name) {
+    /// The domain named by the first argument's bytes; raises for an unknown name.
+    fn parse_domain(name: &[u8]) -> Domain {
+        match std::str::from_utf8(name).ok().and_then(Domain::from_name) {
             Some(d) => d,
             None => {
+                let name = String::from_utf8_lossy(name);
                 let names: Vec<&str> = Domain::ALL.iter().map(|d| d.name()).collect();
                 ereport!(
                     ERROR,
@@ -98,8 +95,14 @@ STABLE PARALLEL SAFE LANGUAGE c AS 'MODULE_PATHNAME', 'encode_row_id_v2_wrapper'
         // SAFETY: PostgreSQL calls this with two arguments (text, record) per the SQL
         // definition above; fn_extra/fn_mcxt belong to this call site's FmgrInfo.
         unsafe {
-            let domain_arg = pgrx::pg_getarg::<&str>(fcinfo, 0);
-            let domain = parse_domain(domain_arg);
+            if pgrx::pg_arg_is_null(fcinfo, 0) {
+                ereport!(
+                    ERROR,
+                    PgSqlErrorCode::ERRCODE_NULL_VALUE_NOT_ALLOWED,
+                    "pgtrickle.encode_row_id_v2: domain must not be NULL"
+                );
+            }
+            let domain_bytes = crate::datum::text_bytes(pgrx::pg_getarg_datum_raw(fcinfo, 0));
             if pgrx::pg_arg_is_null(fcinfo, 1) {
                 ereport!(
                     ERROR,
@@ -111,6 +114,7 @@ STABLE PARALLEL SAFE LANGUAGE c AS 'MODULE_PATHNAME', 'encode_row_id_v2_wrapper'
             let flinfo = (*fcinfo).flinfo;
             let mcxt = (*flinfo).fn_mcxt;
             let mut cache = pgrx::pg_func_extra(fcinfo, CallSite::default);
+            let domain = cache.domain(domain_bytes, parse_domain);
             let out = cache.encode(domain, record, mcxt);
             Some(pgrx::datum::Internal::from(Some(pg_sys::Datum::from(out))))
         }

@@ -382,7 +382,7 @@ unsafe fn read_record(
     // SAFETY: a composite datum detoasts to a HeapTupleHeader of the descriptor's type;
     // heap_deform_tuple fills natts values and nulls.
     unsafe {
-        let header = pg_sys::pg_detoast_datum(datum.cast_mut_ptr()) as pg_sys::HeapTupleHeader;
+        let header = datum::tuple_header(datum);
         let natts = (*tupdesc).natts as usize;
         let mut values = vec![pg_sys::Datum::from(0); natts];
         let mut nulls = vec![true; natts];

@@ -34,6 +34,9 @@ pub struct CallSite {
     values: Vec<pg_sys::Datum>,
     nulls: Vec<bool>,
     scratch: Vec<u8>,
+    /// The last domain argument's bytes and what they name (the argument is a constant at
+    /// nearly every call site, so it is parsed once).
+    domain: Option<(Vec<u8>, Domain)>,
 }
 
 impl Default for CallSite {
@@ -46,6 +49,7 @@ impl Default for CallSite {
             values: Vec::new(),
             nulls: Vec::new(),
             scratch: Vec::new(),
+            domain: None,
         }
     }
 }
@@ -94,6 +98,18 @@ unsafe fn resolve_attribute(
 }
 
 impl CallSite {
+    /// The domain named by `name`, parsed by `parse` only when it differs from the last call's.
+    pub fn domain(&mut self, name: &[u8], parse: impl FnOnce(&[u8]) -> Domain) -> Domain {
+        match &self.domain {
+            Some((bytes, d)) if bytes.as_slice() == name => *d,
+            _ => {
+                let d = parse(name);
+                self.domain = Some((name.to_vec(), d));
+                d
+            }
+        }
+    }
+
     /// Rebuilds the cache for a record type.
     ///
     /// # Safety
@@ -145,7 +161,7 @@ impl CallSite {
         // SAFETY: a composite datum detoasts to a HeapTupleHeader whose datum fields name its
         // row type; heap_deform_tuple fills exactly natts values/nulls.
         unsafe {
-            let header = pg_sys::pg_detoast_datum(record.cast_mut_ptr()) as pg_sys::HeapTupleHeader;
+            let header = datum::tuple_header(record);
             let typid = pgrx::heap_tuple_header_get_type_id(header);
             let typmod = pgrx::heap_tuple_header_get_typmod(header);
             if self.tupdesc.is_null() || typid != self.typid || typmod != self.typmod {

@@ -1,0 +1,71 @@
+//! Criterion benchmarks of the codec (issue #7 §1): for every workload, V2 encode, decode
+//! and probe, against the V1 text+XXH3 scheme, `memcomparable` and a plain copy, all in one
+//! run. `cargo xtask bench` reads the medians and reports ns/identity and ratios.
+
+// Bench code: a failed expectation is a panic by design.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
+
+use std::hint::black_box;
+use std::time::Duration;
+
+use criterion::{Criterion, criterion_group, criterion_main};
+use rowid_benches::{memcmp, v1, workloads};
+use rowid_codec::probe::probe_v1;
+use rowid_codec::{Domain, decode, encode_identity};
+
+fn codec(c: &mut Criterion) {
+    for w in workloads() {
+        let mut g = c.benchmark_group(w.name);
+        let values = w.values();
+        let mut buf = Vec::with_capacity(8192);
+        g.bench_function("v2_encode", |b| {
+            b.iter(|| {
+                buf.clear();
+                encode_identity(&mut buf, Domain::ScanKey, black_box(&values)).unwrap()
+            })
+        });
+        let id = buf.clone();
+        g.bench_function("v2_decode", |b| b.iter(|| decode(black_box(&id)).unwrap()));
+        let mut probe = Vec::with_capacity(256);
+        g.bench_function("v2_probe", |b| {
+            b.iter(|| {
+                probe.clear();
+                probe_v1(black_box(&id), &mut probe);
+                probe.len()
+            })
+        });
+        let mut scratch = v1::Scratch::default();
+        g.bench_function("v1_text_xxh3", |b| {
+            b.iter(|| v1::hash(black_box(&w), &mut scratch))
+        });
+        let mut mc = Vec::with_capacity(8192);
+        g.bench_function("memcomparable", |b| {
+            b.iter(|| memcmp::encode(black_box(&w), &mut mc))
+        });
+        let mut copy = Vec::with_capacity(8192);
+        g.bench_function("copy", |b| {
+            b.iter(|| {
+                copy.clear();
+                for r in black_box(&w.raw) {
+                    copy.extend_from_slice(r);
+                }
+                copy.len()
+            })
+        });
+        g.finish();
+    }
+}
+
+fn config() -> Criterion {
+    Criterion::default()
+        .warm_up_time(Duration::from_millis(300))
+        .measurement_time(Duration::from_secs(1))
+        .sample_size(50)
+}
+
+criterion_group! {
+    name = benches;
+    config = config();
+    targets = codec
+}
+criterion_main!(benches);

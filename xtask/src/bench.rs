@@ -1,0 +1,329 @@
+//! `cargo xtask bench [--quick]`: every measurement of issue #7, each with its baselines in
+//! the same run, written to `target/bench/report.md` (benches/RESULTS.md quotes a full run).
+//!
+//! 1. the codec (criterion, `benches/benches/codec.rs`): V2 encode/decode/probe against the
+//!    V1 text+XXH3 scheme, memcomparable and a plain copy;
+//! 2. per-row cost inside PostgreSQL (`benches/sql/per_row.sql`);
+//! 3. the physical comparison of storage layouts (`benches/sql/physical.sql`), with the
+//!    out-of-cache applies on a restarted server whose shared buffers are a quarter of the
+//!    smallest index;
+//! 4. the probe prefix candidates P = 32, 64, 128, 256 (`benches/sql/probe.sql`).
+//!
+//! `--quick` runs everything at small sizes (criterion in test mode, 10^4 rows) as a CI smoke
+//! test: it fails when a benchmark is broken, never because of a ratio.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use crate::pg::{Cluster, Source};
+use crate::setup;
+use crate::shell::{cargo, exec, root, step};
+
+/// Criterion groups (workloads) and functions in report order.
+const FUNCTIONS: [&str; 6] = [
+    "v2_encode",
+    "v2_decode",
+    "v2_probe",
+    "v1_text_xxh3",
+    "memcomparable",
+    "copy",
+];
+
+/// Sizes of one run.
+struct Sizes {
+    rows: u64,
+    rounds: u32,
+}
+
+/// The criterion median of `group/function` in ns.
+fn median_ns(group: &str, function: &str) -> Result<f64, String> {
+    let path = root()
+        .join("target")
+        .join("criterion")
+        .join(group)
+        .join(function)
+        .join("new")
+        .join("estimates.json");
+    let text = std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let json: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+    json["median"]["point_estimate"]
+        .as_f64()
+        .ok_or_else(|| format!("{}: no median", path.display()))
+}
+
+fn codec(quick: bool, report: &mut String) -> Result<(), String> {
+    step("1. codec benchmarks (criterion)");
+    let mut c = cargo();
+    c.args(["bench", "-p", "rowid-benches", "--bench", "codec", "--"]);
+    if quick {
+        // Runs every benchmark once: proves they work, measures nothing.
+        c.arg("--test");
+        exec(&mut c)?;
+        report.push_str("## 1. Codec\n\n(quick mode: every benchmark ran once; no timings)\n\n");
+        return Ok(());
+    }
+    exec(&mut c)?;
+    let groups = rowid_benches::workloads();
+    report.push_str(
+        "## 1. Codec (criterion medians, ns per identity)\n\n\
+         | workload | V2 encode | V2 decode | V2 probe | V1 text+xxh3 | memcomparable | copy | \
+         V1 / V2 | memcomparable / V2 | V2 / copy |\n|---|---|---|---|---|---|---|---|---|---|\n",
+    );
+    for w in &groups {
+        let mut m = BTreeMap::new();
+        for f in FUNCTIONS {
+            m.insert(f, median_ns(w.name, f)?);
+        }
+        let _ = writeln!(
+            report,
+            "| {} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.2} | {:.2} | {:.2} |",
+            w.name,
+            m["v2_encode"],
+            m["v2_decode"],
+            m["v2_probe"],
+            m["v1_text_xxh3"],
+            m["memcomparable"],
+            m["copy"],
+            m["v1_text_xxh3"] / m["v2_encode"],
+            m["memcomparable"] / m["v2_encode"],
+            m["v2_encode"] / m["copy"],
+        );
+    }
+    report.push('\n');
+    Ok(())
+}
+
+fn sql_dir() -> PathBuf {
+    root().join("benches").join("sql")
+}
+
+/// Rows `kind|a|b|...` of a script's output, split.
+fn rows<'a>(out: &'a str, kind: &str) -> Vec<Vec<&'a str>> {
+    out.lines()
+        .filter_map(|l| l.strip_prefix(kind)?.strip_prefix('|'))
+        .map(|l| l.split('|').collect())
+        .collect()
+}
+
+fn per_row(cluster: &Cluster, sizes: &Sizes, report: &mut String) -> Result<(), String> {
+    step(&format!(
+        "2. per-row cost inside PostgreSQL ({} rows, {} rounds)",
+        sizes.rows, sizes.rounds
+    ));
+    let out = cluster.psql_file(
+        &sql_dir().join("per_row.sql"),
+        &[
+            ("rows", sizes.rows.to_string()),
+            ("rounds", sizes.rounds.to_string()),
+        ],
+    )?;
+    let lines = rows(&out, "per_row");
+    if lines.is_empty() {
+        return Err("per_row.sql produced no results".into());
+    }
+    let net = |name: &str| -> Option<f64> {
+        lines
+            .iter()
+            .find(|l| l[0] == name)
+            .and_then(|l| l[2].parse().ok())
+    };
+    let int8send = net("int8send(int8)").unwrap_or(f64::NAN);
+    let _ = writeln!(
+        report,
+        "## 2. Per-row cost inside PostgreSQL ({} rows, median of {} alternating rounds)\n\n\
+         | case | ns/row | net ns/row (minus scan) | net / int8send |\n|---|---|---|---|",
+        sizes.rows, sizes.rounds
+    );
+    for l in &lines {
+        let n: f64 = l[2].parse().unwrap_or(f64::NAN);
+        let _ = writeln!(
+            report,
+            "| {} | {} | {} | {:.2} |",
+            l[0],
+            l[1],
+            l[2],
+            n / int8send
+        );
+    }
+    let ratio = |a: &str, b: &str| net(a).zip(net(b)).map(|(x, y)| x / y);
+    let _ = writeln!(
+        report,
+        "\nTargets: SCAN_KEY(int8) / int8send = {:.2} (target <= 1.5); \
+         two-column key V2 / V1 = {:.2} (target <= 0.5)\n",
+        ratio("v2 SCAN_KEY(int8)", "int8send(int8)").unwrap_or(f64::NAN),
+        ratio("v2 SCAN_KEY(int8, int8)", "v1 (int8, int8)").unwrap_or(f64::NAN),
+    );
+    Ok(())
+}
+
+/// Runs a script whose output rows are `kind|...` and renders them under `title` with
+/// `header` (a markdown header row).
+fn table(
+    cluster: &Cluster,
+    script: &Path,
+    vars: &[(&str, String)],
+    kind: &str,
+    title: &str,
+    header: &str,
+    report: &mut String,
+) -> Result<(), String> {
+    let out = cluster.psql_file(script, vars)?;
+    let lines = rows(&out, kind);
+    if lines.is_empty() {
+        return Err(format!("{} produced no {kind} rows", script.display()));
+    }
+    let _ = writeln!(report, "{title}\n\n{header}");
+    let columns = header.matches('|').count() - 1;
+    let _ = writeln!(report, "{}|", "|---".repeat(columns));
+    for l in lines {
+        let _ = writeln!(report, "| {} |", l.join(" | "));
+    }
+    report.push('\n');
+    Ok(())
+}
+
+fn physical(cluster: &Cluster, sizes: &Sizes, report: &mut String) -> Result<(), String> {
+    step(&format!("3. physical comparison ({} rows)", sizes.rows));
+    let script = sql_dir().join("physical.sql");
+    let vars = [("rows", sizes.rows.to_string()), ("phase", "load".into())];
+    table(
+        cluster,
+        &script,
+        &vars,
+        "physical",
+        &format!("## 3. Physical comparison ({} rows)", sizes.rows),
+        "| layout | heap MB | index MB | WAL MB initial load | WAL MB 10% update | CDC buffer MB per 10% delta | cached apply ms (ordered 10^4) | cached apply ms (random 10^4) |",
+        report,
+    )?;
+    // Out of cache: shared buffers a quarter of the smallest index (V1's), empty after a
+    // restart before every apply.
+    let out = cluster.psql_file(
+        &script,
+        &[("rows", sizes.rows.to_string()), ("phase", "sizes".into())],
+    )?;
+    let smallest_kb: u64 = rows(&out, "smallest_index_kb")
+        .first()
+        .and_then(|l| l[0].parse().ok())
+        .ok_or("physical.sql: no smallest_index_kb")?;
+    let shared_kb = (smallest_kb / 4).max(128);
+    let _ = writeln!(
+        report,
+        "Out of cache: shared_buffers = {shared_kb} kB (smallest index {smallest_kb} kB, so every \
+         index is at least 4x larger), server restarted before each apply; EXPLAIN (ANALYZE, \
+         BUFFERS) of the apply through the layout's index.\n\n\
+         | layout | delta | shared read | shared hit | apply ms |\n|---|---|---|---|---|"
+    );
+    for layout in [
+        "v1_bigint",
+        "v2_direct",
+        "v2_probe_expr",
+        "v2_probe_column",
+        "v2_hash",
+    ] {
+        for delta in ["ordered", "random"] {
+            cluster.restart(&format!("-c shared_buffers={shared_kb}kB"))?;
+            let out = cluster.psql_file(
+                &script,
+                &[
+                    ("rows", sizes.rows.to_string()),
+                    ("phase", "apply".into()),
+                    ("layout", layout.into()),
+                    ("delta", delta.into()),
+                ],
+            )?;
+            for l in rows(&out, "apply") {
+                let _ = writeln!(report, "| {} |", l.join(" | "));
+            }
+        }
+    }
+    cluster.restart("")?;
+    report.push('\n');
+    Ok(())
+}
+
+fn probe(cluster: &Cluster, sizes: &Sizes, report: &mut String) -> Result<(), String> {
+    let rows_n = (sizes.rows / 10).max(1000);
+    step(&format!(
+        "4. probe prefix P = 32, 64, 128, 256 ({rows_n} rows per set)"
+    ));
+    table(
+        cluster,
+        &sql_dir().join("probe.sql"),
+        &[("rows", rows_n.to_string())],
+        "probe",
+        &format!("## 4. Probe prefix ({rows_n} identities per data set, 1000 lookups)"),
+        "| data set | P | mean id bytes | index MB | lookup us (median of 3) | buffers per lookup | candidates per lookup |",
+        report,
+    )
+}
+
+pub fn run(quick: bool) -> Result<(), String> {
+    let sizes = if quick {
+        Sizes {
+            rows: 10_000,
+            rounds: 1,
+        }
+    } else {
+        Sizes {
+            rows: 1_000_000,
+            rounds: 5,
+        }
+    };
+    let mut report = format!(
+        "# cargo xtask bench{}\n\nMachine: {}\n\n",
+        if quick { " --quick" } else { "" },
+        machine()
+    );
+    codec(quick, &mut report)?;
+
+    step("the extension with its bench baselines, in a throwaway PostgreSQL 15 cluster");
+    setup::pgrx(&[])?;
+    // The full run measures a release build; the smoke test reuses the debug build.
+    let mut install = cargo();
+    install
+        .current_dir(root().join("crates").join("pg-trickle-ext"))
+        .args([
+            "pgrx",
+            "install",
+            "--features",
+            "bench",
+            "--pg-config",
+            setup::PG15_CONFIG,
+        ]);
+    if !quick {
+        install.arg("--release");
+    }
+    exec(&mut install)?;
+    let cluster = Cluster::start(Source::Debian.bindir()?, "pg-bench", 55_390)?;
+    per_row(&cluster, &sizes, &mut report)?;
+    physical(&cluster, &sizes, &mut report)?;
+    probe(&cluster, &sizes, &mut report)?;
+
+    let dir = root().join("target").join("bench");
+    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let file = dir.join(if quick {
+        "report-quick.md"
+    } else {
+        "report.md"
+    });
+    std::fs::write(&file, &report).map_err(|e| format!("{}: {e}", file.display()))?;
+    println!("\n{report}\nwritten to {}", file.display());
+    Ok(())
+}
+
+/// CPU model and core count, for the report header.
+fn machine() -> String {
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let model = cpuinfo
+        .lines()
+        .find_map(|l| l.strip_prefix("model name"))
+        .map(|l| l.trim_start_matches([' ', '\t', ':']).to_string())
+        .unwrap_or_else(|| "unknown CPU".into());
+    let cores = cpuinfo
+        .lines()
+        .filter(|l| l.starts_with("processor"))
+        .count();
+    format!("{model}, {cores} cores (shared and noisy: compare ratios, not absolute times)")
+}
