@@ -44,6 +44,7 @@ DECLARE
   idx_bytes bigint;
   mean_len numeric;
   candidates numeric;
+  n_looks numeric;
   q text;
 BEGIN
   DROP TABLE IF EXISTS pt, looks;
@@ -53,10 +54,11 @@ BEGIN
                  'AND g > (SELECT max(g) / 2 FROM probe_sets) ORDER BY g LIMIT 1000', s);
   ANALYZE pt, looks;
   SELECT avg(length(row_id)) INTO mean_len FROM pt;
+  SELECT count(*) INTO n_looks FROM looks;
   idx_bytes := pg_relation_size('pt_probe');
   q := format('SELECT count(*) FROM looks l JOIN pt ON pgtrickle.bench_row_probe(pt.row_id, %1$s) '
               '= pgtrickle.bench_row_probe(l.row_id, %1$s) AND pt.row_id = l.row_id', p);
-  EXECUTE format('SELECT count(*)::numeric / 1000 FROM looks l JOIN pt ON '
+  EXECUTE format('SELECT count(*)::numeric FROM looks l JOIN pt ON '
                  'pgtrickle.bench_row_probe(pt.row_id, %1$s) = pgtrickle.bench_row_probe(l.row_id, %1$s)', p)
     INTO candidates;
   FOR i IN 1 .. 4 LOOP
@@ -68,8 +70,8 @@ BEGIN
     END IF;
   END LOOP;
   RETURN concat_ws('|', 'probe', s, p, round(mean_len, 0), round(idx_bytes / 1048576.0, 2),
-    round(((SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY x) FROM unnest(t) x) * 1000 / 1000)::numeric, 2),
-    round(reads[1] / 1000.0, 1), candidates);
+    round(((SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY x) FROM unnest(t) x) * 1000 / n_looks)::numeric, 2),
+    round(reads[1] / n_looks, 1), round(candidates / n_looks, 3));
 END $$;
 
 SELECT pg_temp.measure(p, s)

@@ -253,8 +253,8 @@ fn probe(cluster: &Cluster, sizes: &Sizes, report: &mut String) -> Result<(), St
         &sql_dir().join("probe.sql"),
         &[("rows", rows_n.to_string())],
         "probe",
-        &format!("## 4. Probe prefix ({rows_n} identities per data set, 1000 lookups)"),
-        "| data set | P | mean id bytes | index MB | lookup us (median of 3) | buffers per lookup | candidates per lookup |",
+        &format!("## 4. Probe prefix ({rows_n} identities per data set, up to 1000 lookups)"),
+        "| data set | P | mean id bytes | index MB | us per lookup (median of 3 runs) | buffers per lookup | candidates per lookup |",
         report,
     )
 }

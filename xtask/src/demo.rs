@@ -140,7 +140,7 @@ pub fn run() -> Result<(), String> {
                encode(pgtrickle.encode_row_id_v2('SCAN_KEY', ROW(region, name)), 'hex') AS row_id
         FROM tenants ORDER BY pgtrickle.encode_row_id_v2('SCAN_KEY', ROW(region, name))",
     )?;
-    show(&cluster, "keyless rows: identical rows share an identity; ids longer than P = 128 get a 144-byte probe", "
+    show(&cluster, "keyless rows: identical rows share an identity; ids longer than P = 64 get an 80-byte probe", "
         SELECT length(pgtrickle.encode_row_id_v2('KEYLESS_ROW', e)) AS id_bytes,
                length(pgtrickle.row_probe_v1(pgtrickle.encode_row_id_v2('KEYLESS_ROW', e))) AS probe_bytes,
                pgtrickle.row_id_fingerprint(pgtrickle.encode_row_id_v2('KEYLESS_ROW', e))

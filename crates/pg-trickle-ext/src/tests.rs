@@ -53,7 +53,7 @@ fn golden_vectors_encode_identically_inside_the_server() {
     assert!(checked >= 120, "only {checked} vectors checked");
 }
 
-/// `row_probe_v1` inside the server equals the codec's probe for the provisional P.
+/// `row_probe_v1` inside the server equals the codec's probe for the frozen P.
 #[pg_test]
 fn probe_matches_the_codec() {
     for len in [0usize, 10, 128, 129, 300, 5000] {

@@ -14,11 +14,10 @@ pub const PROBE_V1_SEED: u64 = 0x9E37_79B1_85EB_CA87;
 /// Digest bytes appended to an overflow probe.
 pub const PROBE_DIGEST_LEN: usize = 16;
 
-/// The prefix length P of probe V1.
-///
-/// **Provisional**: spec/probe.md §4 freezes P only after the benchmark matrix of the
-/// performance issue has compared 32, 64, 128 and 256 bytes. Vectors cover all four.
-pub const PROBE_V1_PREFIX_LEN: usize = 128;
+/// The prefix length P of probe V1: **64**, frozen by spec/probe.md §4 after the benchmark
+/// matrix compared 32, 64, 128 and 256 bytes (`cargo xtask bench`, benches/RESULTS.md §4).
+/// Vectors cover all four candidates.
+pub const PROBE_V1_PREFIX_LEN: usize = 64;
 
 /// Prefix lengths the vectors and tests cover.
 pub const PROBE_PREFIX_CANDIDATES: [usize; 4] = [32, 64, 128, 256];
