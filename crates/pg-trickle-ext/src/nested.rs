@@ -384,6 +384,11 @@ unsafe fn read_record(
     unsafe {
         let header = datum::tuple_header(datum);
         let natts = (*tupdesc).natts as usize;
+        // A value with more attributes than the cached descriptor was written under a newer
+        // row type: refuse it rather than silently ignore attributes (HeapTupleHeaderGetNatts).
+        if usize::from((*header).t_infomask2 & pg_sys::HEAP_NATTS_MASK as u16) > natts {
+            return Err(Malformed);
+        }
         let mut values = vec![pg_sys::Datum::from(0); natts];
         let mut nulls = vec![true; natts];
         let mut tuple = pg_sys::HeapTupleData {
