@@ -37,7 +37,14 @@ pub struct CallSite {
     /// The last domain argument's bytes and what they name (the argument is a constant at
     /// nearly every call site, so it is parsed once).
     domain: Option<(Vec<u8>, Domain)>,
+    /// Every field is a scalar read in place (no enum label, no structure) and there are at
+    /// most [`SMALL_KEY`]: such rows are encoded through `encode_identity`, whose fixed-width
+    /// fast path skips the per-field encoder bookkeeping.
+    small_scalar_key: bool,
 }
+
+/// Most fields of a row taken by the small-key path.
+const SMALL_KEY: usize = 4;
 
 impl Default for CallSite {
     fn default() -> Self {
@@ -50,6 +57,7 @@ impl Default for CallSite {
             nulls: Vec::new(),
             scratch: Vec::new(),
             domain: None,
+            small_scalar_key: false,
         }
     }
 }
@@ -142,6 +150,11 @@ impl CallSite {
             let f = unsafe { resolve_attribute(i, att, row_id, mcxt) };
             self.fields.push(f);
         }
+        self.small_scalar_key = self.fields.len() <= SMALL_KEY
+            && self
+                .fields
+                .iter()
+                .all(|f| matches!(f.reader, Reader::Scalar(_)));
         self.values = vec![pg_sys::Datum::from(0); natts];
         self.nulls = vec![true; natts];
         self.typid = typid;
@@ -181,6 +194,9 @@ impl CallSite {
             );
         }
         self.scratch.clear();
+        if self.small_scalar_key {
+            return self.encode_small_key(domain);
+        }
         let count = self.fields.len() as u32;
         let result = (|| {
             let mut enc = IdentityEncoder::begin(&mut self.scratch, domain, count)?;
@@ -223,5 +239,37 @@ impl CallSite {
             Err(e) => codec_error(&e, |i| self.fields.get(i).map(|f| f.name.as_str())),
         }
         crate::to_bytea(&self.scratch)
+    }
+
+    /// Encodes a row of at most [`SMALL_KEY`] scalar fields (already deformed) through
+    /// `encode_identity`, which takes its fixed-width fast path when every field qualifies
+    /// and the general path otherwise; the bytes are the same either way.
+    fn encode_small_key(&mut self, domain: Domain) -> *mut pg_sys::bytea {
+        let mut fields: [(TypeTag, Option<rowid_codec::Value<'_>>); SMALL_KEY] =
+            [(TypeTag::Bool, None); SMALL_KEY];
+        for (slot, f) in fields.iter_mut().zip(&self.fields) {
+            let Reader::Scalar(tag) = f.reader else {
+                malformed(&f.name, f.reader.tag());
+            };
+            let value = if self.nulls[f.attno] {
+                None
+            } else {
+                // SAFETY: the datum is of the type the tag was resolved from.
+                match unsafe { datum::read(tag, self.values[f.attno]) } {
+                    Ok(v) => Some(v),
+                    Err(_) => malformed(&f.name, tag),
+                }
+            };
+            *slot = (tag, value);
+        }
+        let n = self.fields.len();
+        let mut out = std::mem::take(&mut self.scratch);
+        let result = rowid_codec::encode_identity(&mut out, domain, &fields[..n]);
+        if let Err(e) = result {
+            codec_error(&e, |i| self.fields.get(i).map(|f| f.name.as_str()));
+        }
+        let bytea = crate::to_bytea(&out);
+        self.scratch = out;
+        bytea
     }
 }
