@@ -26,7 +26,7 @@ unsafe fn is_plain(v: *const pg_sys::varlena) -> bool {
 /// # Safety
 /// `datum` must be a non-NULL datum of a varlena type; the returned slice lives as long as
 /// the current memory context (the detoasted copy, if any, is palloc'd there).
-unsafe fn varlena_bytes<'a>(datum: pg_sys::Datum) -> &'a [u8] {
+pub unsafe fn varlena_bytes<'a>(datum: pg_sys::Datum) -> &'a [u8] {
     // SAFETY: the caller guarantees a varlena datum; a plain one is its own payload, and
     // pg_detoast_datum_packed returns a valid, possibly short-header varlena otherwise;
     // vardata_any/varsize_any_exhdr describe either.
@@ -37,15 +37,6 @@ unsafe fn varlena_bytes<'a>(datum: pg_sys::Datum) -> &'a [u8] {
         }
         std::slice::from_raw_parts(vardata_any(v).cast::<u8>(), varsize_any_exhdr(v))
     }
-}
-
-/// The bytes of a non-NULL `text` datum (see [`varlena_bytes`]).
-///
-/// # Safety
-/// As [`varlena_bytes`], for a `text` datum.
-pub unsafe fn text_bytes<'a>(datum: pg_sys::Datum) -> &'a [u8] {
-    // SAFETY: forwarded to the caller.
-    unsafe { varlena_bytes(datum) }
 }
 
 /// A composite datum as a tuple header, detoasted only when it is not plain.

@@ -3,8 +3,14 @@
 use pgrx::prelude::*;
 use rowid_codec::{Error, TypeTag};
 
-/// Raises a codec error as an SQL error naming the field.
-pub fn codec_error<'a>(e: &Error, field_name: impl Fn(usize) -> Option<&'a str>) -> ! {
+/// Raises a codec error as an SQL error naming the field: the one the error names, else
+/// `current`, the field being encoded when it happened (a resource limit inside a nested
+/// value carries no field index of its own).
+pub fn codec_error<'a>(
+    e: &Error,
+    current: Option<usize>,
+    field_name: impl Fn(usize) -> Option<&'a str>,
+) -> ! {
     let (code, field) = match e {
         Error::LimitExceeded { .. } => (PgSqlErrorCode::ERRCODE_PROGRAM_LIMIT_EXCEEDED, None),
         Error::InvalidValue { field, .. } => (
@@ -14,6 +20,7 @@ pub fn codec_error<'a>(e: &Error, field_name: impl Fn(usize) -> Option<&'a str>)
         _ => (PgSqlErrorCode::ERRCODE_DATA_EXCEPTION, None),
     };
     let name = field
+        .or(current)
         .and_then(&field_name)
         .map(|n| format!(" ({n})"))
         .unwrap_or_default();

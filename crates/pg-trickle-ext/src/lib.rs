@@ -102,7 +102,7 @@ STABLE PARALLEL SAFE LANGUAGE c AS 'MODULE_PATHNAME', 'encode_row_id_v2_wrapper'
                     "pgtrickle.encode_row_id_v2: domain must not be NULL"
                 );
             }
-            let domain_bytes = crate::datum::text_bytes(pgrx::pg_getarg_datum_raw(fcinfo, 0));
+            let domain_bytes = crate::datum::varlena_bytes(pgrx::pg_getarg_datum_raw(fcinfo, 0));
             if pgrx::pg_arg_is_null(fcinfo, 1) {
                 ereport!(
                     ERROR,

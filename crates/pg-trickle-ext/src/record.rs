@@ -198,9 +198,11 @@ impl CallSite {
             return self.encode_small_key(domain);
         }
         let count = self.fields.len() as u32;
+        let current = std::cell::Cell::new(None);
         let result = (|| {
             let mut enc = IdentityEncoder::begin(&mut self.scratch, domain, count)?;
-            for f in &self.fields {
+            for (i, f) in self.fields.iter().enumerate() {
+                current.set(Some(i));
                 let (datum, null) = (self.values[f.attno], self.nulls[f.attno]);
                 if null {
                     enc.null(f.reader.tag())?;
@@ -231,12 +233,15 @@ impl CallSite {
                     },
                 }
             }
+            current.set(None);
             enc.finish().map(Ok)
         })();
         match result {
             Ok(Ok(_)) => {}
             Ok(Err(f)) => malformed(&f.name, f.reader.tag()),
-            Err(e) => codec_error(&e, |i| self.fields.get(i).map(|f| f.name.as_str())),
+            Err(e) => codec_error(&e, current.get(), |i| {
+                self.fields.get(i).map(|f| f.name.as_str())
+            }),
         }
         crate::to_bytea(&self.scratch)
     }
@@ -266,7 +271,7 @@ impl CallSite {
         let mut out = std::mem::take(&mut self.scratch);
         let result = rowid_codec::encode_identity(&mut out, domain, &fields[..n]);
         if let Err(e) = result {
-            codec_error(&e, |i| self.fields.get(i).map(|f| f.name.as_str()));
+            codec_error(&e, None, |i| self.fields.get(i).map(|f| f.name.as_str()));
         }
         let bytea = crate::to_bytea(&out);
         self.scratch = out;

@@ -210,8 +210,8 @@ pub fn encode_identity(
 const FIXED_FAST_FIELDS: usize = 4;
 
 /// The fast path of [`encode_identity`] for up to four non-NULL fields of fixed-width
-/// families that need no validation (integers, oid, floats, uuid, date, timestamps, bool,
-/// interval, macaddr): one reservation, then straight writes, without the per-field
+/// families (integers, oid, floats, uuid, date/time types, bool, interval, macaddr): one
+/// reservation, then the same payload writer as the general path, without the per-field
 /// bookkeeping of [`IdentityEncoder`]. Returns `None`, with `buf` as it was, for anything
 /// else. The bytes are those of the general path: the property tests and vectors encode
 /// through `encode_identity`, and a unit test compares the two paths.
@@ -233,26 +233,16 @@ fn encode_fixed(
             buf.truncate(start);
             return None;
         };
+        // Fixed-width payloads only; a refused value (time past 24:00, ...) falls back too,
+        // so the general path reports it with its field index.
+        if tag.fixed_width().is_none() {
+            buf.truncate(start);
+            return None;
+        }
         buf.extend_from_slice(&[*tag as u8, VALUE_STATE]);
-        match v {
-            Value::Bool(b) => buf.push(*b as u8),
-            Value::Int2(x) => buf.extend_from_slice(&flip_i16(*x)),
-            Value::Int4(x) | Value::Date(x) => buf.extend_from_slice(&flip_i32(*x)),
-            Value::Int8(x) | Value::Timestamp(x) | Value::Timestamptz(x) => {
-                buf.extend_from_slice(&flip_i64(*x))
-            }
-            Value::Oid(x) => buf.extend_from_slice(&x.to_be_bytes()),
-            Value::Float4(x) => buf.extend_from_slice(&float4_key(*x)),
-            Value::Float8(x) => buf.extend_from_slice(&float8_key(*x)),
-            Value::Uuid(u) => buf.extend_from_slice(u),
-            Value::Interval(i) => buf.extend_from_slice(&flip_i128(i.cmp_value())),
-            Value::Macaddr(m) => buf.extend_from_slice(m),
-            Value::Macaddr8(m) => buf.extend_from_slice(m),
-            // Variable-width or validated families take the general path.
-            _ => {
-                buf.truncate(start);
-                return None;
-            }
+        if put_payload(buf, 0, v, 1).is_err() {
+            buf.truncate(start);
+            return None;
         }
     }
     buf.push(TUPLE_END);

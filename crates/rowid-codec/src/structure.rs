@@ -98,16 +98,6 @@ pub enum RangeBound {
     Exclusive(OwnedValue),
 }
 
-impl RangeBound {
-    /// The bound's value, if finite.
-    pub fn value(&self) -> Option<&OwnedValue> {
-        match self {
-            RangeBound::Infinite => None,
-            RangeBound::Inclusive(v) | RangeBound::Exclusive(v) => Some(v),
-        }
-    }
-}
-
 /// The two bounds of a non-empty range.
 #[derive(Clone, Debug, PartialEq)]
 pub struct RangeBounds {
@@ -215,17 +205,6 @@ impl Shape {
             Shape::Multirange(_) => TypeTag::Multirange,
             Shape::Jsonb => TypeTag::Jsonb,
             Shape::Record(_) => TypeTag::Record,
-        }
-    }
-
-    /// Levels of structure in this shape: 0 for a scalar, 1 + the deepest component otherwise
-    /// (jsonb counts as 1 here; its documents add their own nesting).
-    pub fn depth(&self) -> u32 {
-        match self {
-            Shape::Scalar(_) => 0,
-            Shape::Jsonb => 1,
-            Shape::Array(s) | Shape::Range(s) | Shape::Multirange(s) => 1 + s.depth(),
-            Shape::Record(fields) => 1 + fields.iter().map(Shape::depth).max().unwrap_or(0),
         }
     }
 }

@@ -301,12 +301,6 @@ impl TypeTag {
         }
     }
 
-    /// True for the structural families (`41`–`FE`, spec §6.2): their payloads frame other
-    /// fields' payloads.
-    pub const fn is_structural(self) -> bool {
-        (self as u8) >= 0x41
-    }
-
     /// True for the scalar families (`01`–`3F`).
     pub const fn is_scalar(self) -> bool {
         (self as u8) < 0x40

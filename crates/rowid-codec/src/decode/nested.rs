@@ -68,6 +68,26 @@ fn read_marker(src: &mut dyn Source, ctx: &FieldCtx, allowed: &[u8]) -> Result<u
     }
 }
 
+/// Reads list items until `LIST_END`, counting them against `MAX_ELEMENTS`; `item` reads one
+/// item given its leading byte and that byte's offset. Returns the item count.
+fn read_list(
+    src: &mut dyn Source,
+    ctx: &mut FieldCtx,
+    mut item: impl FnMut(&mut dyn Source, &mut FieldCtx, u8, usize) -> Result<()>,
+) -> Result<usize> {
+    let mut count = 0usize;
+    loop {
+        let at = src.offset();
+        let b = need(src)?;
+        if b == LIST_END {
+            return Ok(count);
+        }
+        item(src, ctx, b, at)?;
+        count += 1;
+        check_count(count)?;
+    }
+}
+
 pub(super) fn parse_array(
     src: &mut dyn Source,
     ctx: &mut FieldCtx,
@@ -77,25 +97,23 @@ pub(super) fn parse_array(
     ctx.child_depth = 1;
     let element = read_tag(src, ctx)?;
     let mut elements = Vec::new();
-    let mut count = 0usize;
-    loop {
-        match read_marker(src, ctx, &[LIST_END, ITEM_VALUE, ITEM_NULL])? {
-            LIST_END => break,
-            ITEM_NULL => {
-                if ctx.keep {
-                    elements.push(None);
-                }
+    let count = read_list(src, ctx, |src, ctx, b, at| {
+        let v = match b {
+            ITEM_NULL => None,
+            ITEM_VALUE => read_item(src, ctx, element, level)?,
+            found => {
+                return Err(Error::InvalidNullState {
+                    field: ctx.field,
+                    offset: at,
+                    found,
+                });
             }
-            _ => {
-                let v = read_item(src, ctx, element, level)?;
-                if ctx.keep {
-                    elements.push(v);
-                }
-            }
+        };
+        if ctx.keep {
+            elements.push(v);
         }
-        count += 1;
-        check_count(count)?;
-    }
+        Ok(())
+    })?;
     let ndims = usize::from(need(src)?);
     if ndims > MAX_ARRAY_DIMS {
         return Err(ctx.non_canonical("more than 6 dimensions"));
@@ -186,21 +204,16 @@ pub(super) fn parse_multirange(
     ctx.child_depth = 1;
     let subtype = read_tag(src, ctx)?;
     let mut ranges = Vec::new();
-    let mut count = 0usize;
-    loop {
-        match need(src)? {
-            LIST_END => break,
-            range_state::BOUNDED => {
-                let b = read_bounds(src, ctx, subtype, level)?;
-                if ctx.keep {
-                    ranges.push(b);
-                }
-            }
-            _ => return Err(ctx.non_canonical("multirange item byte is neither 00 nor 01")),
+    read_list(src, ctx, |src, ctx, b, _| {
+        if b != range_state::BOUNDED {
+            return Err(ctx.non_canonical("multirange item byte is neither 00 nor 01"));
         }
-        count += 1;
-        check_count(count)?;
-    }
+        let r = read_bounds(src, ctx, subtype, level)?;
+        if ctx.keep {
+            ranges.push(r);
+        }
+        Ok(())
+    })?;
     Ok(ctx
         .keep
         .then_some(OwnedValue::Multirange(MultirangeValue { subtype, ranges })))

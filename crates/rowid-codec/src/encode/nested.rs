@@ -107,6 +107,37 @@ pub(super) fn put_array(buf: &mut Vec<u8>, field: u32, a: &ArrayValue, level: u3
     Ok(())
 }
 
+/// One bound: `00` (-infinity) or `02` (+infinity), or `01`, the value, and the inclusivity
+/// byte, which sorts `[v` before `(v` and `v)` before `v]` (spec §6.4).
+fn put_bound(
+    buf: &mut Vec<u8>,
+    field: u32,
+    subtype: TypeTag,
+    b: &RangeBound,
+    lower: bool,
+    level: u32,
+) -> Result<()> {
+    match b {
+        RangeBound::Infinite => buf.push(if lower {
+            bound::LOWER_INFINITE
+        } else {
+            bound::UPPER_INFINITE
+        }),
+        RangeBound::Inclusive(v) | RangeBound::Exclusive(v) => {
+            buf.push(bound::FINITE);
+            put_item(buf, field, subtype, v, level)?;
+            let inclusive = matches!(b, RangeBound::Inclusive(_));
+            buf.push(if inclusive == lower {
+                bound::LOWER_INCLUSIVE_OR_UPPER_EXCLUSIVE
+            } else {
+                bound::LOWER_EXCLUSIVE_OR_UPPER_INCLUSIVE
+            });
+        }
+    }
+    Ok(())
+}
+
+/// `01 LOWER UPPER`: a non-empty range's bounds.
 fn put_bounds(
     buf: &mut Vec<u8>,
     field: u32,
@@ -115,31 +146,8 @@ fn put_bounds(
     level: u32,
 ) -> Result<()> {
     buf.push(range_state::BOUNDED);
-    match &b.lower {
-        RangeBound::Infinite => buf.push(bound::LOWER_INFINITE),
-        RangeBound::Inclusive(v) | RangeBound::Exclusive(v) => {
-            buf.push(bound::FINITE);
-            put_item(buf, field, subtype, v, level)?;
-            buf.push(if matches!(b.lower, RangeBound::Inclusive(_)) {
-                bound::LOWER_INCLUSIVE_OR_UPPER_EXCLUSIVE
-            } else {
-                bound::LOWER_EXCLUSIVE_OR_UPPER_INCLUSIVE
-            });
-        }
-    }
-    match &b.upper {
-        RangeBound::Infinite => buf.push(bound::UPPER_INFINITE),
-        RangeBound::Inclusive(v) | RangeBound::Exclusive(v) => {
-            buf.push(bound::FINITE);
-            put_item(buf, field, subtype, v, level)?;
-            buf.push(if matches!(b.upper, RangeBound::Inclusive(_)) {
-                bound::LOWER_EXCLUSIVE_OR_UPPER_INCLUSIVE
-            } else {
-                bound::LOWER_INCLUSIVE_OR_UPPER_EXCLUSIVE
-            });
-        }
-    }
-    Ok(())
+    put_bound(buf, field, subtype, &b.lower, true, level)?;
+    put_bound(buf, field, subtype, &b.upper, false, level)
 }
 
 /// Range (spec §6.4): `SUBTYPE_TAG (00 | 01 LOWER UPPER)`.

@@ -1,6 +1,6 @@
 //! `jsonb_send` (spec/wire-format.md §9): a version byte `01` followed by JSON text, parsed
 //! the way `jsonb_in` reads it: numbers become numerics (`1.0` and `1.00` are the same
-//! value), `\uXXXX` escapes become UTF-8, `\u0000` is rejected, and of duplicate object keys
+//! value), `\u` escapes (four hex digits, surrogate pairs joined) become UTF-8, `\u0000` is rejected, and of duplicate object keys
 //! the last wins, with keys in jsonb's order.
 //!
 //! The text is assumed to be UTF-8 (the database encoding the WAL path supports).
