@@ -1,4 +1,4 @@
-//! Criterion benchmarks of the codec (issue #7 §1): for every workload, V2 encode, decode
+//! Criterion benchmarks of the codec (RESULTS.md §1): for every workload, V2 encode, decode
 //! and probe, against the V1 text+XXH3 scheme, `memcomparable` and a plain copy, all in one
 //! run. `cargo xtask bench` reads the medians and reports ns/identity and ratios.
 

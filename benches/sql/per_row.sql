@@ -1,4 +1,4 @@
--- Per-row cost inside PostgreSQL (issue #7 §2), run by `cargo xtask bench` with psql
+-- Per-row cost inside PostgreSQL (RESULTS.md §2), run by `cargo xtask bench` with psql
 -- variables :rows (10^6; 10^4 with --quick) and :rounds.
 --
 -- Every case is `SELECT count(<expr>) FROM <table>` over the same rows in one session;

@@ -1,4 +1,4 @@
--- Physical comparison of storage layouts (issue #7 §3; design proposal §13), run by
+-- Physical comparison of storage layouts (RESULTS.md §3), run by
 -- `cargo xtask bench` with psql variables :rows and :phase (load | sizes | apply; apply
 -- also takes :layout and :delta).
 --

@@ -1,4 +1,4 @@
--- The probe prefix length P (issue #7 §4; spec/probe.md), run by `cargo xtask bench` with
+-- The probe prefix length P (RESULTS.md §4; spec/probe.md), run by `cargo xtask bench` with
 -- psql variable :rows (identities per data set).
 --
 -- Four data sets of identities:

@@ -1,7 +1,7 @@
 //! The benchmark workloads: named identities of owned field values.
 
-use rowid_codec::send::decimal_to_numeric;
 use rowid_codec::{Digits, Interval, Numeric, OwnedNumeric, TypeTag, Value};
+use rowid_testkit::numeric::parse_numeric;
 
 /// One field value, owned, in the form each scheme needs.
 #[derive(Clone, Debug)]
@@ -42,11 +42,7 @@ impl Field {
     /// A numeric from decimal text (`"-12.5"`).
     pub fn numeric(text: &str) -> Field {
         let negative = text.starts_with('-');
-        let unsigned = text.trim_start_matches('-');
-        let (int, frac) = unsigned.split_once('.').unwrap_or((unsigned, ""));
-        let digits: Vec<u8> = int.bytes().chain(frac.bytes()).map(|b| b - b'0').collect();
-        let parsed = decimal_to_numeric(negative, &digits, -(frac.len() as i64))
-            .unwrap_or_else(|| panic!("{text} is not a numeric"));
+        let parsed = parse_numeric(text).unwrap_or_else(|| panic!("{text} is not a numeric"));
         let short: String = text.chars().take(if negative { 29 } else { 28 }).collect();
         Field::Numeric {
             text: text.to_string(),
@@ -148,7 +144,7 @@ const UUID: [u8; 16] = [
     0xa0, 0xee, 0xbc, 0x99, 0x9c, 0x0b, 0x4e, 0xf8, 0xbb, 0x6d, 0x6b, 0xb9, 0xbd, 0x38, 0x0a, 0x11,
 ];
 
-/// Every workload of issue #7 §1, in report order.
+/// Every workload of the codec benchmark, in report order.
 pub fn workloads() -> Vec<Workload> {
     let wide = vec![
         Field::Int4(17),

@@ -10,7 +10,8 @@
 use libfuzzer_sys::fuzz_target;
 use rowid_codec::probe::{PROBE_PREFIX_CANDIDATES, max_probe_len, probe_with_prefix};
 use rowid_codec::send::{jsonb_from_text, owned_from_send, value_from_send};
-use rowid_codec::structure::{JsonbValue, Shape};
+use rowid_codec::structure::Shape;
+use rowid_codec::value::JsonbValue;
 use rowid_codec::{Domain, OwnedValue, TypeTag, Value, decode, encode_identity, validate};
 
 fn reencode(id: &rowid_codec::DecodedIdentity) -> Vec<u8> {

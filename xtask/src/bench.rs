@@ -1,5 +1,6 @@
-//! `cargo xtask bench [--quick]`: every measurement of issue #7, each with its baselines in
-//! the same run, written to `target/bench/report.md` (benches/RESULTS.md quotes a full run).
+//! `cargo xtask bench [--quick]`: every performance measurement of the project (the codec,
+//! per-row cost in SQL, storage layouts, probe prefixes), each with its baselines in the same
+//! run, written to `target/bench/report.md` (benches/RESULTS.md discusses a full run).
 //!
 //! 1. the codec (criterion, `benches/benches/codec.rs`): V2 encode/decode/probe against the
 //!    V1 text+XXH3 scheme, memcomparable and a plain copy;
@@ -65,7 +66,7 @@ fn codec(quick: bool, report: &mut String) -> Result<(), String> {
         return Ok(());
     }
     exec(&mut c)?;
-    let groups = rowid_benches::workloads();
+    let groups = workloads()?;
     report.push_str(
         "## 1. Codec (criterion medians, ns per identity)\n\n\
          | workload | V2 encode | V2 decode | V2 probe | V1 text+xxh3 | memcomparable | copy | \
@@ -74,12 +75,12 @@ fn codec(quick: bool, report: &mut String) -> Result<(), String> {
     for w in &groups {
         let mut m = BTreeMap::new();
         for f in FUNCTIONS {
-            m.insert(f, median_ns(w.name, f)?);
+            m.insert(f, median_ns(w, f)?);
         }
         let _ = writeln!(
             report,
             "| {} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.2} | {:.2} | {:.2} |",
-            w.name,
+            w,
             m["v2_encode"],
             m["v2_decode"],
             m["v2_probe"],
@@ -93,6 +94,43 @@ fn codec(quick: bool, report: &mut String) -> Result<(), String> {
     }
     report.push('\n');
     Ok(())
+}
+
+/// The workload names, in the benches' order, as the bench binary lists them
+/// (`group/function: benchmark` lines), so xtask need not link the benches crate.
+fn workloads() -> Result<Vec<String>, String> {
+    let out = cargo()
+        .args([
+            "bench",
+            "-p",
+            "rowid-benches",
+            "--bench",
+            "codec",
+            "--",
+            "--list",
+        ])
+        .output()
+        .map_err(|e| format!("cargo bench --list: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "cargo bench --list failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    let mut groups: Vec<String> = Vec::new();
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        if let Some((group, _)) = line
+            .strip_suffix(": benchmark")
+            .and_then(|name| name.split_once('/'))
+            && !groups.iter().any(|g| g == group)
+        {
+            groups.push(group.to_string());
+        }
+    }
+    if groups.is_empty() {
+        return Err("cargo bench --list named no workloads".into());
+    }
+    Ok(groups)
 }
 
 fn sql_dir() -> PathBuf {
@@ -112,7 +150,7 @@ fn per_row(cluster: &Cluster, sizes: &Sizes, report: &mut String) -> Result<(), 
         "2. per-row cost inside PostgreSQL ({} rows, {} rounds)",
         sizes.rows, sizes.rounds
     ));
-    let out = cluster.psql_file(
+    let out = cluster.psql().file(
         &sql_dir().join("per_row.sql"),
         &[
             ("rows", sizes.rows.to_string()),
@@ -169,7 +207,7 @@ fn table(
     header: &str,
     report: &mut String,
 ) -> Result<(), String> {
-    let out = cluster.psql_file(script, vars)?;
+    let out = cluster.psql().file(script, vars)?;
     let lines = rows(&out, kind);
     if lines.is_empty() {
         return Err(format!("{} produced no {kind} rows", script.display()));
@@ -199,7 +237,7 @@ fn physical(cluster: &Cluster, sizes: &Sizes, report: &mut String) -> Result<(),
     )?;
     // Out of cache: shared buffers a quarter of the smallest index (V1's), empty after a
     // restart before every apply.
-    let out = cluster.psql_file(
+    let out = cluster.psql().file(
         &script,
         &[("rows", sizes.rows.to_string()), ("phase", "sizes".into())],
     )?;
@@ -224,7 +262,7 @@ fn physical(cluster: &Cluster, sizes: &Sizes, report: &mut String) -> Result<(),
     ] {
         for delta in ["ordered", "random"] {
             cluster.restart(&format!("-c shared_buffers={shared_kb}kB"))?;
-            let out = cluster.psql_file(
+            let out = cluster.psql().file(
                 &script,
                 &[
                     ("rows", sizes.rows.to_string()),
@@ -296,7 +334,7 @@ pub fn run(quick: bool) -> Result<(), String> {
         install.arg("--release");
     }
     exec(&mut install)?;
-    let cluster = Cluster::start(Source::Debian.bindir()?, "pg-bench", 55_390)?;
+    let cluster = crate::pg::cluster(&Source::Debian.bindir()?, "pg-bench", 55_390)?;
     per_row(&cluster, &sizes, &mut report)?;
     physical(&cluster, &sizes, &mut report)?;
     probe(&cluster, &sizes, &mut report)?;

@@ -6,8 +6,6 @@
 //! storage index with `rowid-registry`, applies an update through the exact-match SQL the
 //! registry generates, and stops the cluster.
 
-use std::process::Command;
-
 use rowid_codec::Domain;
 use rowid_codec::probe::PROBE_V1_PREFIX_LEN;
 use rowid_registry::catalog::oid;
@@ -22,24 +20,7 @@ use crate::setup;
 use crate::shell::{cargo, exec, root, step};
 
 fn psql(cluster: &Cluster, sql: &str) -> Result<String, String> {
-    let out = Command::new(cluster.bindir().join("psql"))
-        .args(cluster.psql_args().split_whitespace())
-        .args([
-            "-X",
-            "-q",
-            "-v",
-            "ON_ERROR_STOP=1",
-            "-P",
-            "pager=off",
-            "-c",
-            sql,
-        ])
-        .output()
-        .map_err(|e| format!("psql: {e}"))?;
-    if !out.status.success() {
-        return Err(format!("psql: {}", String::from_utf8_lossy(&out.stderr)));
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    cluster.psql().show(sql)
 }
 
 fn show(cluster: &Cluster, title: &str, sql: &str) -> Result<(), String> {
@@ -100,7 +81,7 @@ pub fn run() -> Result<(), String> {
     exec(&mut install)?;
     step("throwaway cluster under target/demo");
     let bindir = crate::pg::Source::Debian.bindir()?;
-    let cluster = Cluster::start(bindir, "demo", 55_399)?;
+    let cluster = crate::pg::cluster(&bindir, "demo", 55_399)?;
 
     psql(&cluster, "CREATE EXTENSION pg_trickle_ext")?;
     psql(

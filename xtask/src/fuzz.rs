@@ -19,7 +19,7 @@ fn seed_corpus(dir: &Path) -> Result<usize, String> {
                 .iter()
                 .find_map(|k| line.strip_prefix(k))
                 .and_then(|rest| rest.split('"').next());
-            if let Some(bytes) = hex.and_then(rowid_vectors::from_hex) {
+            if let Some(bytes) = hex.and_then(rowid_testkit::hex::from_hex) {
                 let name = dir.join(format!("{}-{i}", file.trim_end_matches(".json")));
                 std::fs::write(&name, bytes).map_err(|e| format!("{}: {e}", name.display()))?;
                 n += 1;

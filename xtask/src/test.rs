@@ -4,16 +4,17 @@ use std::time::Instant;
 
 use crate::setup::{self, BIG_ENDIAN_TARGET, NO_STD_TARGET};
 use crate::shell::{Counts, cargo, cmd, exec, root, run_tests, step};
-use crate::{fuzz, pg, vectors};
+use crate::{fuzz, package, pg, release, sql, vectors};
 
 /// Seconds of decoder fuzzing in the test run.
 const FUZZ_SMOKE_SECONDS: u32 = 45;
 
 /// Crates whose tests also run on the big-endian target (no PostgreSQL, no host tools).
-const PORTABLE_CRATES: [&str; 4] = [
+const PORTABLE_CRATES: [&str; 5] = [
     "rowid-codec",
     "rowid-pgoutput",
     "rowid-registry",
+    "rowid-testkit",
     "rowid-vectors",
 ];
 
@@ -25,8 +26,8 @@ fn with_extension(major: u32) -> bool {
 
 /// The server-judged tests, on a throwaway cluster of one major.
 fn server_checks(major: u32, source: pg::Source) -> Result<Counts, String> {
-    let cluster = pg::Cluster::start(
-        source.bindir()?,
+    let cluster = pg::cluster(
+        &source.bindir()?,
         &format!("pg-oracle-{major}"),
         55_400 + major as u16,
     )?;
@@ -51,7 +52,7 @@ fn server_checks(major: u32, source: pg::Source) -> Result<Counts, String> {
         let mut c = cargo();
         c.args(["test", "--release", "-p", krate, "--test", test])
             .args(["--", "--ignored", "--nocapture"])
-            .env("ROWID_ORACLE_PSQL_ARGS", cluster.psql_args())
+            .env(rowid_testkit::psql::ARGS_ENV, cluster.psql_args())
             .env(
                 "ROWID_ORACLE_EXTENSION",
                 if with_extension(major) { "1" } else { "0" },
@@ -96,11 +97,14 @@ pub fn run() -> Result<(), String> {
 
     // The default workspace members: everything but the extension, which needs pgrx's setup
     // and is checked in its own step below.
-    step("clippy, warnings are errors (codec, registry, vectors, xtask)");
+    step("clippy, warnings are errors (codec, registry, pgoutput, vectors, test kit, xtask)");
     exec(cargo().args(["clippy", "--all-targets", "--", "-D", "warnings"]))?;
 
     step("tests (x86_64)");
     counts.add(run_tests(cargo().args(["test", "--release"]))?);
+
+    step("release readiness: docs without warnings, crates ship only sources, README, licenses");
+    release::check()?;
 
     // The extension is built, tested and installed on every supported major: 15 from Debian,
     // 16-18 from PyPI (their pg_config and headers come with the wheel).
@@ -134,6 +138,11 @@ pub fn run() -> Result<(), String> {
             .arg(pg_config);
         exec(&mut install)?;
     }
+
+    step("the extension's install script is current (cargo xtask sql --check)");
+    sql::check()?;
+    step("an installable package of the extension (cargo pgrx package)");
+    package::run(true)?;
 
     for (major, source) in pg::MAJORS {
         let what = if with_extension(major) {

@@ -37,10 +37,9 @@ mod pgtrickle {
             .ok()
             .filter(|p| rowid_codec::probe::PROBE_PREFIX_CANDIDATES.contains(p))
         else {
-            ereport!(
-                ERROR,
-                PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
-                "pgtrickle.bench_row_probe: P must be 32, 64, 128 or 256"
+            crate::errors::invalid_argument(
+                "pgtrickle.bench_row_probe",
+                "P must be 32, 64, 128 or 256".into(),
             );
         };
         let mut out = Vec::with_capacity(id.len().min(p + 16));

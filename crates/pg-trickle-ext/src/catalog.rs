@@ -1,10 +1,20 @@
-//! Catalog facts for the registry: a type OID to the registry's `TypeRef`, the server's
-//! context, and the `pgtrickle.row_id` domain. Used when a call site's cache is built and by
-//! the validation functions; never per row.
+//! Every catalog read of the extension: a type OID to the registry's `TypeRef`, collations,
+//! a relation's index candidates and columns, the server's context, and the
+//! `pgtrickle.row_id` domain. Used when a call site's cache is built and by the validation
+//! functions; never per row. Syscache and lsyscache lookups where they suffice; fixed SPI
+//! queries for what spans several catalogs (index keys, the database default collation).
 
 use pgrx::pg_sys;
-use rowid_registry::{Collation, CollationProvider, CompositeField, ServerContext, TypeRef};
+use pgrx::prelude::*;
+use pgrx::spi::SpiResult;
+use rowid_registry::{
+    Collation, CollationProvider, CompositeField, FieldSpec, IndexCandidate, KeyColumn, OpClass,
+    ServerContext, TypeRef,
+};
 
+use crate::errors;
+
+/// The facts resolution and planning depend on: major, database encoding, block size.
 pub fn server_context() -> ServerContext {
     ServerContext {
         pg_major: pg_sys::PG_VERSION_NUM / 10_000,
@@ -20,6 +30,160 @@ pub fn type_name(oid: pg_sys::Oid) -> String {
     unsafe { std::ffi::CStr::from_ptr(pg_sys::format_type_be(oid)) }
         .to_string_lossy()
         .into_owned()
+}
+
+/// The result of a fixed catalog query; a failure is an internal error.
+fn spi<T>(r: SpiResult<T>) -> T {
+    r.unwrap_or_else(|e| errors::catalog_query(&e))
+}
+
+/// A collation's facts from pg_collation (the database default resolved to the database's
+/// provider and locale).
+pub fn collation(oid: pg_sys::Oid) -> Option<Collation> {
+    let oid = u32::from(oid);
+    if oid == 0 {
+        return None;
+    }
+    let query = format!(
+        "SELECT c.collname::text, \
+                CASE WHEN c.collprovider = 'd' THEN d.datlocprovider::text ELSE c.collprovider::text END, \
+                c.collisdeterministic, \
+                CASE WHEN c.collprovider = 'd' THEN d.datcollate ELSE coalesce(c.collcollate, '') END \
+         FROM pg_collation c, pg_database d \
+         WHERE c.oid = {oid} AND d.datname = current_database()"
+    );
+    spi(Spi::connect(|c| {
+        let rows = c.select(&query, None, &[])?;
+        let mut out = None;
+        for row in rows {
+            let provider = match row.get::<String>(2)?.as_deref() {
+                Some("c") => CollationProvider::Libc,
+                Some("i") => CollationProvider::Icu,
+                Some("b") => CollationProvider::Builtin,
+                _ => CollationProvider::Default,
+            };
+            out = Some(Collation {
+                name: row.get::<String>(1)?.unwrap_or_default(),
+                provider,
+                deterministic: row.get::<bool>(3)?.unwrap_or(false),
+                locale: row.get::<String>(4)?.unwrap_or_default(),
+            });
+        }
+        Ok(out)
+    }))
+}
+
+/// The index candidates of `rel` as catalog data.
+pub fn index_candidates(rel: pg_sys::Oid) -> Vec<IndexCandidate> {
+    let query = format!(
+        "SELECT i.indexrelid::regclass::text, i.indisprimary, i.indisunique, \
+                i.indisvalid AND i.indisready, i.indpred IS NOT NULL, i.indexprs IS NOT NULL, \
+                NOT i.indimmediate, i.indnullsnotdistinct, \
+                array_agg(coalesce(a.attname::text, '') ORDER BY k.ord), \
+                array_agg(coalesce(a.attnotnull, false) ORDER BY k.ord), \
+                array_agg(coalesce(a.atttypid, 0) ORDER BY k.ord), \
+                array_agg(coalesce(a.atttypmod, -1) ORDER BY k.ord), \
+                array_agg(k.coll ORDER BY k.ord), \
+                array_agg(coalesce(oc.opcdefault, false) ORDER BY k.ord), \
+                array_agg(coalesce(oc.opcname::text, '') ORDER BY k.ord) \
+         FROM pg_index i \
+         CROSS JOIN LATERAL unnest(i.indkey::int2[], i.indcollation::oid[], i.indclass::oid[]) \
+              WITH ORDINALITY AS k(attnum, coll, opclass, ord) \
+         LEFT JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum AND k.attnum > 0 \
+         LEFT JOIN pg_opclass oc ON oc.oid = k.opclass \
+         WHERE i.indrelid = {} AND k.ord <= i.indnkeyatts \
+         GROUP BY 1, 2, 3, 4, 5, 6, 7, 8 ORDER BY 1",
+        u32::from(rel)
+    );
+    spi(Spi::connect(|c| {
+        let mut out = Vec::new();
+        for row in c.select(&query, None, &[])? {
+            let names: Vec<String> = row.get(9)?.unwrap_or_default();
+            let not_null: Vec<bool> = row.get(10)?.unwrap_or_default();
+            let types: Vec<pg_sys::Oid> = row.get(11)?.unwrap_or_default();
+            let typmods: Vec<i32> = row.get(12)?.unwrap_or_default();
+            let colls: Vec<pg_sys::Oid> = row.get(13)?.unwrap_or_default();
+            let defaults: Vec<bool> = row.get(14)?.unwrap_or_default();
+            let opcnames: Vec<String> = row.get(15)?.unwrap_or_default();
+            let columns = (0..names.len())
+                .map(|k| KeyColumn {
+                    name: names[k].clone(),
+                    not_null: not_null[k],
+                    field: FieldSpec {
+                        expr: names[k].clone(),
+                        // Expression columns (attnum 0) have no column type; such an
+                        // index is ineligible before its columns are resolved.
+                        ty: if types[k] == pg_sys::InvalidOid {
+                            TypeRef::Other {
+                                oid: 0,
+                                name: "expression".into(),
+                            }
+                        } else {
+                            type_ref(types[k], &collation)
+                        },
+                        typmod: typmods[k],
+                        collation: collation(colls[k]),
+                        opclass: if defaults[k] {
+                            OpClass::Default
+                        } else {
+                            OpClass::NonDefault(opcnames[k].clone())
+                        },
+                    },
+                })
+                .collect();
+            out.push(IndexCandidate {
+                name: row.get::<String>(1)?.unwrap_or_default(),
+                primary: row.get::<bool>(2)?.unwrap_or(false),
+                unique: row.get::<bool>(3)?.unwrap_or(false),
+                valid: row.get::<bool>(4)?.unwrap_or(false),
+                partial: row.get::<bool>(5)?.unwrap_or(false),
+                expressions: row.get::<bool>(6)?.unwrap_or(false),
+                deferrable: row.get::<bool>(7)?.unwrap_or(false),
+                nulls_not_distinct: row.get::<bool>(8)?.unwrap_or(false),
+                columns,
+            });
+        }
+        Ok(out)
+    }))
+}
+
+/// Every user column of `rel`, for the keyless rule.
+pub fn all_columns(rel: pg_sys::Oid) -> Vec<FieldSpec> {
+    let query = format!(
+        "SELECT attname::text, atttypid, atttypmod, attcollation FROM pg_attribute \
+         WHERE attrelid = {} AND attnum > 0 AND NOT attisdropped ORDER BY attnum",
+        u32::from(rel)
+    );
+    spi(Spi::connect(|c| {
+        let mut out = Vec::new();
+        for row in c.select(&query, None, &[])? {
+            let name = row.get::<String>(1)?.unwrap_or_default();
+            let ty = row.get::<pg_sys::Oid>(2)?.unwrap_or(pg_sys::InvalidOid);
+            out.push(FieldSpec {
+                expr: name,
+                ty: type_ref(ty, &collation),
+                typmod: row.get::<i32>(3)?.unwrap_or(-1),
+                collation: collation(row.get::<pg_sys::Oid>(4)?.unwrap_or(pg_sys::InvalidOid)),
+                opclass: OpClass::Default,
+            });
+        }
+        Ok(out)
+    }))
+}
+
+/// `rel`'s name as `regclass` prints it (schema-qualified when not on the search path).
+pub fn relation_name(rel: pg_sys::Oid) -> String {
+    spi(Spi::get_one::<String>(&format!(
+        "SELECT {}::regclass::text",
+        u32::from(rel)
+    )))
+    .unwrap_or_default()
+}
+
+/// The collation of a type when none is given (`typcollation`), with its facts.
+pub fn type_collation(ty: pg_sys::Oid) -> Option<Collation> {
+    // SAFETY: an lsyscache lookup on a type OID.
+    collation(unsafe { pg_sys::get_typcollation(ty) })
 }
 
 /// The OID of `pgtrickle.row_id`, the domain that marks child identities.
@@ -69,6 +233,7 @@ fn type_ref_at(oid: pg_sys::Oid, collation: CollationLookup<'_>, depth: u32) -> 
         let base = pg_sys::getBaseTypeAndTypmod(oid, &mut typmod);
         if base != oid {
             return TypeRef::Domain {
+                oid: u32::from(oid),
                 name,
                 base: Box::new(nested(base)),
             };
@@ -79,26 +244,33 @@ fn type_ref_at(oid: pg_sys::Oid, collation: CollationLookup<'_>, depth: u32) -> 
             return TypeRef::AnonymousRecord;
         }
         if pg_sys::type_is_enum(oid) {
-            return TypeRef::Enum { name };
+            return TypeRef::Enum {
+                oid: u32::from(oid),
+                name,
+            };
         }
         let element = pg_sys::get_element_type(oid);
         if element != pg_sys::InvalidOid {
             return TypeRef::Array {
+                oid: u32::from(oid),
                 name,
                 element: Box::new(nested(element)),
             };
         }
         match pg_sys::get_typtype(oid) as u8 {
             b'c' => TypeRef::Composite {
+                oid: u32::from(oid),
                 name,
                 fields: composite_fields(oid, collation, depth),
             },
             b'r' => TypeRef::Range {
+                oid: u32::from(oid),
                 name,
                 subtype: Box::new(nested(pg_sys::get_range_subtype(oid))),
                 collation: collation(pg_sys::get_range_collation(oid)),
             },
             b'm' => TypeRef::Multirange {
+                oid: u32::from(oid),
                 name,
                 range: Box::new(nested(pg_sys::get_multirange_range(oid))),
             },
@@ -152,15 +324,31 @@ pub fn attribute_name(att: &pg_sys::FormData_pg_attribute) -> String {
         .into_owned()
 }
 
-/// What the encoder needs of a collation: whether it is deterministic (the registry rejects
-/// non-deterministic ones). Order claims are not made on this path, so the provider and
-/// locale are left unresolved; `validate_*` use the full facts from `pg_collation`.
+/// What the encoder needs of a collation: its name (for messages) and whether it is
+/// deterministic (the registry rejects non-deterministic ones), from the syscache. Order
+/// claims are not made on this path, so the provider and locale are left unresolved;
+/// validation uses [`collation`], which has them.
 pub fn encoder_collation(oid: pg_sys::Oid) -> Option<Collation> {
-    (oid != pg_sys::InvalidOid).then(|| Collation {
-        name: format!("{}", u32::from(oid)),
+    if oid == pg_sys::InvalidOid {
+        return None;
+    }
+    // SAFETY: lsyscache lookups on a collation OID taken from the catalogs; the name is a
+    // palloc'd C string (or NULL for an unknown OID).
+    let (name, deterministic) = unsafe {
+        let name = pg_sys::get_collation_name(oid);
+        let name = if name.is_null() {
+            format!("collation {}", u32::from(oid))
+        } else {
+            std::ffi::CStr::from_ptr(name)
+                .to_string_lossy()
+                .into_owned()
+        };
+        (name, pg_sys::get_collation_isdeterministic(oid))
+    };
+    Some(Collation {
+        name,
         provider: CollationProvider::Default,
-        // SAFETY: a valid collation OID from the catalogs.
-        deterministic: unsafe { pg_sys::get_collation_isdeterministic(oid) },
+        deterministic,
         locale: String::new(),
     })
 }

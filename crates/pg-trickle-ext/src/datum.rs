@@ -1,8 +1,8 @@
-//! Datum readers: PostgreSQL's in-memory representations to codec values, without copies.
+//! Datum helpers: PostgreSQL's in-memory representations of the scalar families to codec
+//! values without copies, enum labels from the syscache, and the one copy out (`to_bytea`).
 //!
-//! Each reader is selected once per call site (by type tag) and called once per field per
-//! row. A plain variable-width value (uncompressed, inline) is read in place without calling
-//! into PostgreSQL; anything else is detoasted with `pg_detoast_datum_packed`.
+//! A plain variable-width value (uncompressed, inline) is read in place without calling into
+//! PostgreSQL; anything else is detoasted with `pg_detoast_datum_packed`.
 
 use pgrx::pg_sys;
 use pgrx::varlena::{varatt_is_1b, varatt_is_1b_e, varatt_is_4b_u, vardata_any, varsize_any_exhdr};
@@ -168,7 +168,6 @@ pub unsafe fn read<'a>(tag: TypeTag, datum: pg_sys::Datum) -> Result<Value<'a>, 
             TypeTag::Varchar => Value::Varchar(varlena_bytes(datum)),
             TypeTag::Bpchar => Value::Bpchar(varlena_bytes(datum)),
             TypeTag::Bytea => Value::Bytea(varlena_bytes(datum)),
-            TypeTag::ChildIdentity => Value::Identity(varlena_bytes(datum)),
             TypeTag::Uuid => Value::Uuid(array(fixed_bytes(datum, 16))),
             TypeTag::Macaddr => Value::Macaddr(array(fixed_bytes(datum, 6))),
             TypeTag::Macaddr8 => Value::Macaddr8(array(fixed_bytes(datum, 8))),
@@ -193,8 +192,10 @@ pub unsafe fn read<'a>(tag: TypeTag, datum: pg_sys::Datum) -> Result<Value<'a>, 
             TypeTag::Cidr => Value::Cidr(inet(varlena_bytes(datum)).ok_or(Malformed)?),
             TypeTag::Bit => Value::Bit(bits(varlena_bytes(datum)).ok_or(Malformed)?),
             TypeTag::Varbit => Value::Varbit(bits(varlena_bytes(datum)).ok_or(Malformed)?),
-            // Enums go through `with_enum_label`, structures through `nested::Reader`.
+            // Enums go through `with_enum_label`, child identities and structures through
+            // `reader::Reader`.
             TypeTag::Enum
+            | TypeTag::ChildIdentity
             | TypeTag::Array
             | TypeTag::Range
             | TypeTag::Multirange
@@ -228,5 +229,22 @@ pub unsafe fn with_enum_label<R>(datum: pg_sys::Datum, f: impl FnOnce(&[u8]) -> 
         let out = f(label);
         pg_sys::ReleaseSysCache(tuple);
         Some(out)
+    }
+}
+
+/// Copies finished identity bytes into a palloc'd bytea (the only copy per call).
+pub fn to_bytea(bytes: &[u8]) -> *mut pg_sys::bytea {
+    let len = bytes.len() + pg_sys::VARHDRSZ;
+    // SAFETY: palloc returns len writable bytes in the current (result) memory context; the
+    // header is set before the payload is copied into it.
+    unsafe {
+        let out = pg_sys::palloc(len) as *mut pg_sys::bytea;
+        pgrx::set_varsize_4b(out.cast(), len as i32);
+        std::ptr::copy_nonoverlapping(
+            bytes.as_ptr(),
+            pgrx::vardata_4b(out.cast()).cast_mut().cast::<u8>(),
+            bytes.len(),
+        );
+        out
     }
 }

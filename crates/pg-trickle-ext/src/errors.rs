@@ -1,11 +1,14 @@
-//! Codec errors to `ereport`: the one place errors cross into SQL.
+//! Every error that reaches SQL, raised with its SQLSTATE: the one place `ereport!` is called.
+//! Messages name the function, and where there is one the field (position and name), its
+//! type and the property that failed; an identity is never printed.
 
 use pgrx::prelude::*;
 use rowid_codec::{Error, TypeTag};
+use rowid_registry::Rejection;
 
-/// Raises a codec error as an SQL error naming the field: the one the error names, else
-/// `current`, the field being encoded when it happened (a resource limit inside a nested
-/// value carries no field index of its own).
+/// Raises a codec error of `encode_row_id_v2` as an SQL error naming the field: the one the
+/// error names, else `current`, the field being encoded when it happened (a resource limit
+/// inside a nested value carries no field index of its own).
 pub fn codec_error<'a>(
     e: &Error,
     current: Option<usize>,
@@ -31,7 +34,7 @@ pub fn codec_error<'a>(
     );
 }
 
-/// Raises an error for a datum the reader could not interpret.
+/// A datum the reader could not interpret (a corrupted or foreign value).
 pub fn malformed(name: &str, tag: TypeTag) -> ! {
     ereport!(
         ERROR,
@@ -40,5 +43,53 @@ pub fn malformed(name: &str, tag: TypeTag) -> ! {
             "pgtrickle.encode_row_id_v2: field {name}: malformed {} datum",
             tag.name()
         )
+    );
+}
+
+/// A registry rejection (unsupported type, collation, operator class, index, ...), raised by
+/// `function` with the registry's SQLSTATE (feature_not_supported or
+/// invalid_parameter_value).
+pub fn rejected(function: &str, r: &Rejection) -> ! {
+    let code = if r.sqlstate() == "22023" {
+        PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE
+    } else {
+        PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED
+    };
+    ereport!(ERROR, code, format!("{function}: {r}"));
+}
+
+/// An argument value the function does not accept.
+pub fn invalid_argument(function: &str, message: String) -> ! {
+    ereport!(
+        ERROR,
+        PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+        format!("{function}: {message}")
+    );
+}
+
+/// A NULL argument where SQL NULL has no meaning.
+pub fn null_argument(function: &str, message: &str) -> ! {
+    ereport!(
+        ERROR,
+        PgSqlErrorCode::ERRCODE_NULL_VALUE_NOT_ALLOWED,
+        format!("{function}: {message}")
+    );
+}
+
+/// Bytes that are not a Row Identity V2 where one is required.
+pub fn not_an_identity(function: &str, e: &Error) -> ! {
+    ereport!(
+        ERROR,
+        PgSqlErrorCode::ERRCODE_INVALID_BINARY_REPRESENTATION,
+        format!("{function}: not a Row Identity V2: {e}")
+    );
+}
+
+/// A catalog query that failed (an internal error: the queries are fixed).
+pub fn catalog_query(e: &pgrx::spi::SpiError) -> ! {
+    ereport!(
+        ERROR,
+        PgSqlErrorCode::ERRCODE_INTERNAL_ERROR,
+        format!("pg_trickle_ext: catalog query failed: {e}")
     );
 }

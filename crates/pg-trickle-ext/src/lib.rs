@@ -1,9 +1,16 @@
 //! # pg-trickle-ext: Row Identity V2 inside PostgreSQL
 //!
 //! A thin pgrx extension: Datums in, `rowid-codec` call, `bytea` out. The wire format, the
-//! type contracts and the probe live in `rowid-codec` and `rowid-registry`; this crate only
-//! reads PostgreSQL's representations ([`datum`]), caches per-call-site dispatch
-//! ([`record`]) and raises errors with SQLSTATEs ([`errors`]).
+//! type contracts and the probe live in `rowid-codec` and `rowid-registry`; this crate owns
+//! only what needs a backend:
+//!
+//! - [`datum`]: PostgreSQL's in-memory scalar representations read in place, and `to_bytea`;
+//! - [`reader`]: how to read a value of one field's type (scalars, enums, child identities,
+//!   structures), built once per call site;
+//! - [`call_site`]: the per-call-site cache of `encode_row_id_v2`;
+//! - [`catalog`]: every catalog read (types, collations, index candidates, columns);
+//! - [`validate`]: the validation functions;
+//! - [`errors`]: every error that reaches SQL, with its SQLSTATE.
 //!
 //! SQL surface (schema `pgtrickle`):
 //! - `encode_row_id_v2(domain text, fields record) RETURNS bytea` (STABLE: enum labels are
@@ -14,16 +21,15 @@
 //!   because identities carry reversible source values);
 //! - the domain `row_id` over `bytea`, which marks child identities inside derived ones.
 
-use pgrx::pg_sys;
 use pgrx::prelude::*;
 
 #[cfg(feature = "bench")]
 pub mod bench;
+pub mod call_site;
 pub mod catalog;
 pub mod datum;
 pub mod errors;
-pub mod nested;
-pub mod record;
+pub mod reader;
 pub mod validate;
 
 ::pgrx::pg_module_magic!(name, version);
@@ -39,48 +45,33 @@ COMMENT ON DOMAIN pgtrickle.row_id IS
     bootstrap
 );
 
-/// Copies finished identity bytes into a palloc'd bytea (the only copy per call).
-pub fn to_bytea(bytes: &[u8]) -> *mut pg_sys::bytea {
-    let len = bytes.len() + pg_sys::VARHDRSZ;
-    // SAFETY: palloc returns len writable bytes in the current (result) memory context; the
-    // header is set before the payload is copied into it.
-    unsafe {
-        let out = pg_sys::palloc(len) as *mut pg_sys::bytea;
-        pgrx::set_varsize_4b(out.cast(), len as i32);
-        std::ptr::copy_nonoverlapping(
-            bytes.as_ptr(),
-            pgrx::vardata_4b(out.cast()).cast_mut().cast::<u8>(),
-            bytes.len(),
-        );
-        out
-    }
-}
-
 #[pg_schema]
 mod pgtrickle {
     use pgrx::pg_sys;
     use pgrx::prelude::*;
     use rowid_codec::Domain;
 
-    use crate::record::CallSite;
+    use crate::call_site::CallSite;
+    use crate::errors;
+
+    const ENCODE: &str = "pgtrickle.encode_row_id_v2";
 
     /// The domain named by the first argument's bytes; raises for an unknown name.
     fn parse_domain(name: &[u8]) -> Domain {
-        match std::str::from_utf8(name).ok().and_then(Domain::from_name) {
-            Some(d) => d,
-            None => {
-                let name = String::from_utf8_lossy(name);
+        std::str::from_utf8(name)
+            .ok()
+            .and_then(Domain::from_name)
+            .unwrap_or_else(|| {
                 let names: Vec<&str> = Domain::ALL.iter().map(|d| d.name()).collect();
-                ereport!(
-                    ERROR,
-                    PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+                errors::invalid_argument(
+                    ENCODE,
                     format!(
-                        "pgtrickle.encode_row_id_v2: unknown identity domain {name:?}; expected one of {}",
+                        "unknown identity domain {:?}; expected one of {}",
+                        String::from_utf8_lossy(name),
                         names.join(", ")
-                    )
-                );
-            }
-        }
+                    ),
+                )
+            })
     }
 
     /// Encodes `fields` as a Row Identity V2 of `domain`.
@@ -96,18 +87,13 @@ STABLE PARALLEL SAFE LANGUAGE c AS 'MODULE_PATHNAME', 'encode_row_id_v2_wrapper'
         // definition above; fn_extra/fn_mcxt belong to this call site's FmgrInfo.
         unsafe {
             if pgrx::pg_arg_is_null(fcinfo, 0) {
-                ereport!(
-                    ERROR,
-                    PgSqlErrorCode::ERRCODE_NULL_VALUE_NOT_ALLOWED,
-                    "pgtrickle.encode_row_id_v2: domain must not be NULL"
-                );
+                errors::null_argument(ENCODE, "domain must not be NULL");
             }
             let domain_bytes = crate::datum::varlena_bytes(pgrx::pg_getarg_datum_raw(fcinfo, 0));
             if pgrx::pg_arg_is_null(fcinfo, 1) {
-                ereport!(
-                    ERROR,
-                    PgSqlErrorCode::ERRCODE_NULL_VALUE_NOT_ALLOWED,
-                    "pgtrickle.encode_row_id_v2: fields must not be NULL (a NULL row has no identity)"
+                errors::null_argument(
+                    ENCODE,
+                    "fields must not be NULL (a NULL row has no identity)",
                 );
             }
             let record = pgrx::pg_getarg_datum_raw(fcinfo, 1);
@@ -129,19 +115,14 @@ STABLE PARALLEL SAFE LANGUAGE c AS 'MODULE_PATHNAME', 'encode_row_id_v2_wrapper'
         out
     }
 
-    /// The decoded fields of an identity as text. Identities carry reversible source values,
-    /// so EXECUTE is revoked from PUBLIC (design proposal §11.1).
+    /// The decoded fields of an identity as text. Identities carry reversible source values
+    /// (they are the source key's values, not a hash of them), so EXECUTE is revoked from
+    /// PUBLIC: only roles granted it can read them back.
     #[pg_extern(immutable, parallel_safe, strict)]
     fn row_id_describe(id: &[u8]) -> String {
         match rowid_codec::decode(id) {
             Ok(decoded) => decoded.to_string(),
-            Err(e) => {
-                ereport!(
-                    ERROR,
-                    PgSqlErrorCode::ERRCODE_INVALID_BINARY_REPRESENTATION,
-                    format!("pgtrickle.row_id_describe: not a Row Identity V2: {e}")
-                );
-            }
+            Err(e) => errors::not_an_identity("pgtrickle.row_id_describe", &e),
         }
     }
 

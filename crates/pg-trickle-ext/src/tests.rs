@@ -3,7 +3,9 @@
 
 use pgrx::prelude::*;
 use rowid_codec::{OwnedValue, encode_identity};
-use rowid_vectors::{families, to_hex};
+use rowid_testkit::hex::to_hex;
+use rowid_testkit::sql::quote;
+use rowid_vectors::families;
 
 fn hex_of(sql: &str) -> String {
     Spi::get_one::<String>(&format!("SELECT encode(({sql}), 'hex')"))
@@ -348,10 +350,6 @@ fn enum_rename_in_another_backend_reaches_a_warm_call_site() {
     assert_ne!(after, warm);
 }
 
-fn quote(s: &str) -> String {
-    format!("'{}'", s.replace('\'', "''"))
-}
-
 /// (identity, index name, max bytes, index class, DDL, passed-over reasons)
 type SourcePlan = (String, Option<String>, Option<i64>, String, String, String);
 
@@ -529,7 +527,7 @@ fn bounded_unique_storage_upserts_on_the_row_id() {
 /// also tested in rowid-registry.
 #[cfg(feature = "pg15")]
 #[pg_test]
-#[should_panic(expected = "non-deterministic collation")]
+#[should_panic(expected = "collation \"ci_und\": non-deterministic collation")]
 fn nondeterministic_collations_are_rejected() {
     Spi::run(
         "CREATE COLLATION ci_und (provider = icu, locale = 'und-u-ks-level2', deterministic = false)",

@@ -1,111 +1,69 @@
 //! Validation: resolve an identity and plan its index before anything is created.
 //!
-//! Both functions only read catalogs and return the plan; a rejection is raised as an SQL
-//! error naming the field, type, collation/opclass and property, with the registry's
+//! Both functions only read catalogs (`catalog`) and return the plan; a rejection is raised
+//! (`errors`) naming the field, type, collation/opclass and property, with the registry's
 //! SQLSTATE (feature_not_supported or invalid_parameter_value).
 
 use pgrx::prelude::*;
-use pgrx::spi::SpiResult;
 use rowid_codec::Domain;
 use rowid_codec::probe::PROBE_V1_PREFIX_LEN;
 use rowid_registry::sql::{QualifiedName, index_ddl};
 use rowid_registry::{
-    Collation, CollationProvider, FieldSpec, IdentitySchema, IndexCandidate, IndexPlan, KeyColumn,
-    MaintenanceMode, OpClass, Rejection, Uniqueness, choose_scan_key, plan_index, resolve_schema,
+    FieldSpec, IdentitySchema, IndexClass, IndexPlan, MaintenanceMode, OpClass, Rejections,
+    Uniqueness, choose_scan_key, plan_index, resolve_schema,
 };
 
-use crate::catalog::{server_context, type_ref};
+use crate::catalog::{
+    all_columns, collation, index_candidates, relation_name, server_context, type_collation,
+    type_ref,
+};
+use crate::errors;
 
-fn raise(r: &Rejection) -> ! {
-    let code = if r.sqlstate() == "22023" {
-        PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE
-    } else {
-        PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED
-    };
-    ereport!(ERROR, code, format!("row identity V2: {r}"));
+const FIELDS: &str = "pgtrickle.validate_identity_fields";
+const SOURCE: &str = "pgtrickle.validate_source_identity";
+
+fn domain_of(function: &str, name: &str) -> Domain {
+    Domain::from_name(name).unwrap_or_else(|| {
+        errors::invalid_argument(function, format!("unknown identity domain {name:?}"))
+    })
 }
 
-fn invalid(message: String) -> ! {
-    ereport!(
-        ERROR,
-        PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
-        message
-    );
-}
-
-fn spi<T>(r: SpiResult<T>) -> T {
-    match r {
-        Ok(v) => v,
-        Err(e) => {
-            ereport!(
-                ERROR,
-                PgSqlErrorCode::ERRCODE_INTERNAL_ERROR,
-                format!("{e}")
-            );
-        }
-    }
-}
-
-/// A collation's facts from pg_collation (the database default resolved to the database's
-/// provider and locale).
-fn collation(oid: u32) -> Option<Collation> {
-    if oid == 0 {
-        return None;
-    }
-    let query = format!(
-        "SELECT c.collname::text, \
-                CASE WHEN c.collprovider = 'd' THEN d.datlocprovider::text ELSE c.collprovider::text END, \
-                c.collisdeterministic, \
-                CASE WHEN c.collprovider = 'd' THEN d.datcollate ELSE coalesce(c.collcollate, '') END \
-         FROM pg_collation c, pg_database d \
-         WHERE c.oid = {oid} AND d.datname = current_database()"
-    );
-    spi(Spi::connect(|c| {
-        let rows = c.select(&query, None, &[])?;
-        let mut out = None;
-        for row in rows {
-            let provider = match row.get::<String>(2)?.as_deref() {
-                Some("c") => CollationProvider::Libc,
-                Some("i") => CollationProvider::Icu,
-                Some("b") => CollationProvider::Builtin,
-                _ => CollationProvider::Default,
-            };
-            out = Some(Collation {
-                name: row.get::<String>(1)?.unwrap_or_default(),
-                provider,
-                deterministic: row.get::<bool>(3)?.unwrap_or(false),
-                locale: row.get::<String>(4)?.unwrap_or_default(),
-            });
-        }
-        Ok(out)
-    }))
-}
-
-fn domain_of(name: &str) -> Domain {
-    Domain::from_name(name).unwrap_or_else(|| invalid(format!("unknown identity domain {name:?}")))
-}
-
-fn uniqueness_of(name: &str) -> Uniqueness {
+fn uniqueness_of(function: &str, name: &str) -> Uniqueness {
     match name {
         "unique" => Uniqueness::Unique,
         "multiset" => Uniqueness::Multiset,
-        _ => invalid(format!(
-            "uniqueness must be 'unique' or 'multiset', not {name:?}"
-        )),
+        _ => errors::invalid_argument(
+            function,
+            format!("uniqueness must be 'unique' or 'multiset', not {name:?}"),
+        ),
     }
 }
 
-fn mode_of(name: &str) -> MaintenanceMode {
+fn mode_of(function: &str, name: &str) -> MaintenanceMode {
     match name {
         "refresh" => MaintenanceMode::Refresh,
         "immediate" => MaintenanceMode::Immediate,
-        _ => invalid(format!(
-            "mode must be 'refresh' or 'immediate', not {name:?}"
-        )),
+        _ => errors::invalid_argument(
+            function,
+            format!("mode must be 'refresh' or 'immediate', not {name:?}"),
+        ),
     }
 }
 
-fn plan(schema: &IdentitySchema, uniqueness: Uniqueness, mode: MaintenanceMode) -> IndexPlan {
+/// The first rejection of a schema that did not resolve.
+fn first_rejection(function: &str, r: Rejections) -> ! {
+    match r.0.first() {
+        Some(first) => errors::rejected(function, first),
+        None => errors::invalid_argument(function, "empty rejection".into()),
+    }
+}
+
+fn plan(
+    function: &str,
+    schema: &IdentitySchema,
+    uniqueness: Uniqueness,
+    mode: MaintenanceMode,
+) -> IndexPlan {
     plan_index(
         schema,
         uniqueness,
@@ -113,14 +71,14 @@ fn plan(schema: &IdentitySchema, uniqueness: Uniqueness, mode: MaintenanceMode) 
         server_context().block_size,
         PROBE_V1_PREFIX_LEN,
     )
-    .unwrap_or_else(|r| raise(&r))
+    .unwrap_or_else(|r| errors::rejected(function, &r))
 }
 
 fn class_name(plan: &IndexPlan) -> String {
     match plan.class {
-        rowid_registry::IndexClass::DirectUnique => "direct_unique",
-        rowid_registry::IndexClass::DirectNonUnique => "direct_non_unique",
-        rowid_registry::IndexClass::ProbeExpression => "probe_expression",
+        IndexClass::DirectUnique => "direct_unique",
+        IndexClass::DirectNonUnique => "direct_non_unique",
+        IndexClass::ProbeExpression => "probe_expression",
     }
     .to_string()
 }
@@ -173,7 +131,7 @@ fn validate_identity_fields(
         .enumerate()
         .map(|(i, &t)| FieldSpec {
             expr: format!("field {}", i + 1),
-            ty: type_ref(t, &|c| collation(u32::from(c))),
+            ty: type_ref(t, &collation),
             typmod: typmods
                 .as_ref()
                 .and_then(|m| m.get(i).copied())
@@ -181,125 +139,22 @@ fn validate_identity_fields(
             collation: collations
                 .as_ref()
                 .and_then(|c| c.get(i).copied())
-                .and_then(|c| collation(u32::from(c)))
-                .or_else(|| {
-                    // A collatable type without an explicit collation uses its default one.
-                    // SAFETY: lsyscache lookup on a valid type OID.
-                    let c = unsafe { pg_sys::get_typcollation(t) };
-                    collation(u32::from(c))
-                }),
+                .and_then(collation)
+                // A collatable type without an explicit collation uses its default one.
+                .or_else(|| type_collation(t)),
             opclass: OpClass::Default,
         })
         .collect();
-    let schema =
-        resolve_schema(domain_of(domain), &fields, &server_context()).unwrap_or_else(|r| {
-            match r.0.first() {
-                Some(first) => raise(first),
-                None => invalid("empty rejection".into()),
-            }
-        });
-    let plan = plan(&schema, uniqueness_of(uniqueness), mode_of(mode));
+    let domain = domain_of(FIELDS, domain);
+    let schema = resolve_schema(domain, &fields, &server_context())
+        .unwrap_or_else(|r| first_rejection(FIELDS, r));
+    let plan = plan(
+        FIELDS,
+        &schema,
+        uniqueness_of(FIELDS, uniqueness),
+        mode_of(FIELDS, mode),
+    );
     TableIterator::once(plan_row(&schema, &plan))
-}
-
-/// The index candidates of `rel` as catalog data.
-fn candidates(rel: pg_sys::Oid) -> Vec<IndexCandidate> {
-    let query = format!(
-        "SELECT i.indexrelid::regclass::text, i.indisprimary, i.indisunique, \
-                i.indisvalid AND i.indisready, i.indpred IS NOT NULL, i.indexprs IS NOT NULL, \
-                NOT i.indimmediate, i.indnullsnotdistinct, \
-                array_agg(coalesce(a.attname::text, '') ORDER BY k.ord), \
-                array_agg(coalesce(a.attnotnull, false) ORDER BY k.ord), \
-                array_agg(coalesce(a.atttypid, 0) ORDER BY k.ord), \
-                array_agg(coalesce(a.atttypmod, -1) ORDER BY k.ord), \
-                array_agg(k.coll ORDER BY k.ord), \
-                array_agg(coalesce(oc.opcdefault, false) ORDER BY k.ord), \
-                array_agg(coalesce(oc.opcname::text, '') ORDER BY k.ord) \
-         FROM pg_index i \
-         CROSS JOIN LATERAL unnest(i.indkey::int2[], i.indcollation::oid[], i.indclass::oid[]) \
-              WITH ORDINALITY AS k(attnum, coll, opclass, ord) \
-         LEFT JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum AND k.attnum > 0 \
-         LEFT JOIN pg_opclass oc ON oc.oid = k.opclass \
-         WHERE i.indrelid = {} AND k.ord <= i.indnkeyatts \
-         GROUP BY 1, 2, 3, 4, 5, 6, 7, 8 ORDER BY 1",
-        u32::from(rel)
-    );
-    spi(Spi::connect(|c| {
-        let mut out = Vec::new();
-        for row in c.select(&query, None, &[])? {
-            let names: Vec<String> = row.get(9)?.unwrap_or_default();
-            let not_null: Vec<bool> = row.get(10)?.unwrap_or_default();
-            let types: Vec<pg_sys::Oid> = row.get(11)?.unwrap_or_default();
-            let typmods: Vec<i32> = row.get(12)?.unwrap_or_default();
-            let colls: Vec<pg_sys::Oid> = row.get(13)?.unwrap_or_default();
-            let defaults: Vec<bool> = row.get(14)?.unwrap_or_default();
-            let opcnames: Vec<String> = row.get(15)?.unwrap_or_default();
-            let columns = (0..names.len())
-                .map(|k| KeyColumn {
-                    name: names[k].clone(),
-                    not_null: not_null[k],
-                    field: FieldSpec {
-                        expr: names[k].clone(),
-                        // Expression columns (attnum 0) have no column type; such an
-                        // index is ineligible before its columns are resolved.
-                        ty: if types[k] == pg_sys::InvalidOid {
-                            rowid_registry::TypeRef::Other {
-                                oid: 0,
-                                name: "expression".into(),
-                            }
-                        } else {
-                            type_ref(types[k], &|c| collation(u32::from(c)))
-                        },
-                        typmod: typmods[k],
-                        collation: collation(u32::from(colls[k])),
-                        opclass: if defaults[k] {
-                            OpClass::Default
-                        } else {
-                            OpClass::NonDefault(opcnames[k].clone())
-                        },
-                    },
-                })
-                .collect();
-            out.push(IndexCandidate {
-                name: row.get::<String>(1)?.unwrap_or_default(),
-                primary: row.get::<bool>(2)?.unwrap_or(false),
-                unique: row.get::<bool>(3)?.unwrap_or(false),
-                valid: row.get::<bool>(4)?.unwrap_or(false),
-                partial: row.get::<bool>(5)?.unwrap_or(false),
-                expressions: row.get::<bool>(6)?.unwrap_or(false),
-                deferrable: row.get::<bool>(7)?.unwrap_or(false),
-                nulls_not_distinct: row.get::<bool>(8)?.unwrap_or(false),
-                columns,
-            });
-        }
-        Ok(out)
-    }))
-}
-
-/// Every user column of `rel`, for the keyless rule.
-fn all_columns(rel: pg_sys::Oid) -> Vec<FieldSpec> {
-    let query = format!(
-        "SELECT attname::text, atttypid, atttypmod, attcollation FROM pg_attribute \
-         WHERE attrelid = {} AND attnum > 0 AND NOT attisdropped ORDER BY attnum",
-        u32::from(rel)
-    );
-    spi(Spi::connect(|c| {
-        let mut out = Vec::new();
-        for row in c.select(&query, None, &[])? {
-            let name = row.get::<String>(1)?.unwrap_or_default();
-            let ty = row.get::<pg_sys::Oid>(2)?.unwrap_or(pg_sys::InvalidOid);
-            out.push(FieldSpec {
-                expr: name,
-                ty: type_ref(ty, &|c| collation(u32::from(c))),
-                typmod: row.get::<i32>(3)?.unwrap_or(-1),
-                collation: collation(u32::from(
-                    row.get::<pg_sys::Oid>(4)?.unwrap_or(pg_sys::InvalidOid),
-                )),
-                opclass: OpClass::Default,
-            });
-        }
-        Ok(out)
-    }))
 }
 
 /// Validates the row identity of a source relation: the SCAN_KEY it would use (or, unless
@@ -326,19 +181,14 @@ fn validate_source_identity(
         name!(passed_over, Vec<String>),
     ),
 > {
-    let mode = mode_of(mode);
+    let mode = mode_of(SOURCE, mode);
     let ctx = server_context();
-    let relname = spi(Spi::get_one::<String>(&format!(
-        "SELECT {}::regclass::text",
-        u32::from(rel)
-    )))
-    .unwrap_or_default();
     let table = QualifiedName {
         schema: None,
-        name: format!("{relname}_storage"),
+        name: format!("{}_storage", relation_name(rel)),
     };
     let (identity, index, columns, schema, uniqueness, passed) =
-        match choose_scan_key(&candidates(rel), &ctx) {
+        match choose_scan_key(&index_candidates(rel), &ctx) {
             Ok(key) => (
                 "SCAN_KEY".to_string(),
                 Some(key.index.clone()),
@@ -347,17 +197,12 @@ fn validate_source_identity(
                 Uniqueness::Unique,
                 key.passed_over,
             ),
-            Err(none) if require_key => raise(&none.rejection),
+            Err(none) if require_key => errors::rejected(SOURCE, &none.rejection),
             Err(none) => {
                 let fields = all_columns(rel);
                 let names = fields.iter().map(|f| f.expr.clone()).collect();
-                let schema =
-                    resolve_schema(Domain::KeylessRow, &fields, &ctx).unwrap_or_else(|r| {
-                        match r.0.first() {
-                            Some(first) => raise(first),
-                            None => invalid("empty rejection".into()),
-                        }
-                    });
+                let schema = resolve_schema(Domain::KeylessRow, &fields, &ctx)
+                    .unwrap_or_else(|r| first_rejection(SOURCE, r));
                 (
                     "KEYLESS_ROW".to_string(),
                     None,
@@ -368,7 +213,7 @@ fn validate_source_identity(
                 )
             }
         };
-    let plan = plan(&schema, uniqueness, mode);
+    let plan = plan(SOURCE, &schema, uniqueness, mode);
     let ddl = index_ddl(plan.class, &format!("{}_row_id", table.name), &table);
     TableIterator::once((
         identity,

@@ -2,244 +2,35 @@
 //!
 //! Every accepted input is the one canonical encoding of its fields: re-encoding a decoded
 //! identity reproduces the input byte for byte. [`validate`] runs the same checks without
-//! allocating, which lets the encoder vet child identities on the hot path.
+//! building values, which is how [`ChildIdentity::new`] vets a child identity before the
+//! encoder may write it.
+//!
+//! This file holds the identity framing and the recursive core (the payload dispatch, child
+//! identities and the structural readers, whose elements are payloads again); the byte
+//! sources are in `source`, the leaf readers of the scalar families in `scalar`. The decoder
+//! reads only the shared vocabulary, never the encoder.
 
-mod nested;
+mod scalar;
+mod source;
 
 use alloc::boxed::Box;
 use alloc::vec::Vec;
 
-use crate::encode::{TZDISP_LIMIT, mask_byte, numeric_class};
+use self::scalar::{read_numeric, read_scalar, read_text};
+use self::source::{FieldCtx, SliceSource, Source, UnescapeSource, need, need_array};
 use crate::error::{Error, Limit, Result};
-use crate::limits::{
-    MAX_BIT_LEN, MAX_DEPTH, MAX_ENUM_LABEL_LEN, MAX_FIELDS, MAX_IDENTITY_LEN, MAX_NUMERIC_GROUPS,
+use crate::limits::{MAX_DEPTH, MAX_FIELDS, MAX_IDENTITY_LEN};
+use crate::primitives::unflip_i32;
+use crate::scalar::{ChildIdentity, NumericSign, OwnedChildIdentity};
+use crate::structure::{
+    ArrayDim, ITEM_NULL, ITEM_VALUE, LIST_END, MAX_ARRAY_DIMS, array_shape_error, bound,
+    check_count, check_depth, jsonb_tag, key_order, range_state,
 };
-use crate::primitives::unflip_i128;
-use crate::primitives::{ESCAPE, ESCAPED_ZERO, TERMINATOR, unflip_i16, unflip_i32, unflip_i64};
-use crate::structure::{ArrayValue, JsonbValue, MultirangeValue, RangeValue, RecordValue};
 use crate::tag::{Domain, NULL_STATE, TUPLE_END, TypeTag, VALUE_STATE, VERSION_V2};
 use crate::value::{
-    BitString, Digits, Inet, Interval, IpFamily, Numeric, NumericSign, Timetz, USECS_PER_DAY, Value,
+    ArrayValue, DecodedIdentity, JsonbValue, MultirangeValue, OwnedField, OwnedValue, RangeBound,
+    RangeBounds, RangeValue, RecordValue,
 };
-
-/// A decoded identity.
-#[derive(Clone, Debug, PartialEq)]
-pub struct DecodedIdentity {
-    /// The identity's domain.
-    pub domain: Domain,
-    /// Its fields, in order.
-    pub fields: Vec<DecodedField>,
-}
-
-/// One decoded field.
-#[derive(Clone, Debug, PartialEq)]
-pub struct DecodedField {
-    /// The field's type tag.
-    pub tag: TypeTag,
-    /// The canonical value, or `None` for SQL NULL.
-    pub value: Option<OwnedValue>,
-}
-
-/// A decoded, canonical field value that owns its bytes; [`OwnedValue::as_value`] borrows it
-/// back as an encoder input.
-#[derive(Clone, Debug, PartialEq)]
-#[allow(missing_docs)] // variants mirror `Value`
-pub enum OwnedValue {
-    Bool(bool),
-    Int2(i16),
-    Int4(i32),
-    Int8(i64),
-    Oid(u32),
-    Float4(f32),
-    Float8(f64),
-    Numeric(OwnedNumeric),
-    Text(Vec<u8>),
-    Varchar(Vec<u8>),
-    Bpchar(Vec<u8>),
-    Bytea(Vec<u8>),
-    Uuid([u8; 16]),
-    Date(i32),
-    Time(i64),
-    Timestamp(i64),
-    Timestamptz(i64),
-    Timetz(Timetz),
-    Interval(Interval),
-    Inet(Inet),
-    Cidr(Inet),
-    Macaddr([u8; 6]),
-    Macaddr8([u8; 8]),
-    Bit(OwnedBits),
-    Varbit(OwnedBits),
-    Enum(Vec<u8>),
-    Identity(ChildIdentity),
-    Array(ArrayValue),
-    Range(Box<RangeValue>),
-    Multirange(MultirangeValue),
-    Jsonb(JsonbValue),
-    Record(RecordValue),
-}
-
-/// A numeric that owns its digit groups. A decoded one is normalised (no leading or trailing
-/// zero groups; zero has no groups); one converted from an encoder input keeps its groups as
-/// given, and encodes identically.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct OwnedNumeric {
-    /// Class.
-    pub sign: NumericSign,
-    /// Base-10000 exponent of the first group.
-    pub weight: i16,
-    /// Digit groups.
-    pub digits: Vec<u16>,
-}
-
-/// A decoded bit string.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct OwnedBits {
-    /// Length in bits.
-    pub bit_len: u32,
-    /// Packed bytes.
-    pub bytes: Vec<u8>,
-}
-
-/// A decoded child identity: its complete bytes and their decoding.
-#[derive(Clone, Debug, PartialEq)]
-pub struct ChildIdentity {
-    /// The child identity's bytes (unescaped).
-    pub bytes: Vec<u8>,
-    /// The child decoded.
-    pub identity: DecodedIdentity,
-}
-
-impl DecodedIdentity {
-    /// Appends this identity's encoding to `buf`. For a decoded identity this reproduces the
-    /// decoded bytes exactly (spec §8: every accepted identity is canonical).
-    pub fn encode(&self, buf: &mut Vec<u8>) -> Result<usize> {
-        let count = u32::try_from(self.fields.len()).unwrap_or(u32::MAX);
-        let mut enc = crate::IdentityEncoder::begin(buf, self.domain, count)?;
-        for f in &self.fields {
-            enc.field(f.tag, f.value.as_ref().map(OwnedValue::as_value).as_ref())?;
-        }
-        enc.finish()
-    }
-}
-
-impl OwnedValue {
-    /// Borrows the value as an encoder input.
-    pub fn as_value(&self) -> Value<'_> {
-        match self {
-            OwnedValue::Bool(v) => Value::Bool(*v),
-            OwnedValue::Int2(v) => Value::Int2(*v),
-            OwnedValue::Int4(v) => Value::Int4(*v),
-            OwnedValue::Int8(v) => Value::Int8(*v),
-            OwnedValue::Oid(v) => Value::Oid(*v),
-            OwnedValue::Float4(v) => Value::Float4(*v),
-            OwnedValue::Float8(v) => Value::Float8(*v),
-            OwnedValue::Numeric(n) => Value::Numeric(n.as_numeric()),
-            OwnedValue::Text(v) => Value::Text(v),
-            OwnedValue::Varchar(v) => Value::Varchar(v),
-            OwnedValue::Bpchar(v) => Value::Bpchar(v),
-            OwnedValue::Bytea(v) => Value::Bytea(v),
-            OwnedValue::Uuid(v) => Value::Uuid(*v),
-            OwnedValue::Date(v) => Value::Date(*v),
-            OwnedValue::Time(v) => Value::Time(*v),
-            OwnedValue::Timestamp(v) => Value::Timestamp(*v),
-            OwnedValue::Timestamptz(v) => Value::Timestamptz(*v),
-            OwnedValue::Timetz(v) => Value::Timetz(*v),
-            OwnedValue::Interval(v) => Value::Interval(*v),
-            OwnedValue::Inet(v) => Value::Inet(*v),
-            OwnedValue::Cidr(v) => Value::Cidr(*v),
-            OwnedValue::Macaddr(v) => Value::Macaddr(*v),
-            OwnedValue::Macaddr8(v) => Value::Macaddr8(*v),
-            OwnedValue::Bit(b) => Value::Bit(BitString {
-                bit_len: b.bit_len,
-                bytes: &b.bytes,
-            }),
-            OwnedValue::Varbit(b) => Value::Varbit(BitString {
-                bit_len: b.bit_len,
-                bytes: &b.bytes,
-            }),
-            OwnedValue::Enum(v) => Value::Enum(v),
-            OwnedValue::Identity(c) => Value::Identity(&c.bytes),
-            OwnedValue::Array(a) => Value::Array(a),
-            OwnedValue::Range(r) => Value::Range(r),
-            OwnedValue::Multirange(m) => Value::Multirange(m),
-            OwnedValue::Jsonb(j) => Value::Jsonb(j),
-            OwnedValue::Record(r) => Value::Record(r),
-        }
-    }
-
-    /// The type tag this value is written with.
-    pub fn tag(&self) -> TypeTag {
-        self.as_value().tag()
-    }
-}
-
-impl TryFrom<Value<'_>> for OwnedValue {
-    type Error = Error;
-
-    /// Copies an encoder input into an owned value (structural values are cloned; a child
-    /// identity is decoded, so an invalid one is an error).
-    fn try_from(v: Value<'_>) -> Result<OwnedValue> {
-        Ok(match v {
-            Value::Bool(x) => OwnedValue::Bool(x),
-            Value::Int2(x) => OwnedValue::Int2(x),
-            Value::Int4(x) => OwnedValue::Int4(x),
-            Value::Int8(x) => OwnedValue::Int8(x),
-            Value::Oid(x) => OwnedValue::Oid(x),
-            Value::Float4(x) => OwnedValue::Float4(x),
-            Value::Float8(x) => OwnedValue::Float8(x),
-            Value::Numeric(n) => OwnedValue::Numeric(OwnedNumeric {
-                sign: n.sign,
-                weight: n.weight,
-                digits: n.digits.iter().collect(),
-            }),
-            Value::Text(x) => OwnedValue::Text(x.to_vec()),
-            Value::Varchar(x) => OwnedValue::Varchar(x.to_vec()),
-            Value::Bpchar(x) => OwnedValue::Bpchar(x.to_vec()),
-            Value::Bytea(x) => OwnedValue::Bytea(x.to_vec()),
-            Value::Uuid(x) => OwnedValue::Uuid(x),
-            Value::Date(x) => OwnedValue::Date(x),
-            Value::Time(x) => OwnedValue::Time(x),
-            Value::Timestamp(x) => OwnedValue::Timestamp(x),
-            Value::Timestamptz(x) => OwnedValue::Timestamptz(x),
-            Value::Timetz(x) => OwnedValue::Timetz(x),
-            Value::Interval(x) => OwnedValue::Interval(x),
-            Value::Inet(x) => OwnedValue::Inet(x),
-            Value::Cidr(x) => OwnedValue::Cidr(x),
-            Value::Macaddr(x) => OwnedValue::Macaddr(x),
-            Value::Macaddr8(x) => OwnedValue::Macaddr8(x),
-            Value::Bit(b) => OwnedValue::Bit(OwnedBits {
-                bit_len: b.bit_len,
-                bytes: b.bytes.to_vec(),
-            }),
-            Value::Varbit(b) => OwnedValue::Varbit(OwnedBits {
-                bit_len: b.bit_len,
-                bytes: b.bytes.to_vec(),
-            }),
-            Value::Enum(x) => OwnedValue::Enum(x.to_vec()),
-            Value::Identity(x) => OwnedValue::Identity(ChildIdentity {
-                bytes: x.to_vec(),
-                identity: decode(x)?,
-            }),
-            Value::Array(a) => OwnedValue::Array(a.clone()),
-            Value::Range(r) => OwnedValue::Range(Box::new(r.clone())),
-            Value::Multirange(m) => OwnedValue::Multirange(m.clone()),
-            Value::Jsonb(j) => OwnedValue::Jsonb(j.clone()),
-            Value::Record(r) => OwnedValue::Record(r.clone()),
-        })
-    }
-}
-
-impl OwnedNumeric {
-    /// Borrows the numeric as an encoder input.
-    pub fn as_numeric(&self) -> Numeric<'_> {
-        Numeric {
-            sign: self.sign,
-            weight: self.weight,
-            digits: Digits::native(&self.digits),
-        }
-    }
-}
 
 /// What [`validate`] learns about a valid identity without decoding its values.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -248,7 +39,7 @@ pub struct Summary {
     pub domain: Domain,
     /// Number of fields.
     pub field_count: u32,
-    /// Nesting depth: 1, plus the deepest child identity's depth.
+    /// Nesting depth: 1, plus the deepest structure or child identity inside it.
     pub depth: u32,
 }
 
@@ -256,7 +47,7 @@ pub struct Summary {
 /// (spec §8). Never panics.
 pub fn decode(bytes: &[u8]) -> Result<DecodedIdentity> {
     check_len(bytes)?;
-    let mut src = SliceSource { bytes, pos: 0 };
+    let mut src = SliceSource::new(bytes);
     let mut fields = Vec::new();
     let summary = parse_identity(&mut src, 1, Some(&mut fields))?;
     Ok(DecodedIdentity {
@@ -270,8 +61,20 @@ pub fn decode(bytes: &[u8]) -> Result<DecodedIdentity> {
 /// previous key to check key order.
 pub fn validate(bytes: &[u8]) -> Result<Summary> {
     check_len(bytes)?;
-    let mut src = SliceSource { bytes, pos: 0 };
+    let mut src = SliceSource::new(bytes);
     parse_identity(&mut src, 1, None)
+}
+
+impl<'a> ChildIdentity<'a> {
+    /// Accepts `bytes` as a child identity when the strict decoder accepts them as a complete
+    /// identity (spec §6.1); remembers their depth for the encoder's `MAX_DEPTH` check.
+    pub fn new(bytes: &'a [u8]) -> Result<Self> {
+        let summary = validate(bytes)?;
+        Ok(ChildIdentity {
+            bytes,
+            depth: summary.depth,
+        })
+    }
 }
 
 fn check_len(bytes: &[u8]) -> Result<()> {
@@ -284,99 +87,10 @@ fn check_len(bytes: &[u8]) -> Result<()> {
     Ok(())
 }
 
-/// A stream of an identity's bytes: the input slice for a top-level identity, an unescaping
-/// view of the parent's payload for a child identity.
-trait Source {
-    /// The next byte, or `None` at the end of this identity's bytes.
-    fn next(&mut self) -> Result<Option<u8>>;
-    /// Bytes produced so far (offsets in errors are relative to this identity).
-    fn offset(&self) -> usize;
-}
-
-struct SliceSource<'a> {
-    bytes: &'a [u8],
-    pos: usize,
-}
-
-impl Source for SliceSource<'_> {
-    #[inline]
-    fn next(&mut self) -> Result<Option<u8>> {
-        let b = self.bytes.get(self.pos).copied();
-        if b.is_some() {
-            self.pos += 1;
-        }
-        Ok(b)
-    }
-
-    fn offset(&self) -> usize {
-        self.pos
-    }
-}
-
-/// Unescapes a child identity out of its parent's field payload; ends at the terminator.
-struct UnescapeSource<'p> {
-    parent: &'p mut dyn Source,
-    field: u32,
-    produced: usize,
-    done: bool,
-    keep: Option<Vec<u8>>,
-}
-
-impl Source for UnescapeSource<'_> {
-    fn next(&mut self) -> Result<Option<u8>> {
-        if self.done {
-            return Ok(None);
-        }
-        let at = self.parent.offset();
-        let b = need(self.parent)?;
-        let b = if b != ESCAPE {
-            b
-        } else {
-            match need(self.parent)? {
-                ESCAPED_ZERO => 0,
-                TERMINATOR => {
-                    self.done = true;
-                    return Ok(None);
-                }
-                _ => {
-                    return Err(Error::InvalidEscape {
-                        field: self.field,
-                        offset: at,
-                    });
-                }
-            }
-        };
-        self.produced += 1;
-        if let Some(k) = self.keep.as_mut() {
-            k.push(b);
-        }
-        Ok(Some(b))
-    }
-
-    fn offset(&self) -> usize {
-        self.produced
-    }
-}
-
-#[inline]
-fn need(src: &mut dyn Source) -> Result<u8> {
-    let offset = src.offset();
-    src.next()?.ok_or(Error::Truncated { offset })
-}
-
-#[inline]
-fn need_array<const N: usize>(src: &mut dyn Source) -> Result<[u8; N]> {
-    let mut out = [0u8; N];
-    for b in &mut out {
-        *b = need(src)?;
-    }
-    Ok(out)
-}
-
 fn parse_identity(
     src: &mut dyn Source,
     depth: u32,
-    mut out: Option<&mut Vec<DecodedField>>,
+    mut out: Option<&mut Vec<OwnedField>>,
 ) -> Result<Summary> {
     let version = need(src)?;
     if version != VERSION_V2 {
@@ -430,7 +144,7 @@ fn parse_identity(
             }
         };
         if let Some(fields) = out.as_deref_mut() {
-            fields.push(DecodedField { tag, value });
+            fields.push(OwnedField { tag, value });
         }
     }
     let end_offset = src.offset();
@@ -448,343 +162,354 @@ fn parse_identity(
     })
 }
 
-struct FieldCtx {
-    field: u32,
-    tag: TypeTag,
-    offset: usize,
-    keep: bool,
-    child_depth: u32,
-}
-
-impl FieldCtx {
-    fn non_canonical(&self, reason: &'static str) -> Error {
-        Error::NonCanonical {
-            field: self.field,
-            offset: self.offset,
-            tag: self.tag,
-            reason,
-        }
-    }
-}
-
-/// Reads an escaped, terminated run; `xor` is applied to raw bytes first (negative numerics).
-/// Calls `each` with every unescaped byte.
-fn read_escaped(
-    src: &mut dyn Source,
-    ctx: &FieldCtx,
-    xor: u8,
-    mut each: impl FnMut(u8) -> Result<()>,
-) -> Result<()> {
-    loop {
-        let at = src.offset();
-        let b = need(src)? ^ xor;
-        if b != ESCAPE {
-            each(b)?;
-            continue;
-        }
-        match need(src)? ^ xor {
-            TERMINATOR => return Ok(()),
-            ESCAPED_ZERO => each(0)?,
-            _ => {
-                return Err(Error::InvalidEscape {
-                    field: ctx.field,
-                    offset: at,
-                });
-            }
-        }
-    }
-}
-
-/// Reads a character string: no NUL, optional length limit, optional bpchar rule.
-fn read_text(src: &mut dyn Source, ctx: &FieldCtx) -> Result<Option<Vec<u8>>> {
-    let mut keep = ctx.keep.then(Vec::new);
-    let mut len = 0usize;
-    let mut last = 0u8;
-    read_escaped(src, ctx, 0, |b| {
-        if b == 0 {
-            return Err(ctx.non_canonical("character data contains a NUL byte"));
-        }
-        len += 1;
-        last = b;
-        if let Some(k) = keep.as_mut() {
-            k.push(b);
-        }
-        Ok(())
-    })?;
-    if ctx.tag == TypeTag::Bpchar && last == b' ' {
-        return Err(ctx.non_canonical("bpchar payload keeps trailing spaces"));
-    }
-    if ctx.tag == TypeTag::Enum && len > MAX_ENUM_LABEL_LEN {
-        return Err(Error::LimitExceeded {
-            limit: Limit::EnumLabelLength,
-            value: len,
-        });
-    }
-    Ok(keep)
-}
-
+/// Reads one payload of type `ctx.tag` held at nesting `depth`; returns the value when
+/// `ctx.keep`.
 fn parse_payload(
     src: &mut dyn Source,
     ctx: &mut FieldCtx,
     depth: u32,
 ) -> Result<Option<OwnedValue>> {
-    let keep = ctx.keep;
-    let v = match ctx.tag {
-        TypeTag::Bool => match need(src)? {
-            0 => OwnedValue::Bool(false),
-            1 => OwnedValue::Bool(true),
-            _ => return Err(ctx.non_canonical("bool byte is neither 0x00 nor 0x01")),
-        },
-        TypeTag::Int2 => OwnedValue::Int2(unflip_i16(need_array(src)?)),
-        TypeTag::Int4 => OwnedValue::Int4(unflip_i32(need_array(src)?)),
-        TypeTag::Int8 => OwnedValue::Int8(unflip_i64(need_array(src)?)),
-        TypeTag::Oid => OwnedValue::Oid(u32::from_be_bytes(need_array(src)?)),
-        TypeTag::Float4 => {
-            let key = u32::from_be_bytes(need_array(src)?);
-            let bits = if key & 0x8000_0000 != 0 {
-                key ^ 0x8000_0000
-            } else {
-                !key
-            };
-            let x = f32::from_bits(bits);
-            if bits == 0x8000_0000 {
-                return Err(ctx.non_canonical("negative zero"));
-            }
-            if x.is_nan() && bits != 0x7FC0_0000 {
-                return Err(ctx.non_canonical("NaN other than 0x7FC00000"));
-            }
-            OwnedValue::Float4(x)
-        }
-        TypeTag::Float8 => {
-            let key = u64::from_be_bytes(need_array(src)?);
-            let sign = 0x8000_0000_0000_0000u64;
-            let bits = if key & sign != 0 { key ^ sign } else { !key };
-            let x = f64::from_bits(bits);
-            if bits == sign {
-                return Err(ctx.non_canonical("negative zero"));
-            }
-            if x.is_nan() && bits != 0x7FF8_0000_0000_0000 {
-                return Err(ctx.non_canonical("NaN other than 0x7FF8000000000000"));
-            }
-            OwnedValue::Float8(x)
-        }
-        TypeTag::Numeric => OwnedValue::Numeric(read_numeric(src, ctx)?),
-        TypeTag::Text | TypeTag::Varchar | TypeTag::Bpchar | TypeTag::Enum => {
-            let s = read_text(src, ctx)?.unwrap_or_default();
-            match ctx.tag {
-                TypeTag::Text => OwnedValue::Text(s),
-                TypeTag::Varchar => OwnedValue::Varchar(s),
-                TypeTag::Bpchar => OwnedValue::Bpchar(s),
-                _ => OwnedValue::Enum(s),
-            }
-        }
-        TypeTag::Bytea => {
-            let mut out = Vec::new();
-            read_escaped(src, ctx, 0, |b| {
-                if keep {
-                    out.push(b);
-                }
-                Ok(())
-            })?;
-            OwnedValue::Bytea(out)
-        }
-        TypeTag::Uuid => OwnedValue::Uuid(need_array(src)?),
-        TypeTag::Date => OwnedValue::Date(unflip_i32(need_array(src)?)),
-        TypeTag::Time => {
-            let t = u64::from_be_bytes(need_array(src)?);
-            if t > USECS_PER_DAY as u64 {
-                return Err(ctx.non_canonical("time of day beyond 24:00"));
-            }
-            OwnedValue::Time(t as i64)
-        }
-        TypeTag::Timestamp => OwnedValue::Timestamp(unflip_i64(need_array(src)?)),
-        TypeTag::Timestamptz => OwnedValue::Timestamptz(unflip_i64(need_array(src)?)),
-        TypeTag::Timetz => {
-            let gmt = unflip_i64(need_array(src)?);
-            let zone = unflip_i32(need_array(src)?);
-            if zone <= -TZDISP_LIMIT || zone >= TZDISP_LIMIT {
-                return Err(ctx.non_canonical("zone offset outside ±15:59:59"));
-            }
-            let time = gmt
-                .checked_sub(i64::from(zone) * 1_000_000)
-                .filter(|t| (0..=USECS_PER_DAY).contains(t))
-                .ok_or_else(|| ctx.non_canonical("local time of day outside 00:00..24:00"))?;
-            OwnedValue::Timetz(Timetz { time, zone })
-        }
-        TypeTag::Interval => {
-            let cmp = unflip_i128(need_array(src)?);
-            let i = Interval::from_cmp_value(cmp)
-                .ok_or_else(|| ctx.non_canonical("comparison value outside interval range"))?;
-            OwnedValue::Interval(i)
-        }
-        TypeTag::Inet | TypeTag::Cidr => {
-            let n = read_inet(src, ctx)?;
-            if ctx.tag == TypeTag::Inet {
-                OwnedValue::Inet(n)
-            } else {
-                OwnedValue::Cidr(n)
-            }
-        }
-        TypeTag::Macaddr => OwnedValue::Macaddr(need_array(src)?),
-        TypeTag::Macaddr8 => OwnedValue::Macaddr8(need_array(src)?),
-        TypeTag::Bit | TypeTag::Varbit => {
-            let b = read_bits(src, ctx)?;
-            if ctx.tag == TypeTag::Bit {
-                OwnedValue::Bit(b)
-            } else {
-                OwnedValue::Varbit(b)
-            }
-        }
-        TypeTag::ChildIdentity => {
-            if depth >= MAX_DEPTH {
-                return Err(Error::LimitExceeded {
-                    limit: Limit::Depth,
-                    value: depth as usize + 1,
-                });
-            }
-            let mut child = UnescapeSource {
-                parent: src,
-                field: ctx.field,
-                produced: 0,
-                done: false,
-                keep: keep.then(Vec::new),
-            };
-            let mut fields = Vec::new();
-            // parse_identity ends by asking for one more byte, which consumes the
-            // terminator; any byte before it is reported as trailing.
-            let summary = parse_identity(&mut child, depth + 1, keep.then_some(&mut fields))?;
-            ctx.child_depth = summary.depth;
-            OwnedValue::Identity(ChildIdentity {
-                bytes: child.keep.unwrap_or_default(),
-                identity: DecodedIdentity {
-                    domain: summary.domain,
-                    fields,
-                },
-            })
-        }
-        TypeTag::Array => return nested::parse_array(src, ctx, depth + 1),
-        TypeTag::Range => return nested::parse_range(src, ctx, depth + 1),
-        TypeTag::Multirange => return nested::parse_multirange(src, ctx, depth + 1),
-        TypeTag::Jsonb => return nested::parse_jsonb(src, ctx, depth + 1),
-        TypeTag::Record => return nested::parse_record(src, ctx, depth + 1),
-    };
-    Ok(keep.then_some(v))
+    if ctx.tag.is_scalar() {
+        return read_scalar(src, ctx);
+    }
+    if ctx.tag == TypeTag::ChildIdentity {
+        return parse_child(src, ctx, depth);
+    }
+    // A structure is one level below its holder and spans at least that level.
+    let level = depth + 1;
+    match ctx.tag {
+        TypeTag::Array => parse_array(src, ctx, level),
+        TypeTag::Range => parse_range(src, ctx, level),
+        TypeTag::Multirange => parse_multirange(src, ctx, level),
+        TypeTag::Jsonb => parse_jsonb(src, ctx, level),
+        _ => parse_record(src, ctx, level),
+    }
 }
 
-fn read_numeric(src: &mut dyn Source, ctx: &FieldCtx) -> Result<OwnedNumeric> {
-    let special = |sign| OwnedNumeric {
-        sign,
-        weight: 0,
-        digits: Vec::new(),
-    };
-    let (sign, xor) = match need(src)? {
-        numeric_class::NEG_INF => return Ok(special(NumericSign::NegativeInfinity)),
-        numeric_class::POS_INF => return Ok(special(NumericSign::PositiveInfinity)),
-        numeric_class::NAN => return Ok(special(NumericSign::NaN)),
-        numeric_class::ZERO => return Ok(special(NumericSign::Positive)),
-        numeric_class::NEG => (NumericSign::Negative, 0xFF),
-        numeric_class::POS => (NumericSign::Positive, 0x00),
-        _ => return Err(ctx.non_canonical("unknown numeric class byte")),
-    };
-    let w = need_array::<2>(src)?;
-    let weight = unflip_i16([w[0] ^ xor, w[1] ^ xor]);
-    let mut digits = Vec::new();
-    let (mut count, mut high, mut pending, mut last) = (0usize, 0u8, false, 0u16);
-    read_escaped(src, ctx, xor, |b| {
-        if !pending {
-            high = b;
-            pending = true;
-            return Ok(());
-        }
-        pending = false;
-        let g = u16::from_be_bytes([high, b]);
-        if g > 9999 {
-            return Err(ctx.non_canonical("digit group exceeds 9999"));
-        }
-        if count == 0 && g == 0 {
-            return Err(ctx.non_canonical("leading zero digit group"));
-        }
-        count += 1;
-        if count > MAX_NUMERIC_GROUPS {
-            return Err(Error::LimitExceeded {
-                limit: Limit::NumericDigits,
-                value: count,
-            });
-        }
-        last = g;
-        if ctx.keep {
-            digits.push(g);
-        }
-        Ok(())
-    })?;
-    if pending {
-        return Err(ctx.non_canonical("odd number of digit bytes"));
+/// A child identity (spec §6.1): a complete identity, escaped into the parent's payload.
+fn parse_child(src: &mut dyn Source, ctx: &mut FieldCtx, depth: u32) -> Result<Option<OwnedValue>> {
+    if depth >= MAX_DEPTH {
+        return Err(Error::LimitExceeded {
+            limit: Limit::Depth,
+            value: depth as usize + 1,
+        });
     }
-    if count == 0 {
-        return Err(ctx.non_canonical("non-zero class without digit groups"));
-    }
-    if last == 0 {
-        return Err(ctx.non_canonical("trailing zero digit group"));
-    }
-    Ok(OwnedNumeric {
-        sign,
-        weight,
-        digits,
+    let mut child = UnescapeSource::new(src, ctx.field, ctx.keep);
+    // parse_identity ends by asking for one more byte, which consumes the terminator; any
+    // byte before it is reported as trailing.
+    let summary = parse_identity(&mut child, depth + 1, None)?;
+    ctx.child_depth = summary.depth;
+    let bytes = child.into_bytes();
+    Ok(ctx.keep.then(|| {
+        OwnedValue::Identity(OwnedChildIdentity::from(ChildIdentity {
+            bytes: &bytes,
+            depth: summary.depth,
+        }))
+    }))
+}
+
+// ---------------------------------------------------------------------------------------
+// Structural payloads (spec §6.2–§6.7). Each reader reads one payload at nesting `level`
+// (already checked against `MAX_DEPTH` by `parse_payload`), records in `ctx.child_depth`
+// how many levels it spans when that is more than one, and returns the decoded tree when
+// `ctx.keep` is set.
+// ---------------------------------------------------------------------------------------
+
+/// Reads a nested type tag.
+fn read_tag(src: &mut dyn Source, ctx: &FieldCtx) -> Result<TypeTag> {
+    let offset = src.offset();
+    let t = need(src)?;
+    TypeTag::from_byte(t).ok_or(Error::UnknownTypeTag {
+        field: ctx.field,
+        offset,
+        found: t,
     })
 }
 
-fn read_inet(src: &mut dyn Source, ctx: &FieldCtx) -> Result<Inet> {
-    let family = IpFamily::from_byte(need(src)?)
-        .ok_or_else(|| ctx.non_canonical("unknown address family"))?;
-    let len = family.addr_len();
-    let mut masked = [0u8; 16];
-    for b in &mut masked[..len] {
-        *b = need(src)?;
-    }
-    let bits = need(src)?;
-    if bits > family.max_bits() {
-        return Err(ctx.non_canonical("prefix length exceeds the address width"));
-    }
-    let mut addr = [0u8; 16];
-    for b in &mut addr[..len] {
-        *b = need(src)?;
-    }
-    for i in 0..len {
-        let m = mask_byte(bits, i);
-        if masked[i] != addr[i] & m {
-            return Err(ctx.non_canonical("network part does not match the address"));
-        }
-        if ctx.tag == TypeTag::Cidr && addr[i] & !m != 0 {
-            return Err(ctx.non_canonical("cidr value has bits set to the right of the mask"));
-        }
-    }
-    Ok(Inet { family, bits, addr })
+/// Reads one nested value of type `tag` held at `level`.
+fn read_item(
+    src: &mut dyn Source,
+    ctx: &mut FieldCtx,
+    tag: TypeTag,
+    level: u32,
+) -> Result<Option<OwnedValue>> {
+    let mut sub = FieldCtx {
+        field: ctx.field,
+        tag,
+        offset: src.offset(),
+        keep: ctx.keep,
+        child_depth: 0,
+    };
+    let v = parse_payload(src, &mut sub, level)?;
+    ctx.child_depth = ctx.child_depth.max(1 + sub.child_depth);
+    Ok(v)
 }
 
-fn read_bits(src: &mut dyn Source, ctx: &FieldCtx) -> Result<OwnedBits> {
-    let mut bytes = Vec::new();
-    let (mut n, mut last) = (0usize, 0u8);
-    read_escaped(src, ctx, 0, |b| {
-        n += 1;
-        last = b;
+/// Reads a framing byte that must be one of `allowed`.
+fn read_marker(src: &mut dyn Source, ctx: &FieldCtx, allowed: &[u8]) -> Result<u8> {
+    let offset = src.offset();
+    let b = need(src)?;
+    if allowed.contains(&b) {
+        Ok(b)
+    } else {
+        Err(Error::InvalidNullState {
+            field: ctx.field,
+            offset,
+            found: b,
+        })
+    }
+}
+
+/// Reads list items until `LIST_END`, counting them against `MAX_ELEMENTS`; `item` reads one
+/// item given its leading byte and that byte's offset. Returns the item count.
+fn read_list(
+    src: &mut dyn Source,
+    ctx: &mut FieldCtx,
+    mut item: impl FnMut(&mut dyn Source, &mut FieldCtx, u8, usize) -> Result<()>,
+) -> Result<usize> {
+    let mut count = 0usize;
+    loop {
+        let at = src.offset();
+        let b = need(src)?;
+        if b == LIST_END {
+            return Ok(count);
+        }
+        item(src, ctx, b, at)?;
+        count += 1;
+        check_count(count)?;
+    }
+}
+
+fn parse_array(src: &mut dyn Source, ctx: &mut FieldCtx, level: u32) -> Result<Option<OwnedValue>> {
+    let element = read_tag(src, ctx)?;
+    let mut elements = Vec::new();
+    let count = read_list(src, ctx, |src, ctx, b, at| {
+        let v = match b {
+            ITEM_NULL => None,
+            ITEM_VALUE => read_item(src, ctx, element, level)?,
+            found => {
+                return Err(Error::InvalidNullState {
+                    field: ctx.field,
+                    offset: at,
+                    found,
+                });
+            }
+        };
         if ctx.keep {
-            bytes.push(b);
+            elements.push(v);
         }
         Ok(())
     })?;
-    let bit_len = u32::from_be_bytes(need_array(src)?);
-    if bit_len > MAX_BIT_LEN {
+    let ndims = usize::from(need(src)?);
+    if ndims > MAX_ARRAY_DIMS {
+        return Err(ctx.non_canonical("more than 6 dimensions"));
+    }
+    let mut dims = [ArrayDim { len: 0, lower: 0 }; MAX_ARRAY_DIMS];
+    for d in &mut dims[..ndims] {
+        d.len = unflip_i32(need_array(src)?);
+    }
+    for d in &mut dims[..ndims] {
+        d.lower = unflip_i32(need_array(src)?);
+    }
+    if let Some(reason) = array_shape_error(&dims[..ndims], count) {
+        return Err(ctx.non_canonical(reason));
+    }
+    Ok(ctx.keep.then(|| {
+        OwnedValue::Array(ArrayValue {
+            element,
+            dims: dims[..ndims].to_vec(),
+            elements,
+        })
+    }))
+}
+
+fn read_bound_value(
+    src: &mut dyn Source,
+    ctx: &mut FieldCtx,
+    subtype: TypeTag,
+    level: u32,
+    lower: bool,
+) -> Result<RangeBound> {
+    let v = read_item(src, ctx, subtype, level)?.unwrap_or(OwnedValue::Bool(false));
+    let inclusive = match need(src)? {
+        bound::LOWER_INCLUSIVE_OR_UPPER_EXCLUSIVE => lower,
+        bound::LOWER_EXCLUSIVE_OR_UPPER_INCLUSIVE => !lower,
+        _ => return Err(ctx.non_canonical("range bound inclusivity byte is neither 00 nor 01")),
+    };
+    Ok(if inclusive {
+        RangeBound::Inclusive(v)
+    } else {
+        RangeBound::Exclusive(v)
+    })
+}
+
+/// Reads `LOWER UPPER` after the `01` state byte.
+fn read_bounds(
+    src: &mut dyn Source,
+    ctx: &mut FieldCtx,
+    subtype: TypeTag,
+    level: u32,
+) -> Result<RangeBounds> {
+    let lower = match need(src)? {
+        bound::LOWER_INFINITE => RangeBound::Infinite,
+        bound::FINITE => read_bound_value(src, ctx, subtype, level, true)?,
+        _ => return Err(ctx.non_canonical("lower bound byte is neither 00 nor 01")),
+    };
+    let upper = match need(src)? {
+        bound::FINITE => read_bound_value(src, ctx, subtype, level, false)?,
+        bound::UPPER_INFINITE => RangeBound::Infinite,
+        _ => return Err(ctx.non_canonical("upper bound byte is neither 01 nor 02")),
+    };
+    Ok(RangeBounds { lower, upper })
+}
+
+fn parse_range(src: &mut dyn Source, ctx: &mut FieldCtx, level: u32) -> Result<Option<OwnedValue>> {
+    let subtype = read_tag(src, ctx)?;
+    let bounds = match need(src)? {
+        range_state::EMPTY => None,
+        range_state::BOUNDED => Some(read_bounds(src, ctx, subtype, level)?),
+        _ => return Err(ctx.non_canonical("range state byte is neither 00 nor 01")),
+    };
+    Ok(ctx
+        .keep
+        .then(|| OwnedValue::Range(Box::new(RangeValue { subtype, bounds }))))
+}
+
+fn parse_multirange(
+    src: &mut dyn Source,
+    ctx: &mut FieldCtx,
+    level: u32,
+) -> Result<Option<OwnedValue>> {
+    let subtype = read_tag(src, ctx)?;
+    let mut ranges = Vec::new();
+    read_list(src, ctx, |src, ctx, b, _| {
+        if b != range_state::BOUNDED {
+            return Err(ctx.non_canonical("multirange item byte is neither 00 nor 01"));
+        }
+        let r = read_bounds(src, ctx, subtype, level)?;
+        if ctx.keep {
+            ranges.push(r);
+        }
+        Ok(())
+    })?;
+    Ok(ctx
+        .keep
+        .then_some(OwnedValue::Multirange(MultirangeValue { subtype, ranges })))
+}
+
+fn parse_record(
+    src: &mut dyn Source,
+    ctx: &mut FieldCtx,
+    level: u32,
+) -> Result<Option<OwnedValue>> {
+    let n = u16::from_be_bytes(need_array(src)?);
+    if u32::from(n) > MAX_FIELDS {
         return Err(Error::LimitExceeded {
-            limit: Limit::BitLength,
-            value: bit_len as usize,
+            limit: Limit::FieldCount,
+            value: usize::from(n),
         });
     }
-    if n != (bit_len as usize).div_ceil(8) {
-        return Err(ctx.non_canonical("byte count does not match the bit length"));
+    let mut fields = Vec::new();
+    for _ in 0..n {
+        let tag = read_tag(src, ctx)?;
+        let value = match read_marker(src, ctx, &[ITEM_VALUE, ITEM_NULL])? {
+            ITEM_NULL => None,
+            _ => read_item(src, ctx, tag, level)?,
+        };
+        if ctx.keep {
+            fields.push(OwnedField { tag, value });
+        }
     }
-    let rem = bit_len % 8;
-    if rem != 0 && last & (0xFF >> rem) != 0 {
-        return Err(ctx.non_canonical("pad bits of the last byte are not zero"));
-    }
-    Ok(OwnedBits { bit_len, bytes })
+    Ok(ctx
+        .keep
+        .then_some(OwnedValue::Record(RecordValue { fields })))
+}
+
+fn parse_jsonb(src: &mut dyn Source, ctx: &mut FieldCtx, level: u32) -> Result<Option<OwnedValue>> {
+    let mut deepest = level;
+    let first = need(src)?;
+    let j = read_json(src, ctx, first, level, &mut deepest)?;
+    ctx.child_depth = deepest - level + 1;
+    Ok(ctx.keep.then_some(OwnedValue::Jsonb(j)))
+}
+
+/// Reads the rest of one jsonb item at `level` whose item tag `item` was just read; the
+/// returned tree is empty when not keeping.
+fn read_json(
+    src: &mut dyn Source,
+    ctx: &FieldCtx,
+    item: u8,
+    level: u32,
+    deepest: &mut u32,
+) -> Result<JsonbValue> {
+    Ok(match item {
+        jsonb_tag::NULL => JsonbValue::Null,
+        jsonb_tag::FALSE => JsonbValue::Bool(false),
+        jsonb_tag::TRUE => JsonbValue::Bool(true),
+        jsonb_tag::STRING => JsonbValue::String(read_text(src, ctx)?),
+        jsonb_tag::NUMBER => {
+            let n = read_numeric(src, ctx)?;
+            if !matches!(n.sign, NumericSign::Positive | NumericSign::Negative) {
+                return Err(ctx.non_canonical("a jsonb number is NaN or infinite"));
+            }
+            JsonbValue::Number(n)
+        }
+        jsonb_tag::ARRAY => {
+            check_depth(level + 1)?;
+            *deepest = (*deepest).max(level + 1);
+            let mut items = Vec::new();
+            let mut count = 0usize;
+            loop {
+                let next = need(src)?;
+                if next == LIST_END {
+                    break;
+                }
+                let item = read_json(src, ctx, next, level + 1, deepest)?;
+                if ctx.keep {
+                    items.push(item);
+                }
+                count += 1;
+                check_count(count)?;
+            }
+            JsonbValue::Array(items)
+        }
+        jsonb_tag::OBJECT => {
+            check_depth(level + 1)?;
+            *deepest = (*deepest).max(level + 1);
+            let mut pairs = Vec::new();
+            let mut previous: Option<Vec<u8>> = None;
+            let mut count = 0usize;
+            loop {
+                if read_marker(src, ctx, &[LIST_END, ITEM_VALUE])? == LIST_END {
+                    break;
+                }
+                let key_ctx = FieldCtx {
+                    field: ctx.field,
+                    tag: TypeTag::Jsonb,
+                    offset: src.offset(),
+                    keep: true,
+                    child_depth: 0,
+                };
+                let key = read_text(src, &key_ctx)?;
+                if previous
+                    .as_deref()
+                    .is_some_and(|p| key_order(p, &key).is_ge())
+                {
+                    return Err(ctx.non_canonical(
+                        "object keys are not unique and in jsonb order (length, then bytes)",
+                    ));
+                }
+                let next = need(src)?;
+                let v = read_json(src, ctx, next, level + 1, deepest)?;
+                if ctx.keep {
+                    pairs.push((key.clone(), v));
+                }
+                previous = Some(key);
+                count += 1;
+                check_count(count)?;
+            }
+            JsonbValue::Object(pairs)
+        }
+        _ => return Err(ctx.non_canonical("unknown jsonb item tag")),
+    })
 }

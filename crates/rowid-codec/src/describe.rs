@@ -2,14 +2,18 @@
 //!
 //! The text is for people, not a format: it shows each field's type and value (temporal
 //! types in PostgreSQL's internal units, labelled), e.g.
-//! `SCAN_KEY(int4 42, text "ab", int8 NULL)`. Identities contain reversible source values;
+//! `SCAN_KEY(int4 42, text "ab", int8 NULL)`; numerics read as PostgreSQL prints them
+//! (`-12.3`, `NaN`). Identities contain reversible source values;
 //! callers decide who may see this text.
 
+use alloc::string::String;
 use core::fmt::{self, Display, Formatter, Write};
 
-use crate::decode::{DecodedField, DecodedIdentity, OwnedValue};
-use crate::structure::{ArrayValue, JsonbValue, RangeBound, RangeBounds};
-use crate::value::{IpFamily, NumericSign};
+use crate::decode::decode;
+use crate::scalar::{IpFamily, NumericSign, OwnedNumeric};
+use crate::value::{
+    ArrayValue, DecodedIdentity, JsonbValue, OwnedField, OwnedValue, RangeBound, RangeBounds,
+};
 
 impl Display for DecodedIdentity {
     fn fmt(&self, f: &mut Formatter<'_>) -> fmt::Result {
@@ -24,7 +28,7 @@ impl Display for DecodedIdentity {
     }
 }
 
-impl Display for DecodedField {
+impl Display for OwnedField {
     fn fmt(&self, f: &mut Formatter<'_>) -> fmt::Result {
         write!(f, "{} ", self.tag.name())?;
         match &self.value {
@@ -67,22 +71,7 @@ impl Display for OwnedValue {
             OwnedValue::Oid(v) => write!(f, "{v}"),
             OwnedValue::Float4(v) => write!(f, "{v:?}"),
             OwnedValue::Float8(v) => write!(f, "{v:?}"),
-            OwnedValue::Numeric(n) => match n.sign {
-                NumericSign::NaN => f.write_str("NaN"),
-                NumericSign::PositiveInfinity => f.write_str("Infinity"),
-                NumericSign::NegativeInfinity => f.write_str("-Infinity"),
-                _ if n.digits.is_empty() => f.write_char('0'),
-                sign => {
-                    if sign == NumericSign::Negative {
-                        f.write_char('-')?;
-                    }
-                    f.write_str("0.")?;
-                    for g in &n.digits {
-                        write!(f, "{g:04}")?;
-                    }
-                    write!(f, "e10000^{}", i32::from(n.weight) + 1)
-                }
-            },
+            OwnedValue::Numeric(n) => numeric(f, n),
             OwnedValue::Text(v) | OwnedValue::Varchar(v) | OwnedValue::Bpchar(v) => text(f, v),
             OwnedValue::Enum(v) => text(f, v),
             OwnedValue::Bytea(v) => hex(f, v),
@@ -135,7 +124,10 @@ impl Display for OwnedValue {
                 }
                 f.write_char('\'')
             }
-            OwnedValue::Identity(c) => write!(f, "{}", c.identity),
+            OwnedValue::Identity(c) => match decode(c.bytes()) {
+                Ok(child) => write!(f, "{child}"),
+                Err(_) => hex(f, c.bytes()),
+            },
             OwnedValue::Array(a) => array(f, a),
             OwnedValue::Range(r) => {
                 write!(f, "{} ", r.subtype.name())?;
@@ -167,6 +159,53 @@ impl Display for OwnedValue {
             }
         }
     }
+}
+
+/// A numeric as `numeric_out` prints it, without the display scale (which is not part of
+/// the value): `0`, `-12.3`, `0.0001`, `NaN`, `Infinity`.
+fn numeric(f: &mut Formatter<'_>, n: &OwnedNumeric) -> fmt::Result {
+    match n.sign {
+        NumericSign::NaN => return f.write_str("NaN"),
+        NumericSign::PositiveInfinity => return f.write_str("Infinity"),
+        NumericSign::NegativeInfinity => return f.write_str("-Infinity"),
+        NumericSign::Positive | NumericSign::Negative => {}
+    }
+    // Group i has the base-10000 exponent weight - i.
+    let weight = i32::from(n.weight);
+    let group = |exp: i32| -> u16 {
+        usize::try_from(weight - exp)
+            .ok()
+            .and_then(|i| n.digits.get(i).copied())
+            .unwrap_or(0)
+    };
+    let lowest = weight - n.digits.len() as i32 + 1;
+    let mut int_part = String::new();
+    for exp in (0..=weight).rev() {
+        let g = group(exp);
+        if int_part.is_empty() {
+            if g != 0 {
+                write!(int_part, "{g}")?;
+            }
+        } else {
+            write!(int_part, "{g:04}")?;
+        }
+    }
+    let mut frac_part = String::new();
+    for exp in (lowest.min(0)..0).rev() {
+        write!(frac_part, "{:04}", group(exp))?;
+    }
+    let frac_part = frac_part.trim_end_matches('0');
+    if int_part.is_empty() && frac_part.is_empty() {
+        return f.write_char('0');
+    }
+    if n.sign == NumericSign::Negative {
+        f.write_char('-')?;
+    }
+    f.write_str(if int_part.is_empty() { "0" } else { &int_part })?;
+    if !frac_part.is_empty() {
+        write!(f, ".{frac_part}")?;
+    }
+    Ok(())
 }
 
 fn array(f: &mut Formatter<'_>, a: &ArrayValue) -> fmt::Result {
@@ -215,7 +254,7 @@ impl Display for JsonbValue {
             JsonbValue::Null => f.write_str("null"),
             JsonbValue::Bool(b) => write!(f, "{b}"),
             JsonbValue::String(s) => text(f, s),
-            JsonbValue::Number(n) => write!(f, "{}", OwnedValue::Numeric(n.clone())),
+            JsonbValue::Number(n) => numeric(f, n),
             JsonbValue::Array(items) => {
                 f.write_char('[')?;
                 for (i, v) in items.iter().enumerate() {
@@ -238,5 +277,50 @@ impl Display for JsonbValue {
                 f.write_char('}')
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use alloc::string::ToString;
+    use alloc::vec;
+
+    use crate::scalar::{NumericSign, OwnedNumeric};
+    use crate::value::{JsonbValue, OwnedValue};
+
+    fn num(sign: NumericSign, weight: i16, digits: &[u16]) -> OwnedValue {
+        OwnedValue::Numeric(OwnedNumeric {
+            sign,
+            weight,
+            digits: digits.to_vec(),
+        })
+    }
+
+    /// Numerics read as `numeric_out` prints them (without the display scale), in fields
+    /// and inside jsonb.
+    #[test]
+    fn numerics_print_as_postgresql_prints_them() {
+        use NumericSign::*;
+        for (value, text) in [
+            (num(Positive, 0, &[1]), "1"),
+            (num(Negative, 0, &[12, 3000]), "-12.3"),
+            (num(Positive, -1, &[1]), "0.0001"),
+            (num(Positive, -2, &[50]), "0.0000005"),
+            (num(Positive, 1, &[1]), "10000"),
+            (num(Positive, 1, &[1, 2345, 6780]), "12345.678"),
+            (num(Positive, 0, &[]), "0"),
+            (num(Negative, 3, &[0, 0]), "0"),
+            (num(NaN, 0, &[]), "NaN"),
+            (num(PositiveInfinity, 0, &[]), "Infinity"),
+            (num(NegativeInfinity, 0, &[]), "-Infinity"),
+        ] {
+            assert_eq!(value.to_string(), text, "{value:?}");
+        }
+        let one = JsonbValue::Array(vec![JsonbValue::Number(OwnedNumeric {
+            sign: NumericSign::Positive,
+            weight: 0,
+            digits: vec![1],
+        })]);
+        assert_eq!(OwnedValue::Jsonb(one).to_string(), "[1]");
     }
 }

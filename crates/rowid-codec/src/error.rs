@@ -212,6 +212,13 @@ impl fmt::Display for Error {
     }
 }
 
+impl Error {
+    /// [`Error::InvalidValue`] for field `field` of type `tag`.
+    pub(crate) const fn invalid_value(field: u32, tag: TypeTag, reason: &'static str) -> Error {
+        Error::InvalidValue { field, tag, reason }
+    }
+}
+
 #[cfg(feature = "std")]
 extern crate std;
 

@@ -23,55 +23,6 @@ pub fn put_escaped(buf: &mut Vec<u8>, bytes: &[u8]) {
     buf.extend_from_slice(&[ESCAPE, TERMINATOR]);
 }
 
-/// Number of bytes [`put_escaped`] writes for `bytes`.
-pub fn escaped_len(bytes: &[u8]) -> usize {
-    bytes.len() + bytes.iter().filter(|&&b| b == 0).count() + 2
-}
-
-/// What [`scan_escaped`] found.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ScanError {
-    /// No terminator before the end of the input.
-    Truncated,
-    /// `0x00` followed by something other than `0x00`/`0xFF`, at this offset.
-    BadEscape(usize),
-}
-
-/// Scans an escaped, terminated run starting at `input[start]`.
-///
-/// Returns the offset just past the terminator and the number of unescaped bytes. Calls
-/// `each` with every unescaped byte in order (`xor` is applied to the raw input bytes first,
-/// which lets the numeric decoder read complemented runs). Never allocates.
-#[inline]
-pub fn scan_escaped(
-    input: &[u8],
-    start: usize,
-    xor: u8,
-    mut each: impl FnMut(u8),
-) -> Result<(usize, usize), ScanError> {
-    let mut i = start;
-    let mut n = 0usize;
-    loop {
-        let b = *input.get(i).ok_or(ScanError::Truncated)? ^ xor;
-        if b != ESCAPE {
-            each(b);
-            n += 1;
-            i += 1;
-            continue;
-        }
-        let next = *input.get(i + 1).ok_or(ScanError::Truncated)? ^ xor;
-        match next {
-            TERMINATOR => return Ok((i + 2, n)),
-            ESCAPED_ZERO => {
-                each(0);
-                n += 1;
-                i += 2;
-            }
-            _ => return Err(ScanError::BadEscape(i)),
-        }
-    }
-}
-
 /// Order-preserving big-endian form of a signed 16-bit integer (spec §2.2).
 #[inline]
 pub const fn flip_i16(v: i16) -> [u8; 2] {
@@ -133,22 +84,6 @@ mod tests {
         buf.clear();
         put_escaped(&mut buf, &[]);
         assert_eq!(buf, vec![0x00, 0x00]);
-    }
-
-    #[test]
-    fn scan_rejects_bad_escape_and_truncation() {
-        assert_eq!(
-            scan_escaped(&[0x61, 0x00, 0x01], 0, 0, |_| {}),
-            Err(ScanError::BadEscape(1))
-        );
-        assert_eq!(
-            scan_escaped(&[0x61, 0x00], 0, 0, |_| {}),
-            Err(ScanError::Truncated)
-        );
-        assert_eq!(
-            scan_escaped(&[0x00, 0xFF, 0x00, 0x00, 9], 0, 0, |_| {}),
-            Ok((4, 1))
-        );
     }
 
     #[test]

@@ -1,283 +1,256 @@
-//! Parsers for PostgreSQL's binary send formats (`typsend`), into encoder inputs
-//! (spec/wire-format.md §9). The WAL path reads pgoutput `'b'` values through these.
+//! PostgreSQL's binary send formats (`typsend`) read into encoder inputs
+//! (spec/wire-format.md §9): what the WAL path gets from a pgoutput `'b'` column. Not part of
+//! the wire format itself, so it sits behind the `send` feature.
 //!
-//! Each parser takes exactly one value's bytes and rejects short or trailing input.
+//! Scalars are read in place by the parsers of [`scalar`](self) (re-exported here); the
+//! structural families (`array_send`, `range_send`, `multirange_send`, `record_send`,
+//! `jsonb_send`) are read into owned trees according to the field's [`Shape`], with nesting
+//! bounded by `MAX_DEPTH` as in the encoder, so hostile input cannot recurse without limit.
 
 mod json;
-mod nested;
+mod scalar;
+
+use alloc::boxed::Box;
+use alloc::vec::Vec;
 
 pub use json::{JSONB_SEND_VERSION, decimal_to_numeric, jsonb_from_text};
-pub use nested::owned_from_send;
+pub use scalar::{
+    bits_from_send, bool_from_send, date_from_send, float4_from_send, float8_from_send,
+    inet_from_send, int2_from_send, int4_from_send, int8_from_send, interval_from_send,
+    macaddr_from_send, macaddr8_from_send, numeric_from_send, oid_from_send, text_from_send,
+    time_from_send, timestamp_from_send, timetz_from_send, uuid_from_send, value_from_send,
+};
 
+use self::scalar::bad;
 use crate::error::{Error, Result};
+use crate::limits::MAX_FIELDS;
+use crate::structure::{
+    ArrayDim, MAX_ARRAY_DIMS, Shape, array_shape_error, check_count, check_depth,
+};
 use crate::tag::TypeTag;
-use crate::value::Value;
-use crate::value::{BitString, Digits, Inet, Interval, IpFamily, Numeric, NumericSign, Timetz};
+use crate::value::{
+    ArrayValue, MultirangeValue, OwnedField, OwnedValue, RangeBound, RangeBounds, RangeValue,
+    RecordValue,
+};
 
-fn bad(tag: TypeTag, offset: usize, reason: &'static str) -> Error {
-    Error::InvalidSendFormat {
-        tag,
-        offset,
-        reason,
+/// `range_send` flag bits (`rangetypes.h`).
+mod range_flags {
+    pub const EMPTY: u8 = 0x01;
+    pub const LB_INC: u8 = 0x02;
+    pub const UB_INC: u8 = 0x04;
+    pub const LB_INF: u8 = 0x08;
+    pub const UB_INF: u8 = 0x10;
+    /// Every bit a sent range may carry; `LB_NULL`, `UB_NULL` and `CONTAIN_EMPTY` never
+    /// appear in a stored range.
+    pub const KNOWN: u8 = EMPTY | LB_INC | UB_INC | LB_INF | UB_INF;
+}
+
+/// A cursor over one send-format value.
+struct Reader<'a> {
+    tag: TypeTag,
+    b: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn new(tag: TypeTag, b: &'a [u8]) -> Self {
+        Reader { tag, b, pos: 0 }
     }
-}
 
-fn fixed<const N: usize>(tag: TypeTag, b: &[u8]) -> Result<[u8; N]> {
-    if b.len() < N {
-        return Err(bad(tag, b.len(), "value is shorter than its fixed width"));
+    fn take(&mut self, n: usize, what: &'static str) -> Result<&'a [u8]> {
+        let end = self
+            .pos
+            .checked_add(n)
+            .filter(|&e| e <= self.b.len())
+            .ok_or(bad(self.tag, self.b.len(), what))?;
+        let out = &self.b[self.pos..end];
+        self.pos = end;
+        Ok(out)
     }
-    if b.len() > N {
-        return Err(Error::TrailingBytes { offset: N });
+
+    fn u8(&mut self, what: &'static str) -> Result<u8> {
+        Ok(self.take(1, what)?[0])
     }
-    let mut out = [0u8; N];
-    out.copy_from_slice(b);
-    Ok(out)
-}
 
-fn be_i16(b: &[u8], at: usize) -> i16 {
-    i16::from_be_bytes([b[at], b[at + 1]])
-}
-
-/// `boolsend`: one byte, 0 or 1.
-pub fn bool_from_send(b: &[u8]) -> Result<bool> {
-    match fixed::<1>(TypeTag::Bool, b)? {
-        [0] => Ok(false),
-        [1] => Ok(true),
-        _ => Err(bad(TypeTag::Bool, 0, "bool byte is neither 0 nor 1")),
+    fn i32(&mut self, what: &'static str) -> Result<i32> {
+        let s = self.take(4, what)?;
+        Ok(i32::from_be_bytes([s[0], s[1], s[2], s[3]]))
     }
-}
 
-/// `int2send`.
-pub fn int2_from_send(b: &[u8]) -> Result<i16> {
-    Ok(i16::from_be_bytes(fixed(TypeTag::Int2, b)?))
-}
-
-/// `int4send`.
-pub fn int4_from_send(b: &[u8]) -> Result<i32> {
-    Ok(i32::from_be_bytes(fixed(TypeTag::Int4, b)?))
-}
-
-/// `int8send`.
-pub fn int8_from_send(b: &[u8]) -> Result<i64> {
-    Ok(i64::from_be_bytes(fixed(TypeTag::Int8, b)?))
-}
-
-/// `oidsend`.
-pub fn oid_from_send(b: &[u8]) -> Result<u32> {
-    Ok(u32::from_be_bytes(fixed(TypeTag::Oid, b)?))
-}
-
-/// `float4send`: IEEE bits, big-endian.
-pub fn float4_from_send(b: &[u8]) -> Result<f32> {
-    Ok(f32::from_bits(u32::from_be_bytes(fixed(
-        TypeTag::Float4,
-        b,
-    )?)))
-}
-
-/// `float8send`: IEEE bits, big-endian.
-pub fn float8_from_send(b: &[u8]) -> Result<f64> {
-    Ok(f64::from_bits(u64::from_be_bytes(fixed(
-        TypeTag::Float8,
-        b,
-    )?)))
-}
-
-/// `numeric_send`: int16 ndigits, int16 weight, uint16 sign, int16 dscale, digit groups.
-/// The digits are borrowed, not copied; normalisation is the encoder's job.
-pub fn numeric_from_send(b: &[u8]) -> Result<Numeric<'_>> {
-    let t = TypeTag::Numeric;
-    if b.len() < 8 {
-        return Err(bad(t, b.len(), "numeric header is shorter than 8 bytes"));
-    }
-    let ndigits = be_i16(b, 0);
-    let weight = be_i16(b, 2);
-    let sign = u16::from_be_bytes([b[4], b[5]]);
-    let dscale = be_i16(b, 6);
-    if ndigits < 0 {
-        return Err(bad(t, 0, "negative digit count"));
-    }
-    if dscale < 0 {
-        return Err(bad(t, 6, "negative display scale"));
-    }
-    let want = 8 + 2 * ndigits as usize;
-    if b.len() < want {
-        return Err(bad(t, b.len(), "fewer digit groups than ndigits says"));
-    }
-    if b.len() > want {
-        return Err(Error::TrailingBytes { offset: want });
-    }
-    let sign = match sign {
-        0x0000 => NumericSign::Positive,
-        0x4000 => NumericSign::Negative,
-        0xC000 => NumericSign::NaN,
-        0xD000 => NumericSign::PositiveInfinity,
-        0xF000 => NumericSign::NegativeInfinity,
-        _ => return Err(bad(t, 4, "unknown numeric sign word")),
-    };
-    if !matches!(sign, NumericSign::Positive | NumericSign::Negative) && ndigits != 0 {
-        return Err(bad(t, 0, "NaN or infinity with digit groups"));
-    }
-    let digits = Digits::big_endian(&b[8..]).ok_or(bad(t, 8, "odd digit byte count"))?;
-    if let Some(i) = (0..digits.len()).find(|&i| digits.get(i).is_some_and(|g| g > 9999)) {
-        return Err(bad(t, 8 + 2 * i, "digit group exceeds 9999"));
-    }
-    Ok(Numeric {
-        sign,
-        weight,
-        digits,
-    })
-}
-
-/// `textsend`, `varcharsend`, `bpcharsend`, `enum_send`: the raw bytes. A NUL byte is not a
-/// character and is rejected.
-pub fn text_from_send(tag: TypeTag, b: &[u8]) -> Result<&[u8]> {
-    match b.iter().position(|&c| c == 0) {
-        Some(i) => Err(bad(tag, i, "character data contains a NUL byte")),
-        None => Ok(b),
-    }
-}
-
-/// `uuid_send`.
-pub fn uuid_from_send(b: &[u8]) -> Result<[u8; 16]> {
-    fixed(TypeTag::Uuid, b)
-}
-
-/// `date_send`: int32 days since 2000-01-01.
-pub fn date_from_send(b: &[u8]) -> Result<i32> {
-    Ok(i32::from_be_bytes(fixed(TypeTag::Date, b)?))
-}
-
-/// `time_send`: int64 microseconds.
-pub fn time_from_send(b: &[u8]) -> Result<i64> {
-    Ok(i64::from_be_bytes(fixed(TypeTag::Time, b)?))
-}
-
-/// `timestamp_send` / `timestamptz_send`: int64 microseconds since 2000-01-01.
-pub fn timestamp_from_send(b: &[u8]) -> Result<i64> {
-    Ok(i64::from_be_bytes(fixed(TypeTag::Timestamp, b)?))
-}
-
-/// `timetz_send`: int64 time, int32 zone (seconds west of UTC).
-pub fn timetz_from_send(b: &[u8]) -> Result<Timetz> {
-    let a: [u8; 12] = fixed(TypeTag::Timetz, b)?;
-    Ok(Timetz {
-        time: i64::from_be_bytes([a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7]]),
-        zone: i32::from_be_bytes([a[8], a[9], a[10], a[11]]),
-    })
-}
-
-/// `interval_send`: int64 time, int32 day, int32 month (day before month).
-pub fn interval_from_send(b: &[u8]) -> Result<Interval> {
-    let a: [u8; 16] = fixed(TypeTag::Interval, b)?;
-    let time = i64::from_be_bytes([a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7]]);
-    let day = i32::from_be_bytes([a[8], a[9], a[10], a[11]]);
-    let month = i32::from_be_bytes([a[12], a[13], a[14], a[15]]);
-    Ok(Interval::from_fields(month, day, time))
-}
-
-/// `inet_send` / `cidr_send`: u8 family, u8 bits, u8 is_cidr, u8 address length, address.
-/// `tag` says which of the two is expected; the `is_cidr` byte must agree.
-pub fn inet_from_send(tag: TypeTag, b: &[u8]) -> Result<Inet> {
-    if b.len() < 4 {
-        return Err(bad(tag, b.len(), "inet header is shorter than 4 bytes"));
-    }
-    let family = IpFamily::from_byte(b[0]).ok_or(bad(tag, 0, "unknown address family"))?;
-    let bits = b[1];
-    if bits > family.max_bits() {
-        return Err(bad(tag, 1, "prefix length exceeds the address width"));
-    }
-    let want_cidr = u8::from(tag == TypeTag::Cidr);
-    if b[2] != want_cidr {
-        return Err(bad(tag, 2, "is_cidr flag does not match the type"));
-    }
-    let n = family.addr_len();
-    if usize::from(b[3]) != n {
-        return Err(bad(tag, 3, "address length does not match the family"));
-    }
-    if b.len() < 4 + n {
-        return Err(bad(tag, b.len(), "address is truncated"));
-    }
-    if b.len() > 4 + n {
-        return Err(Error::TrailingBytes { offset: 4 + n });
-    }
-    let mut addr = [0u8; 16];
-    addr[..n].copy_from_slice(&b[4..]);
-    Ok(Inet { family, bits, addr })
-}
-
-/// `macaddr_send`.
-pub fn macaddr_from_send(b: &[u8]) -> Result<[u8; 6]> {
-    fixed(TypeTag::Macaddr, b)
-}
-
-/// `macaddr8_send`.
-pub fn macaddr8_from_send(b: &[u8]) -> Result<[u8; 8]> {
-    fixed(TypeTag::Macaddr8, b)
-}
-
-/// `bit_send` / `varbit_send`: int32 bit length, packed bytes.
-pub fn bits_from_send(tag: TypeTag, b: &[u8]) -> Result<BitString<'_>> {
-    if b.len() < 4 {
-        return Err(bad(tag, b.len(), "bit length is truncated"));
-    }
-    let len = i32::from_be_bytes([b[0], b[1], b[2], b[3]]);
-    let bit_len = u32::try_from(len).map_err(|_| bad(tag, 0, "negative bit length"))?;
-    let want = 4 + (bit_len as usize).div_ceil(8);
-    if b.len() < want {
-        return Err(bad(tag, b.len(), "fewer bytes than the bit length needs"));
-    }
-    if b.len() > want {
-        return Err(Error::TrailingBytes { offset: want });
-    }
-    Ok(BitString {
-        bit_len,
-        bytes: &b[4..],
-    })
-}
-
-/// Parses the send format of scalar type `tag` into an encoder input, borrowing `b`. The
-/// child-identity tag has no send format of its own (a child identity travels as `bytea`).
-/// Structural tags need the field's shape: use [`owned_from_send`].
-pub fn value_from_send(tag: TypeTag, b: &[u8]) -> Result<Value<'_>> {
-    Ok(match tag {
-        TypeTag::Bool => Value::Bool(bool_from_send(b)?),
-        TypeTag::Int2 => Value::Int2(int2_from_send(b)?),
-        TypeTag::Int4 => Value::Int4(int4_from_send(b)?),
-        TypeTag::Int8 => Value::Int8(int8_from_send(b)?),
-        TypeTag::Oid => Value::Oid(oid_from_send(b)?),
-        TypeTag::Float4 => Value::Float4(float4_from_send(b)?),
-        TypeTag::Float8 => Value::Float8(float8_from_send(b)?),
-        TypeTag::Numeric => Value::Numeric(numeric_from_send(b)?),
-        TypeTag::Text => Value::Text(text_from_send(tag, b)?),
-        TypeTag::Varchar => Value::Varchar(text_from_send(tag, b)?),
-        TypeTag::Bpchar => Value::Bpchar(text_from_send(tag, b)?),
-        TypeTag::Enum => Value::Enum(text_from_send(tag, b)?),
-        TypeTag::Bytea => Value::Bytea(b),
-        TypeTag::ChildIdentity => Value::Identity(b),
-        TypeTag::Uuid => Value::Uuid(uuid_from_send(b)?),
-        TypeTag::Date => Value::Date(date_from_send(b)?),
-        TypeTag::Time => Value::Time(time_from_send(b)?),
-        TypeTag::Timestamp => Value::Timestamp(timestamp_from_send(b)?),
-        TypeTag::Timestamptz => Value::Timestamptz(timestamp_from_send(b)?),
-        TypeTag::Timetz => Value::Timetz(timetz_from_send(b)?),
-        TypeTag::Interval => Value::Interval(interval_from_send(b)?),
-        TypeTag::Inet => Value::Inet(inet_from_send(tag, b)?),
-        TypeTag::Cidr => Value::Cidr(inet_from_send(tag, b)?),
-        TypeTag::Macaddr => Value::Macaddr(macaddr_from_send(b)?),
-        TypeTag::Macaddr8 => Value::Macaddr8(macaddr8_from_send(b)?),
-        TypeTag::Bit => Value::Bit(bits_from_send(tag, b)?),
-        TypeTag::Varbit => Value::Varbit(bits_from_send(tag, b)?),
-        TypeTag::Array
-        | TypeTag::Range
-        | TypeTag::Multirange
-        | TypeTag::Jsonb
-        | TypeTag::Record => {
-            return Err(bad(
-                tag,
-                0,
-                "a structural value needs its shape (owned_from_send)",
-            ));
+    /// An `int32 length` (-1 for NULL when `nullable`) and that many bytes.
+    fn item(&mut self, nullable: bool) -> Result<Option<&'a [u8]>> {
+        let at = self.pos;
+        let len = self.i32("item length is truncated")?;
+        if len == -1 && nullable {
+            return Ok(None);
         }
-    })
+        let len = usize::try_from(len).map_err(|_| bad(self.tag, at, "negative item length"))?;
+        self.take(len, "item is shorter than its length").map(Some)
+    }
+
+    fn finish(&self) -> Result<()> {
+        if self.pos == self.b.len() {
+            Ok(())
+        } else {
+            Err(Error::TrailingBytes { offset: self.pos })
+        }
+    }
+}
+
+/// Parses the send format of a field value of shape `shape` into an owned value. Nesting is
+/// bounded by `MAX_DEPTH` as in the encoder, so hostile input cannot recurse without limit.
+pub fn owned_from_send(shape: &Shape, b: &[u8]) -> Result<OwnedValue> {
+    parse(shape, b, 2)
+}
+
+fn parse(shape: &Shape, b: &[u8], level: u32) -> Result<OwnedValue> {
+    match shape {
+        Shape::Scalar(tag) => Ok(OwnedValue::from(value_from_send(*tag, b)?)),
+        Shape::Array(element) => {
+            check_depth(level)?;
+            array(element, b, level)
+        }
+        Shape::Range(subtype) => {
+            check_depth(level)?;
+            let mut r = Reader::new(TypeTag::Range, b);
+            let bounds = range_body(subtype, &mut r, level)?;
+            r.finish()?;
+            Ok(OwnedValue::Range(Box::new(RangeValue {
+                subtype: subtype.tag(),
+                bounds,
+            })))
+        }
+        Shape::Multirange(subtype) => {
+            check_depth(level)?;
+            multirange(subtype, b, level)
+        }
+        Shape::Jsonb => {
+            check_depth(level)?;
+            json::jsonb_from_send(b, level).map(OwnedValue::Jsonb)
+        }
+        Shape::Record(fields) => {
+            check_depth(level)?;
+            record(fields, b, level)
+        }
+    }
+}
+
+fn array(element: &Shape, b: &[u8], level: u32) -> Result<OwnedValue> {
+    let t = TypeTag::Array;
+    let mut r = Reader::new(t, b);
+    let ndim = r.i32("array header is truncated")?;
+    let ndim = usize::try_from(ndim)
+        .ok()
+        .filter(|&n| n <= MAX_ARRAY_DIMS)
+        .ok_or(bad(t, 0, "dimension count outside 0..=6"))?;
+    let flags = r.i32("array header is truncated")?;
+    if flags != 0 && flags != 1 {
+        return Err(bad(t, 4, "has-null flag is neither 0 nor 1"));
+    }
+    r.take(4, "array header is truncated")?; // element type OID: the shape decides
+    let mut dims = Vec::with_capacity(ndim);
+    let mut count: usize = if ndim == 0 { 0 } else { 1 };
+    for _ in 0..ndim {
+        let len = r.i32("dimensions are truncated")?;
+        let lower = r.i32("dimensions are truncated")?;
+        count = count.saturating_mul(usize::try_from(len).unwrap_or(0));
+        dims.push(ArrayDim { len, lower });
+    }
+    check_count(count)?;
+    if let Some(reason) = array_shape_error(&dims, count) {
+        return Err(bad(t, 12, reason));
+    }
+    let mut elements = Vec::with_capacity(count.min(b.len() / 4));
+    for _ in 0..count {
+        elements.push(match r.item(true)? {
+            None => None,
+            Some(e) => Some(parse(element, e, level + 1)?),
+        });
+    }
+    r.finish()?;
+    Ok(OwnedValue::Array(ArrayValue {
+        element: element.tag(),
+        dims,
+        elements,
+    }))
+}
+
+/// A `range_send` value from `r` (flags byte and bounds); `None` for the empty range.
+fn range_body(subtype: &Shape, r: &mut Reader<'_>, level: u32) -> Result<Option<RangeBounds>> {
+    use range_flags::*;
+    let flags = r.u8("range flags are missing")?;
+    if flags & !KNOWN != 0 {
+        return Err(bad(r.tag, 0, "unknown range flag bits"));
+    }
+    if flags & EMPTY != 0 {
+        if flags != EMPTY {
+            return Err(bad(r.tag, 0, "an empty range carries other flags"));
+        }
+        return Ok(None);
+    }
+    if flags & LB_INF != 0 && flags & LB_INC != 0 || flags & UB_INF != 0 && flags & UB_INC != 0 {
+        return Err(bad(r.tag, 0, "an infinite bound is marked inclusive"));
+    }
+    let mut bound = |infinite: u8, inclusive: u8| -> Result<RangeBound> {
+        if flags & infinite != 0 {
+            return Ok(RangeBound::Infinite);
+        }
+        let bytes = r.item(false)?.unwrap_or_default();
+        let v = parse(subtype, bytes, level + 1)?;
+        Ok(if flags & inclusive != 0 {
+            RangeBound::Inclusive(v)
+        } else {
+            RangeBound::Exclusive(v)
+        })
+    };
+    let lower = bound(LB_INF, LB_INC)?;
+    let upper = bound(UB_INF, UB_INC)?;
+    Ok(Some(RangeBounds { lower, upper }))
+}
+
+fn multirange(subtype: &Shape, b: &[u8], level: u32) -> Result<OwnedValue> {
+    let t = TypeTag::Multirange;
+    let mut r = Reader::new(t, b);
+    let n = r.i32("range count is truncated")?;
+    let n = usize::try_from(n).map_err(|_| bad(t, 0, "negative range count"))?;
+    check_count(n)?;
+    let mut ranges = Vec::with_capacity(n.min(b.len()));
+    for _ in 0..n {
+        let at = r.pos;
+        let bytes = r.item(false)?.unwrap_or_default();
+        let mut inner = Reader::new(t, bytes);
+        match range_body(subtype, &mut inner, level)? {
+            Some(bounds) => ranges.push(bounds),
+            None => return Err(bad(t, at, "a multirange holds an empty range")),
+        }
+        inner.finish()?;
+    }
+    r.finish()?;
+    Ok(OwnedValue::Multirange(MultirangeValue {
+        subtype: subtype.tag(),
+        ranges,
+    }))
+}
+
+fn record(shapes: &[Shape], b: &[u8], level: u32) -> Result<OwnedValue> {
+    let t = TypeTag::Record;
+    let mut r = Reader::new(t, b);
+    let n = r.i32("column count is truncated")?;
+    if usize::try_from(n).ok() != Some(shapes.len()) || shapes.len() > MAX_FIELDS as usize {
+        return Err(bad(t, 0, "column count differs from the composite type's"));
+    }
+    let mut fields = Vec::with_capacity(shapes.len());
+    for shape in shapes {
+        r.take(4, "column type is truncated")?; // column type OID: the shape decides
+        let value = match r.item(true)? {
+            None => None,
+            Some(bytes) => Some(parse(shape, bytes, level + 1)?),
+        };
+        fields.push(OwnedField {
+            tag: shape.tag(),
+            value,
+        });
+    }
+    r.finish()?;
+    Ok(OwnedValue::Record(RecordValue { fields }))
 }

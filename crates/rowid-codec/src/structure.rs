@@ -1,16 +1,13 @@
-//! Structural values (spec/wire-format.md §6.2–§6.7): arrays, ranges, multiranges, jsonb and
-//! composites, as trees of owned values.
-//!
-//! Scalar fields borrow their bytes ([`crate::Value`]); a structural value is materialised
-//! once as a tree, which is both what the encoder reads (through [`crate::Value::Array`] and
-//! its siblings) and what the decoder returns, so a decoded tree re-encodes to its input.
-//! [`Shape`] describes a field's type recursively, which is what the send-format parsers and
-//! the registry need to interpret nested values.
+//! The structural vocabulary (spec/wire-format.md §6.2–§6.7): framing bytes of arrays,
+//! ranges, multiranges, jsonb and composites, the [`Shape`] of a field's type, jsonb's key
+//! order, and the shape, depth and count checks that the encoder, the decoder and the
+//! send-format parsers all apply. The values themselves are in [`crate::value`].
 
 use alloc::boxed::Box;
 use alloc::vec::Vec;
 
-use crate::decode::{DecodedField, OwnedNumeric, OwnedValue};
+use crate::error::{Error, Limit, Result};
+use crate::limits::{MAX_DEPTH, MAX_ELEMENTS};
 use crate::tag::TypeTag;
 
 /// Element, range and record-field framing byte: end of a list (spec §6.2).
@@ -73,105 +70,6 @@ pub struct ArrayDim {
     pub lower: i32,
 }
 
-/// An array value (spec §6.3): element type, dimensions and elements in storage order.
-///
-/// An empty array has no dimensions. Otherwise the product of the dimension lengths is the
-/// number of elements.
-#[derive(Clone, Debug, PartialEq)]
-pub struct ArrayValue {
-    /// Tag of every element (a domain's elements use the base family's tag).
-    pub element: TypeTag,
-    /// Dimensions, outermost first; empty for an empty array.
-    pub dims: Vec<ArrayDim>,
-    /// Elements in row-major storage order; `None` is a NULL element.
-    pub elements: Vec<Option<OwnedValue>>,
-}
-
-/// One bound of a non-empty range (spec §6.4).
-#[derive(Clone, Debug, PartialEq)]
-pub enum RangeBound {
-    /// Unbounded (`-infinity` as a lower bound, `+infinity` as an upper bound).
-    Infinite,
-    /// A bound that includes its value (`[` or `]`).
-    Inclusive(OwnedValue),
-    /// A bound that excludes its value (`(` or `)`).
-    Exclusive(OwnedValue),
-}
-
-/// The two bounds of a non-empty range.
-#[derive(Clone, Debug, PartialEq)]
-pub struct RangeBounds {
-    /// Lower bound.
-    pub lower: RangeBound,
-    /// Upper bound.
-    pub upper: RangeBound,
-}
-
-/// A range value (spec §6.4) exactly as PostgreSQL stores it: discrete ranges arrive
-/// canonicalised by the range type's canonical function, continuous ones as written. The
-/// encoder never canonicalises.
-#[derive(Clone, Debug, PartialEq)]
-pub struct RangeValue {
-    /// Tag of the subtype.
-    pub subtype: TypeTag,
-    /// `None` for the empty range.
-    pub bounds: Option<RangeBounds>,
-}
-
-/// A multirange value (spec §6.5): its ranges in PostgreSQL's canonical order (sorted,
-/// non-empty, neither overlapping nor adjacent).
-#[derive(Clone, Debug, PartialEq)]
-pub struct MultirangeValue {
-    /// Tag of the range subtype.
-    pub subtype: TypeTag,
-    /// The ranges; none is empty.
-    pub ranges: Vec<RangeBounds>,
-}
-
-/// A composite value (spec §6.7): its non-dropped fields in attribute order.
-#[derive(Clone, Debug, PartialEq)]
-pub struct RecordValue {
-    /// Each field's tag and value (`None` for NULL).
-    pub fields: Vec<DecodedField>,
-}
-
-/// A `jsonb` value (spec §6.6), as jsonb stores it.
-#[derive(Clone, Debug, PartialEq)]
-pub enum JsonbValue {
-    /// `null`.
-    Null,
-    /// A string: database-encoding bytes, without NUL.
-    String(Vec<u8>),
-    /// A number (finite numeric).
-    Number(OwnedNumeric),
-    /// `false` / `true`.
-    Bool(bool),
-    /// An array.
-    Array(Vec<JsonbValue>),
-    /// An object: keys unique and ordered as jsonb stores them (shorter key first, then
-    /// bytewise); see [`JsonbValue::object`].
-    Object(Vec<(Vec<u8>, JsonbValue)>),
-}
-
-impl JsonbValue {
-    /// An object from pairs in any order, normalised as `jsonb_in` does: of duplicate keys
-    /// the last one wins, and keys are sorted by length, then bytes.
-    pub fn object(pairs: Vec<(Vec<u8>, JsonbValue)>) -> JsonbValue {
-        let mut pairs: Vec<(usize, (Vec<u8>, JsonbValue))> =
-            pairs.into_iter().enumerate().collect();
-        // Stable sort by key, then keep the last of each run of equal keys.
-        pairs.sort_by(|(ia, (a, _)), (ib, (b, _))| key_order(a, b).then(ia.cmp(ib)));
-        let mut out: Vec<(Vec<u8>, JsonbValue)> = Vec::with_capacity(pairs.len());
-        for (_, (k, v)) in pairs {
-            match out.last_mut() {
-                Some(last) if last.0 == k => last.1 = v,
-                _ => out.push((k, v)),
-            }
-        }
-        JsonbValue::Object(out)
-    }
-}
-
 /// jsonb's object key order: shorter first, then bytewise (`lengthCompareJsonbString`).
 pub fn key_order(a: &[u8], b: &[u8]) -> core::cmp::Ordering {
     a.len().cmp(&b.len()).then_with(|| a.cmp(b))
@@ -207,4 +105,52 @@ impl Shape {
             Shape::Record(_) => TypeTag::Record,
         }
     }
+}
+
+/// Fails when a structure at nesting `level` would exceed `MAX_DEPTH` (spec §7).
+pub fn check_depth(level: u32) -> Result<()> {
+    if level > MAX_DEPTH {
+        return Err(Error::LimitExceeded {
+            limit: Limit::Depth,
+            value: level as usize,
+        });
+    }
+    Ok(())
+}
+
+/// Fails when a structural list of `n` items would exceed `MAX_ELEMENTS` (spec §7).
+pub fn check_count(n: usize) -> Result<()> {
+    if n > MAX_ELEMENTS {
+        return Err(Error::LimitExceeded {
+            limit: Limit::Elements,
+            value: n,
+        });
+    }
+    Ok(())
+}
+
+/// Checks an array's shape the way PostgreSQL constructs arrays: no dimensions iff no
+/// elements, at most `MAXDIM`, every length at least 1, the upper bound within int32, and
+/// the product of the lengths equal to the element count. Returns what is wrong.
+pub fn array_shape_error(dims: &[ArrayDim], count: usize) -> Option<&'static str> {
+    if dims.len() > MAX_ARRAY_DIMS {
+        return Some("more than 6 dimensions");
+    }
+    if dims.is_empty() != (count == 0) {
+        return Some("an empty array has no dimensions and a non-empty one has some");
+    }
+    let mut product: usize = 1;
+    for d in dims {
+        if d.len < 1 {
+            return Some("a dimension length is below 1");
+        }
+        if d.lower.checked_add(d.len - 1).is_none() {
+            return Some("an upper bound exceeds int32");
+        }
+        product = product.saturating_mul(d.len as usize);
+    }
+    if !dims.is_empty() && product != count {
+        return Some("the dimension lengths do not multiply to the element count");
+    }
+    None
 }

@@ -1,393 +1,354 @@
-//! Typed field values, shaped like PostgreSQL's own in-memory representations.
+//! The value model: [`Value`] (borrowed, the encoder's input) and [`OwnedValue`] (owned, the
+//! decoder's output), generated from one table so the two cannot drift apart, and the owned
+//! trees of the structural families (spec/wire-format.md §6.2–§6.7).
 //!
-//! A [`Value`] borrows its variable-width parts, so the encoder never copies an input before
-//! writing it. Component types check only what their constructors document; everything a
-//! value must satisfy to be encodable is checked by the encoder and reported as
-//! [`crate::Error::InvalidValue`].
+//! Scalar fields borrow their bytes; a structural value is materialised once as a tree, which
+//! is both what the encoder reads (through [`Value::Array`] and its siblings) and what the
+//! decoder returns, so a decoded tree re-encodes to its input.
 
-use crate::structure::{ArrayValue, JsonbValue, MultirangeValue, RangeValue, RecordValue};
-use crate::tag::TypeTag;
+use alloc::boxed::Box;
+use alloc::vec::Vec;
 
-/// Microseconds in one day (`USECS_PER_DAY`).
-pub const USECS_PER_DAY: i64 = 86_400_000_000;
+use crate::scalar::{
+    BitString, ChildIdentity, Inet, Interval, Numeric, OwnedBits, OwnedChildIdentity, OwnedNumeric,
+    Timetz,
+};
+use crate::structure::{ArrayDim, key_order};
+use crate::tag::{Domain, TypeTag};
 
-/// One non-NULL field value.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub enum Value<'a> {
+/// How a component of [`OwnedValue`] lends itself as the matching component of [`Value`],
+/// and how a borrowed component is copied back. The table below pairs the two types of
+/// every variant; this trait is what makes each pair agree.
+trait Lend {
+    type Loan<'a>
+    where
+        Self: 'a;
+    fn lend(&self) -> Self::Loan<'_>;
+    fn from_loan(loan: Self::Loan<'_>) -> Self;
+}
+
+/// Components that are their own loan.
+macro_rules! lend_by_copy {
+    ($($t:ty),*) => {$(
+        impl Lend for $t {
+            type Loan<'a> = $t;
+            fn lend(&self) -> $t {
+                *self
+            }
+            fn from_loan(loan: $t) -> Self {
+                loan
+            }
+        }
+    )*};
+}
+
+lend_by_copy!(
+    bool, i16, i32, i64, u32, f32, f64, [u8; 6], [u8; 8], [u8; 16], Timetz, Interval, Inet
+);
+
+/// Trees lend a reference and are cloned back.
+macro_rules! lend_by_ref {
+    ($($t:ty),*) => {$(
+        impl Lend for $t {
+            type Loan<'a> = &'a $t;
+            fn lend(&self) -> &$t {
+                self
+            }
+            fn from_loan(loan: &$t) -> Self {
+                loan.clone()
+            }
+        }
+    )*};
+}
+
+lend_by_ref!(ArrayValue, MultirangeValue, JsonbValue, RecordValue);
+
+impl Lend for Vec<u8> {
+    type Loan<'a> = &'a [u8];
+    fn lend(&self) -> &[u8] {
+        self
+    }
+    fn from_loan(loan: &[u8]) -> Self {
+        loan.to_vec()
+    }
+}
+
+impl Lend for Box<RangeValue> {
+    type Loan<'a> = &'a RangeValue;
+    fn lend(&self) -> &RangeValue {
+        self
+    }
+    fn from_loan(loan: &RangeValue) -> Self {
+        Box::new(loan.clone())
+    }
+}
+
+impl Lend for OwnedNumeric {
+    type Loan<'a> = Numeric<'a>;
+    fn lend(&self) -> Numeric<'_> {
+        self.as_numeric()
+    }
+    fn from_loan(loan: Numeric<'_>) -> Self {
+        loan.into()
+    }
+}
+
+impl Lend for OwnedBits {
+    type Loan<'a> = BitString<'a>;
+    fn lend(&self) -> BitString<'_> {
+        self.as_bits()
+    }
+    fn from_loan(loan: BitString<'_>) -> Self {
+        loan.into()
+    }
+}
+
+impl Lend for OwnedChildIdentity {
+    type Loan<'a> = ChildIdentity<'a>;
+    fn lend(&self) -> ChildIdentity<'_> {
+        self.as_child()
+    }
+    fn from_loan(loan: ChildIdentity<'_>) -> Self {
+        loan.into()
+    }
+}
+
+/// Generates [`Value`], [`OwnedValue`], their tags and the conversions between them from
+/// one row per variant: `Variant(borrowed type, owned type) => TypeTag`.
+macro_rules! value_model {
+    ($( $(#[$doc:meta])* $variant:ident($borrowed:ty, $owned:ty) => $tag:ident; )*) => {
+        /// One non-NULL field value, borrowing its variable-width parts: what the encoder
+        /// reads, so no input is copied before it is written.
+        #[derive(Clone, Copy, Debug, PartialEq)]
+        pub enum Value<'a> {
+            $( $(#[$doc])* $variant($borrowed), )*
+        }
+
+        /// One non-NULL field value that owns its parts: what the decoder returns, and an
+        /// encoder input once borrowed with [`OwnedValue::as_value`]. An owned value may hold
+        /// a non-canonical representation (unnormalised numeric groups, `-0`, padded
+        /// `bpchar`); it encodes exactly like its canonical form.
+        #[derive(Clone, Debug, PartialEq)]
+        pub enum OwnedValue {
+            $( $(#[$doc])* $variant($owned), )*
+        }
+
+        impl Value<'_> {
+            /// The type tag this value is written with.
+            pub const fn tag(&self) -> TypeTag {
+                match self {
+                    $( Value::$variant(_) => TypeTag::$tag, )*
+                }
+            }
+        }
+
+        impl OwnedValue {
+            /// Borrows the value as an encoder input.
+            pub fn as_value(&self) -> Value<'_> {
+                match self {
+                    $( OwnedValue::$variant(x) => Value::$variant(x.lend()), )*
+                }
+            }
+
+            /// The type tag this value is written with.
+            pub const fn tag(&self) -> TypeTag {
+                match self {
+                    $( OwnedValue::$variant(_) => TypeTag::$tag, )*
+                }
+            }
+        }
+
+        impl From<Value<'_>> for OwnedValue {
+            /// Copies an encoder input (structural trees are cloned).
+            fn from(v: Value<'_>) -> Self {
+                match v {
+                    $( Value::$variant(x) => OwnedValue::$variant(Lend::from_loan(x)), )*
+                }
+            }
+        }
+    };
+}
+
+value_model! {
     /// `bool`.
-    Bool(bool),
+    Bool(bool, bool) => Bool;
     /// `int2`.
-    Int2(i16),
+    Int2(i16, i16) => Int2;
     /// `int4`.
-    Int4(i32),
+    Int4(i32, i32) => Int4;
     /// `int8`.
-    Int8(i64),
+    Int8(i64, i64) => Int8;
     /// `oid`.
-    Oid(u32),
+    Oid(u32, u32) => Oid;
     /// `float4`: any bit pattern; `-0` and every NaN are canonicalised.
-    Float4(f32),
+    Float4(f32, f32) => Float4;
     /// `float8`: any bit pattern; `-0` and every NaN are canonicalised.
-    Float8(f64),
+    Float8(f64, f64) => Float8;
     /// `numeric`.
-    Numeric(Numeric<'a>),
+    Numeric(Numeric<'a>, OwnedNumeric) => Numeric;
     /// `text`: database-encoding bytes (never contain `0x00`).
-    Text(&'a [u8]),
+    Text(&'a [u8], Vec<u8>) => Text;
     /// `varchar`: database-encoding bytes (never contain `0x00`).
-    Varchar(&'a [u8]),
+    Varchar(&'a [u8], Vec<u8>) => Varchar;
     /// `bpchar`: database-encoding bytes, with or without trailing pad spaces.
-    Bpchar(&'a [u8]),
+    Bpchar(&'a [u8], Vec<u8>) => Bpchar;
     /// `bytea`: arbitrary bytes.
-    Bytea(&'a [u8]),
+    Bytea(&'a [u8], Vec<u8>) => Bytea;
     /// `uuid`: 16 bytes in network order.
-    Uuid([u8; 16]),
+    Uuid([u8; 16], [u8; 16]) => Uuid;
     /// `date`: days since 2000-01-01; `i32::MIN`/`i32::MAX` are `-infinity`/`infinity`.
-    Date(i32),
+    Date(i32, i32) => Date;
     /// `time`: microseconds since midnight, `0..=86_400_000_000`.
-    Time(i64),
+    Time(i64, i64) => Time;
     /// `timestamp`: microseconds since 2000-01-01; `i64::MIN`/`i64::MAX` are infinities.
-    Timestamp(i64),
+    Timestamp(i64, i64) => Timestamp;
     /// `timestamptz`: microseconds since 2000-01-01 00:00 UTC; infinities as `timestamp`.
-    Timestamptz(i64),
+    Timestamptz(i64, i64) => Timestamptz;
     /// `timetz`.
-    Timetz(Timetz),
+    Timetz(Timetz, Timetz) => Timetz;
     /// `interval`.
-    Interval(Interval),
+    Interval(Interval, Interval) => Interval;
     /// `inet`.
-    Inet(Inet),
+    Inet(Inet, Inet) => Inet;
     /// `cidr` (host bits must be zero).
-    Cidr(Inet),
+    Cidr(Inet, Inet) => Cidr;
     /// `macaddr`.
-    Macaddr([u8; 6]),
+    Macaddr([u8; 6], [u8; 6]) => Macaddr;
     /// `macaddr8`.
-    Macaddr8([u8; 8]),
+    Macaddr8([u8; 8], [u8; 8]) => Macaddr8;
     /// `bit(n)`.
-    Bit(BitString<'a>),
+    Bit(BitString<'a>, OwnedBits) => Bit;
     /// `varbit(n)`.
-    Varbit(BitString<'a>),
+    Varbit(BitString<'a>, OwnedBits) => Varbit;
     /// Enum value: its current label's bytes.
-    Enum(&'a [u8]),
-    /// A complete child identity (JOIN_KEY / SET_KEY / WINDOW_KEY components).
-    Identity(&'a [u8]),
+    Enum(&'a [u8], Vec<u8>) => Enum;
+    /// A complete child identity (JOIN_KEY / SET_KEY / WINDOW_KEY components), validated.
+    Identity(ChildIdentity<'a>, OwnedChildIdentity) => ChildIdentity;
     /// Any array (spec §6.3).
-    Array(&'a ArrayValue),
+    Array(&'a ArrayValue, ArrayValue) => Array;
     /// Any range (spec §6.4).
-    Range(&'a RangeValue),
+    Range(&'a RangeValue, Box<RangeValue>) => Range;
     /// Any multirange (spec §6.5).
-    Multirange(&'a MultirangeValue),
+    Multirange(&'a MultirangeValue, MultirangeValue) => Multirange;
     /// `jsonb` (spec §6.6).
-    Jsonb(&'a JsonbValue),
+    Jsonb(&'a JsonbValue, JsonbValue) => Jsonb;
     /// Any composite (spec §6.7).
-    Record(&'a RecordValue),
+    Record(&'a RecordValue, RecordValue) => Record;
 }
 
-impl Value<'_> {
-    /// The type tag this value is written with.
-    pub const fn tag(&self) -> TypeTag {
-        match self {
-            Value::Bool(_) => TypeTag::Bool,
-            Value::Int2(_) => TypeTag::Int2,
-            Value::Int4(_) => TypeTag::Int4,
-            Value::Int8(_) => TypeTag::Int8,
-            Value::Oid(_) => TypeTag::Oid,
-            Value::Float4(_) => TypeTag::Float4,
-            Value::Float8(_) => TypeTag::Float8,
-            Value::Numeric(_) => TypeTag::Numeric,
-            Value::Text(_) => TypeTag::Text,
-            Value::Varchar(_) => TypeTag::Varchar,
-            Value::Bpchar(_) => TypeTag::Bpchar,
-            Value::Bytea(_) => TypeTag::Bytea,
-            Value::Uuid(_) => TypeTag::Uuid,
-            Value::Date(_) => TypeTag::Date,
-            Value::Time(_) => TypeTag::Time,
-            Value::Timestamp(_) => TypeTag::Timestamp,
-            Value::Timestamptz(_) => TypeTag::Timestamptz,
-            Value::Timetz(_) => TypeTag::Timetz,
-            Value::Interval(_) => TypeTag::Interval,
-            Value::Inet(_) => TypeTag::Inet,
-            Value::Cidr(_) => TypeTag::Cidr,
-            Value::Macaddr(_) => TypeTag::Macaddr,
-            Value::Macaddr8(_) => TypeTag::Macaddr8,
-            Value::Bit(_) => TypeTag::Bit,
-            Value::Varbit(_) => TypeTag::Varbit,
-            Value::Enum(_) => TypeTag::Enum,
-            Value::Identity(_) => TypeTag::ChildIdentity,
-            Value::Array(_) => TypeTag::Array,
-            Value::Range(_) => TypeTag::Range,
-            Value::Multirange(_) => TypeTag::Multirange,
-            Value::Jsonb(_) => TypeTag::Jsonb,
-            Value::Record(_) => TypeTag::Record,
-        }
-    }
+/// One field of an identity or of a composite: its tag and its value, `None` for SQL NULL.
+#[derive(Clone, Debug, PartialEq)]
+pub struct OwnedField {
+    /// The field's type tag.
+    pub tag: TypeTag,
+    /// The value, or `None` for SQL NULL.
+    pub value: Option<OwnedValue>,
 }
 
-/// The class of a numeric value, as PostgreSQL's `sign` word distinguishes it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum NumericSign {
-    /// Finite, `>= 0` (`NUMERIC_POS`).
-    Positive,
-    /// Finite, `< 0` (`NUMERIC_NEG`).
-    Negative,
-    /// `NaN` (`NUMERIC_NAN`).
-    NaN,
-    /// `Infinity` (`NUMERIC_PINF`).
-    PositiveInfinity,
-    /// `-Infinity` (`NUMERIC_NINF`).
-    NegativeInfinity,
+/// A decoded identity: its domain and its fields in order.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DecodedIdentity {
+    /// The identity's domain.
+    pub domain: Domain,
+    /// Its fields, in order.
+    pub fields: Vec<OwnedField>,
 }
 
-/// Base-10000 digit groups of a numeric, most significant first.
+/// An array value (spec §6.3): element type, dimensions and elements in storage order.
 ///
-/// A native `u16` slice, native-endian byte pairs (the backend's `NumericDigit` array, which
-/// is unaligned in a value with a 1-byte varlena header), or big-endian byte pairs (the
-/// `numeric_send` format), so no source is copied.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Digits<'a>(DigitRepr<'a>);
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum DigitRepr<'a> {
-    Native(&'a [u16]),
-    NativeBytes(&'a [u8]),
-    BigEndian(&'a [u8]),
+/// An empty array has no dimensions. Otherwise the product of the dimension lengths is the
+/// number of elements.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ArrayValue {
+    /// Tag of every element (a domain's elements use the base family's tag).
+    pub element: TypeTag,
+    /// Dimensions, outermost first; empty for an empty array.
+    pub dims: Vec<ArrayDim>,
+    /// Elements in row-major storage order; `None` is a NULL element.
+    pub elements: Vec<Option<OwnedValue>>,
 }
 
-impl<'a> Digits<'a> {
-    /// Digits from a native slice.
-    pub const fn native(digits: &'a [u16]) -> Self {
-        Digits(DigitRepr::Native(digits))
-    }
+/// One bound of a non-empty range (spec §6.4).
+#[derive(Clone, Debug, PartialEq)]
+pub enum RangeBound {
+    /// Unbounded (`-infinity` as a lower bound, `+infinity` as an upper bound).
+    Infinite,
+    /// A bound that includes its value (`[` or `]`).
+    Inclusive(OwnedValue),
+    /// A bound that excludes its value (`(` or `)`).
+    Exclusive(OwnedValue),
+}
 
-    /// Digits from native-endian byte pairs; `None` if `bytes` has an odd length.
-    pub const fn native_bytes(bytes: &'a [u8]) -> Option<Self> {
-        if bytes.len().is_multiple_of(2) {
-            Some(Digits(DigitRepr::NativeBytes(bytes)))
-        } else {
-            None
-        }
-    }
+/// The two bounds of a non-empty range.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RangeBounds {
+    /// Lower bound.
+    pub lower: RangeBound,
+    /// Upper bound.
+    pub upper: RangeBound,
+}
 
-    /// Digits from big-endian byte pairs; `None` if `bytes` has an odd length.
-    pub const fn big_endian(bytes: &'a [u8]) -> Option<Self> {
-        if bytes.len().is_multiple_of(2) {
-            Some(Digits(DigitRepr::BigEndian(bytes)))
-        } else {
-            None
-        }
-    }
+/// A range value (spec §6.4) exactly as PostgreSQL stores it: discrete ranges arrive
+/// canonicalised by the range type's canonical function, continuous ones as written. The
+/// encoder never canonicalises.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RangeValue {
+    /// Tag of the subtype.
+    pub subtype: TypeTag,
+    /// `None` for the empty range.
+    pub bounds: Option<RangeBounds>,
+}
 
-    /// Number of digit groups.
-    #[inline]
-    pub const fn len(&self) -> usize {
-        match self.0 {
-            DigitRepr::Native(d) => d.len(),
-            DigitRepr::NativeBytes(b) | DigitRepr::BigEndian(b) => b.len() / 2,
-        }
-    }
+/// A multirange value (spec §6.5): its ranges in PostgreSQL's canonical order (sorted,
+/// non-empty, neither overlapping nor adjacent).
+#[derive(Clone, Debug, PartialEq)]
+pub struct MultirangeValue {
+    /// Tag of the range subtype.
+    pub subtype: TypeTag,
+    /// The ranges; none is empty.
+    pub ranges: Vec<RangeBounds>,
+}
 
-    /// True when there are no digit groups.
-    #[inline]
-    pub const fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
+/// A composite value (spec §6.7): its non-dropped fields in attribute order.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RecordValue {
+    /// Each field's tag and value (`None` for NULL).
+    pub fields: Vec<OwnedField>,
+}
 
-    /// Group `i`; panics-free callers index below [`Digits::len`].
-    #[inline]
-    pub fn get(&self, i: usize) -> Option<u16> {
-        match self.0 {
-            DigitRepr::Native(d) => d.get(i).copied(),
-            DigitRepr::NativeBytes(b) => {
-                let pair = b.get(2 * i..2 * i + 2)?;
-                Some(u16::from_ne_bytes([pair[0], pair[1]]))
+/// A `jsonb` value (spec §6.6), as jsonb stores it.
+#[derive(Clone, Debug, PartialEq)]
+pub enum JsonbValue {
+    /// `null`.
+    Null,
+    /// A string: database-encoding bytes, without NUL.
+    String(Vec<u8>),
+    /// A number (finite numeric).
+    Number(OwnedNumeric),
+    /// `false` / `true`.
+    Bool(bool),
+    /// An array.
+    Array(Vec<JsonbValue>),
+    /// An object: keys unique and ordered as jsonb stores them (shorter key first, then
+    /// bytewise); see [`JsonbValue::object`].
+    Object(Vec<(Vec<u8>, JsonbValue)>),
+}
+
+impl JsonbValue {
+    /// An object from pairs in any order, normalised as `jsonb_in` does: of duplicate keys
+    /// the last one wins, and keys are sorted by length, then bytes.
+    pub fn object(pairs: Vec<(Vec<u8>, JsonbValue)>) -> JsonbValue {
+        let mut pairs: Vec<(usize, (Vec<u8>, JsonbValue))> =
+            pairs.into_iter().enumerate().collect();
+        // Stable sort by key, then keep the last of each run of equal keys.
+        pairs.sort_by(|(ia, (a, _)), (ib, (b, _))| key_order(a, b).then(ia.cmp(ib)));
+        let mut out: Vec<(Vec<u8>, JsonbValue)> = Vec::with_capacity(pairs.len());
+        for (_, (k, v)) in pairs {
+            match out.last_mut() {
+                Some(last) if last.0 == k => last.1 = v,
+                _ => out.push((k, v)),
             }
-            DigitRepr::BigEndian(b) => {
-                let pair = b.get(2 * i..2 * i + 2)?;
-                Some(u16::from_be_bytes([pair[0], pair[1]]))
-            }
         }
+        JsonbValue::Object(out)
     }
-
-    /// The groups in `start..end` as digits of the same representation.
-    #[inline]
-    pub(crate) fn slice(&self, start: usize, end: usize) -> Digits<'a> {
-        match self.0 {
-            DigitRepr::Native(d) => Digits(DigitRepr::Native(&d[start..end])),
-            DigitRepr::NativeBytes(b) => Digits(DigitRepr::NativeBytes(&b[2 * start..2 * end])),
-            DigitRepr::BigEndian(b) => Digits(DigitRepr::BigEndian(&b[2 * start..2 * end])),
-        }
-    }
-
-    /// Iterates the groups.
-    pub fn iter(&self) -> impl Iterator<Item = u16> + '_ {
-        (0..self.len()).filter_map(|i| self.get(i))
-    }
-}
-
-/// A `numeric` value as PostgreSQL holds it: class, base-10000 weight of the first digit
-/// group, and digit groups. Leading and trailing zero groups are allowed (the encoder
-/// normalises them away); the display scale is not part of the value and has no field.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Numeric<'a> {
-    /// Class of the value.
-    pub sign: NumericSign,
-    /// Base-10000 exponent of `digits[0]` (value = sum of `digits[i] * 10000^(weight - i)`).
-    pub weight: i16,
-    /// Digit groups, each `0..=9999`. Ignored for NaN and infinities.
-    pub digits: Digits<'a>,
-}
-
-impl<'a> Numeric<'a> {
-    /// A finite value (`negative` selects the sign) or zero.
-    pub const fn finite(negative: bool, weight: i16, digits: Digits<'a>) -> Self {
-        Numeric {
-            sign: if negative {
-                NumericSign::Negative
-            } else {
-                NumericSign::Positive
-            },
-            weight,
-            digits,
-        }
-    }
-
-    /// A special value (NaN or an infinity); `sign` should not be a finite class.
-    pub const fn special(sign: NumericSign) -> Self {
-        Numeric {
-            sign,
-            weight: 0,
-            digits: Digits::native(&[]),
-        }
-    }
-}
-
-/// A `timetz` value: local time of day and the zone in seconds **west** of UTC.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct Timetz {
-    /// Microseconds since local midnight, `0..=86_400_000_000`.
-    pub time: i64,
-    /// Seconds west of UTC (PostgreSQL's sign convention), `|zone| < 57600`.
-    pub zone: i32,
-}
-
-/// An `interval`, held as PostgreSQL's 128-bit comparison value
-/// (`time + (month * 30 + day) * USECS_PER_DAY`, `interval_cmp_value`), which is exactly what
-/// its equality and order depend on.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Interval {
-    cmp: i128,
-}
-
-impl Interval {
-    /// Smallest comparison value of any representable interval.
-    pub const MIN_CMP: i128 = Interval::from_fields(i32::MIN, i32::MIN, i64::MIN).cmp;
-    /// Largest comparison value of any representable interval.
-    pub const MAX_CMP: i128 = Interval::from_fields(i32::MAX, i32::MAX, i64::MAX).cmp;
-
-    /// From PostgreSQL's `Interval` struct fields.
-    pub const fn from_fields(months: i32, days: i32, micros: i64) -> Self {
-        let days_total = months as i128 * 30 + days as i128;
-        Interval {
-            cmp: micros as i128 + days_total * USECS_PER_DAY as i128,
-        }
-    }
-
-    /// From a comparison value; `None` outside [`Interval::MIN_CMP`]..=[`Interval::MAX_CMP`].
-    pub const fn from_cmp_value(cmp: i128) -> Option<Self> {
-        if cmp < Self::MIN_CMP || cmp > Self::MAX_CMP {
-            None
-        } else {
-            Some(Interval { cmp })
-        }
-    }
-
-    /// The 128-bit comparison value.
-    pub const fn cmp_value(self) -> i128 {
-        self.cmp
-    }
-}
-
-/// Address family of an `inet`/`cidr` value, with PostgreSQL's wire numbers.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-#[repr(u8)]
-pub enum IpFamily {
-    /// IPv4 (`PGSQL_AF_INET`, 2).
-    V4 = 2,
-    /// IPv6 (`PGSQL_AF_INET6`, 3).
-    V6 = 3,
-}
-
-impl IpFamily {
-    /// Address length in bytes.
-    pub const fn addr_len(self) -> usize {
-        match self {
-            IpFamily::V4 => 4,
-            IpFamily::V6 => 16,
-        }
-    }
-
-    /// Maximum prefix length in bits.
-    pub const fn max_bits(self) -> u8 {
-        match self {
-            IpFamily::V4 => 32,
-            IpFamily::V6 => 128,
-        }
-    }
-
-    /// The family with wire number `byte`.
-    pub const fn from_byte(byte: u8) -> Option<Self> {
-        match byte {
-            2 => Some(IpFamily::V4),
-            3 => Some(IpFamily::V6),
-            _ => None,
-        }
-    }
-}
-
-/// An `inet` or `cidr` value: family, prefix length and address.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct Inet {
-    /// Address family.
-    pub family: IpFamily,
-    /// Prefix length in bits, `0..=family.max_bits()`.
-    pub bits: u8,
-    /// Address bytes; IPv4 uses the first 4, the rest must be zero.
-    pub addr: [u8; 16],
-}
-
-impl Inet {
-    /// An IPv4 value.
-    pub const fn v4(addr: [u8; 4], bits: u8) -> Self {
-        let mut a = [0u8; 16];
-        a[0] = addr[0];
-        a[1] = addr[1];
-        a[2] = addr[2];
-        a[3] = addr[3];
-        Inet {
-            family: IpFamily::V4,
-            bits,
-            addr: a,
-        }
-    }
-
-    /// An IPv6 value.
-    pub const fn v6(addr: [u8; 16], bits: u8) -> Self {
-        Inet {
-            family: IpFamily::V6,
-            bits,
-            addr,
-        }
-    }
-
-    /// The address bytes of the family (4 or 16).
-    pub fn address(&self) -> &[u8] {
-        &self.addr[..self.family.addr_len()]
-    }
-}
-
-/// A `bit`/`varbit` value: length in bits and the packed bytes, most significant bit first;
-/// pad bits of the last byte must be zero.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct BitString<'a> {
-    /// Number of bits.
-    pub bit_len: u32,
-    /// `ceil(bit_len / 8)` packed bytes.
-    pub bytes: &'a [u8],
 }

@@ -5,10 +5,10 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use rowid_codec::limits::{MAX_DEPTH, MAX_ENUM_LABEL_LEN, MAX_FIELDS};
-use rowid_codec::value::USECS_PER_DAY;
+use rowid_codec::scalar::USECS_PER_DAY;
 use rowid_codec::{
-    BitString, Digits, Domain, Error, IdentityEncoder, Inet, Limit, Numeric, Timetz, TypeTag,
-    Value, encode_identity, validate,
+    BitString, ChildIdentity, Digits, Domain, Error, IdentityEncoder, Inet, Limit, Numeric, Timetz,
+    TypeTag, Value, encode_identity, validate,
 };
 
 fn encode_err(v: Value<'_>) -> Error {
@@ -101,14 +101,17 @@ fn limits() {
         encode_identity(
             &mut outer,
             Domain::JoinKey,
-            &[(TypeTag::ChildIdentity, Some(Value::Identity(&id)))],
+            &[(
+                TypeTag::ChildIdentity,
+                Some(Value::Identity(ChildIdentity::new(&id).unwrap())),
+            )],
         )
         .unwrap();
         id = outer;
     }
     assert_eq!(validate(&id).unwrap().depth, MAX_DEPTH);
     assert!(matches!(
-        encode_err(Value::Identity(&id)),
+        encode_err(Value::Identity(ChildIdentity::new(&id).unwrap())),
         Error::LimitExceeded {
             limit: Limit::Depth,
             ..
@@ -116,16 +119,19 @@ fn limits() {
     ));
 }
 
+/// A child identity is only accepted when the strict decoder accepts it.
 #[test]
 fn child_identity_must_be_valid() {
     assert!(matches!(
-        encode_err(Value::Identity(&[])),
-        Error::Truncated { .. }
+        ChildIdentity::new(&[]),
+        Err(Error::Truncated { .. })
     ));
     assert!(matches!(
-        encode_err(Value::Identity(&[0x02, 0x01, 0, 0, 0, 0, 0xFF, 0x00])),
-        Error::TrailingBytes { .. }
+        ChildIdentity::new(&[0x02, 0x01, 0, 0, 0, 0, 0xFF, 0x00]),
+        Err(Error::TrailingBytes { .. })
     ));
+    let valid = [0x02, 0x01, 0, 0, 0, 0, 0xFF];
+    assert_eq!(ChildIdentity::new(&valid).unwrap().depth(), 1);
 }
 
 #[test]

@@ -8,19 +8,15 @@
 
 use rowid_codec::probe::{probe_digest, probe_with_prefix};
 use rowid_codec::{
-    BitString, Digits, Domain, Inet, Interval, Numeric, NumericSign, Timetz, TypeTag, Value,
-    decode, encode_identity,
+    BitString, ChildIdentity, Digits, Domain, Inet, Interval, Numeric, NumericSign, Timetz,
+    TypeTag, Value, decode, encode_identity,
 };
 
 const WIRE_SPEC: &str = include_str!("../../../spec/wire-format.md");
 const PROBE_SPEC: &str = include_str!("../../../spec/probe.md");
 
 fn hex(s: &str) -> Vec<u8> {
-    let digits: String = s.chars().filter(|c| !c.is_whitespace()).collect();
-    (0..digits.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&digits[i..i + 2], 16).unwrap())
-        .collect()
+    rowid_testkit::hex::from_hex(s).unwrap_or_else(|| panic!("not hex: {s}"))
 }
 
 /// Collapses every run of whitespace to one space, so hex split over lines still matches.
@@ -284,8 +280,14 @@ fn child_identities() {
     check_identity(
         Domain::JoinKey,
         &[
-            (TypeTag::ChildIdentity, Some(Value::Identity(&c1))),
-            (TypeTag::ChildIdentity, Some(Value::Identity(&c2))),
+            (
+                TypeTag::ChildIdentity,
+                Some(Value::Identity(ChildIdentity::new(&c1).unwrap())),
+            ),
+            (
+                TypeTag::ChildIdentity,
+                Some(Value::Identity(ChildIdentity::new(&c2).unwrap())),
+            ),
         ],
         "02 04 00 00 00 02
          40 01 02 01 00 FF 00 FF 00 FF 01 03 01 80 00 FF 00 FF 01 FF 00 00
@@ -352,17 +354,18 @@ fn decoded_identities_render_for_diagnostics() {
     assert_eq!(
         decode(&id).unwrap().to_string(),
         "SCAN_KEY(int4 42, text \"ab\", int8 NULL, uuid a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11, \
-         inet 192.168.1.5/24, numeric -0.000123456780e10000^2, varbit B'101')"
+         inet 192.168.1.5/24, numeric -12345.678, varbit B'101')"
     );
 }
 
 mod structural {
     use super::{WIRE_SPEC, assert_in_spec, check_field};
     use rowid_codec::send::jsonb_from_text;
-    use rowid_codec::structure::{
-        ArrayDim, ArrayValue, MultirangeValue, RangeBound, RangeBounds, RangeValue, RecordValue,
+    use rowid_codec::structure::ArrayDim;
+    use rowid_codec::value::{
+        ArrayValue, MultirangeValue, RangeBound, RangeBounds, RangeValue, RecordValue,
     };
-    use rowid_codec::{DecodedField, OwnedNumeric, OwnedValue, TypeTag, Value};
+    use rowid_codec::{OwnedField, OwnedNumeric, OwnedValue, TypeTag, Value};
 
     fn int4(v: i32) -> OwnedValue {
         OwnedValue::Int4(v)
@@ -496,11 +499,11 @@ mod structural {
     fn composites() {
         let pair = |s: Option<&[u8]>| RecordValue {
             fields: vec![
-                DecodedField {
+                OwnedField {
                     tag: TypeTag::Int4,
                     value: Some(int4(1)),
                 },
-                DecodedField {
+                OwnedField {
                     tag: TypeTag::Text,
                     value: s.map(|s| OwnedValue::Text(s.to_vec())),
                 },

@@ -1,6 +1,6 @@
 //! Property tests of the structural families (spec/wire-format.md §6.3–§6.7) against Rust
 //! models of PostgreSQL's comparators: `array_cmp`, `range_cmp`, `multirange_cmp`,
-//! `record_cmp` and jsonb equality. Elements come from the scalar model in `support`
+//! `record_cmp` and jsonb equality. Elements come from the scalar model in `rowid_testkit`
 //! (int4, text under C, numeric with its equal spellings), so element equality and order are
 //! the ones the scalar properties already prove.
 //!
@@ -11,18 +11,16 @@
 // Test code: a failed expectation is a panic by design.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod support;
-
 use std::cmp::Ordering;
 
 use proptest::prelude::*;
 use rowid_codec::send::owned_from_send;
-use rowid_codec::structure::{
-    ArrayDim, ArrayValue, JsonbValue, MultirangeValue, RangeBound, RangeBounds, RangeValue,
-    RecordValue, Shape,
+use rowid_codec::structure::{ArrayDim, Shape};
+use rowid_codec::value::{
+    ArrayValue, JsonbValue, MultirangeValue, RangeBound, RangeBounds, RangeValue, RecordValue,
 };
-use rowid_codec::{DecodedField, Domain, OwnedValue, TypeTag, decode, encode_identity};
-use support::{Input, input, model_cmp, pair};
+use rowid_codec::{Domain, NumericSign, OwnedField, OwnedValue, TypeTag, decode, encode_identity};
+use rowid_testkit::model::{input, model_cmp, pair};
 
 const CASES: u32 = 4_000;
 
@@ -36,10 +34,6 @@ fn config() -> ProptestConfig {
 
 /// Element families: the order-preserving scalars with the most interesting equality.
 const ELEMENTS: [TypeTag; 3] = [TypeTag::Int4, TypeTag::Text, TypeTag::Numeric];
-
-fn owned(i: &Input) -> OwnedValue {
-    OwnedValue::try_from(i.value()).unwrap()
-}
 
 fn encode(v: &OwnedValue) -> Vec<u8> {
     let mut buf = Vec::new();
@@ -76,17 +70,23 @@ fn check_pair(a: &OwnedValue, b: &OwnedValue, model: Ordering, order_claimed: bo
 // ---------------------------------------------------------------------------------------
 
 /// An element: `None` is NULL.
-type Elem = Option<Input>;
+type Elem = Option<OwnedValue>;
+
+/// Two elements or fields: NULL after every value, two NULLs equal (`array_cmp`,
+/// `record_cmp`).
+fn elem_cmp(x: &Elem, y: &Elem) -> Ordering {
+    match (x, y) {
+        (None, None) => Ordering::Equal,
+        (None, Some(_)) => Ordering::Greater,
+        (Some(_), None) => Ordering::Less,
+        (Some(x), Some(y)) => model_cmp(x, y),
+    }
+}
 
 /// `array_cmp`: elements (NULL after values), then count, ndims, dims, lower bounds.
 fn model_array_cmp(a: &(Vec<(i32, i32)>, Vec<Elem>), b: &(Vec<(i32, i32)>, Vec<Elem>)) -> Ordering {
     for (x, y) in a.1.iter().zip(&b.1) {
-        let c = match (x, y) {
-            (None, None) => Ordering::Equal,
-            (None, Some(_)) => Ordering::Greater,
-            (Some(_), None) => Ordering::Less,
-            (Some(x), Some(y)) => model_cmp(x, y),
-        };
+        let c = elem_cmp(x, y);
         if c != Ordering::Equal {
             return c;
         }
@@ -104,7 +104,7 @@ fn model_array_cmp(a: &(Vec<(i32, i32)>, Vec<Elem>), b: &(Vec<(i32, i32)>, Vec<E
 }
 
 /// A model bound: `None` infinite, else (value, inclusive).
-type MBound = Option<(Input, bool)>;
+type MBound = Option<(OwnedValue, bool)>;
 type MRange = Option<(MBound, MBound)>;
 
 /// `range_cmp_bounds`.
@@ -173,12 +173,7 @@ fn model_multirange_cmp(a: &[MRange], b: &[MRange]) -> Ordering {
 /// `record_cmp`: fields left to right, NULL after values, two NULLs equal.
 fn model_record_cmp(a: &[Elem], b: &[Elem]) -> Ordering {
     for (x, y) in a.iter().zip(b) {
-        let c = match (x, y) {
-            (None, None) => Ordering::Equal,
-            (None, Some(_)) => Ordering::Greater,
-            (Some(_), None) => Ordering::Less,
-            (Some(x), Some(y)) => model_cmp(x, y),
-        };
+        let c = elem_cmp(x, y);
         if c != Ordering::Equal {
             return c;
         }
@@ -198,15 +193,15 @@ fn to_array(tag: TypeTag, a: &(Vec<(i32, i32)>, Vec<Elem>)) -> OwnedValue {
             .iter()
             .map(|&(len, lower)| ArrayDim { len, lower })
             .collect(),
-        elements: a.1.iter().map(|e| e.as_ref().map(owned)).collect(),
+        elements: a.1.clone(),
     })
 }
 
 fn to_bound(b: &MBound) -> RangeBound {
     match b {
         None => RangeBound::Infinite,
-        Some((v, true)) => RangeBound::Inclusive(owned(v)),
-        Some((v, false)) => RangeBound::Exclusive(owned(v)),
+        Some((v, true)) => RangeBound::Inclusive(v.clone()),
+        Some((v, false)) => RangeBound::Exclusive(v.clone()),
     }
 }
 
@@ -228,9 +223,9 @@ fn to_record(fields: &[(TypeTag, Elem)]) -> OwnedValue {
     OwnedValue::Record(RecordValue {
         fields: fields
             .iter()
-            .map(|(tag, v)| DecodedField {
+            .map(|(tag, v)| OwnedField {
                 tag: *tag,
-                value: v.as_ref().map(owned),
+                value: v.clone(),
             })
             .collect(),
     })
@@ -241,24 +236,24 @@ fn to_record(fields: &[(TypeTag, Elem)]) -> OwnedValue {
 // ---------------------------------------------------------------------------------------
 
 /// The scalar send format of an input (the model's side of `typsend`).
-fn scalar_send(i: &Input) -> Vec<u8> {
+fn scalar_send(i: &OwnedValue) -> Vec<u8> {
     match i {
-        Input::Int4(v) => v.to_be_bytes().to_vec(),
-        Input::Text(t) => t.clone(),
-        Input::Numeric(sign, weight, digits) => {
-            let sign_word: u16 = match sign {
-                rowid_codec::NumericSign::Positive => 0x0000,
-                rowid_codec::NumericSign::Negative => 0x4000,
-                rowid_codec::NumericSign::NaN => 0xC000,
-                rowid_codec::NumericSign::PositiveInfinity => 0xD000,
-                rowid_codec::NumericSign::NegativeInfinity => 0xF000,
+        OwnedValue::Int4(v) => v.to_be_bytes().to_vec(),
+        OwnedValue::Text(t) => t.clone(),
+        OwnedValue::Numeric(n) => {
+            let sign_word: u16 = match n.sign {
+                NumericSign::Positive => 0x0000,
+                NumericSign::Negative => 0x4000,
+                NumericSign::NaN => 0xC000,
+                NumericSign::PositiveInfinity => 0xD000,
+                NumericSign::NegativeInfinity => 0xF000,
             };
             let mut out = Vec::new();
-            out.extend_from_slice(&(digits.len() as i16).to_be_bytes());
-            out.extend_from_slice(&weight.to_be_bytes());
+            out.extend_from_slice(&(n.digits.len() as i16).to_be_bytes());
+            out.extend_from_slice(&n.weight.to_be_bytes());
             out.extend_from_slice(&sign_word.to_be_bytes());
             out.extend_from_slice(&0i16.to_be_bytes());
-            for d in digits {
+            for d in &n.digits {
                 out.extend_from_slice(&d.to_be_bytes());
             }
             out
@@ -435,26 +430,20 @@ fn jsonb_leaf() -> BoxedStrategy<(JsonbValue, JsonbValue)> {
     .boxed()
 }
 
-fn finite(i: &Input) -> bool {
-    matches!(
-        i,
-        Input::Numeric(
-            rowid_codec::NumericSign::Positive | rowid_codec::NumericSign::Negative,
-            ..
-        )
-    )
+fn finite(i: &OwnedValue) -> bool {
+    matches!(i, OwnedValue::Numeric(n) if matches!(n.sign, NumericSign::Positive | NumericSign::Negative))
 }
 
-fn number(i: &Input) -> JsonbValue {
-    match owned(i) {
-        OwnedValue::Numeric(n) => JsonbValue::Number(n),
+fn number(i: &OwnedValue) -> JsonbValue {
+    match i {
+        OwnedValue::Numeric(n) => JsonbValue::Number(n.clone()),
         _ => unreachable!(),
     }
 }
 
-fn string(i: &Input) -> JsonbValue {
+fn string(i: &OwnedValue) -> JsonbValue {
     match i {
-        Input::Text(t) => JsonbValue::String(t.clone()),
+        OwnedValue::Text(t) => JsonbValue::String(t.clone()),
         _ => unreachable!(),
     }
 }
@@ -513,9 +502,8 @@ fn model_jsonb_eq(a: &JsonbValue, b: &JsonbValue) -> bool {
         (JsonbValue::Bool(x), JsonbValue::Bool(y)) => x == y,
         (JsonbValue::String(x), JsonbValue::String(y)) => x == y,
         (JsonbValue::Number(x), JsonbValue::Number(y)) => {
-            let i =
-                |n: &rowid_codec::OwnedNumeric| Input::Numeric(n.sign, n.weight, n.digits.clone());
-            model_cmp(&i(x), &i(y)) == Ordering::Equal
+            let n = |n: &rowid_codec::OwnedNumeric| OwnedValue::Numeric(n.clone());
+            model_cmp(&n(x), &n(y)) == Ordering::Equal
         }
         (JsonbValue::Array(x), JsonbValue::Array(y)) => {
             x.len() == y.len() && x.iter().zip(y).all(|(p, q)| model_jsonb_eq(p, q))
@@ -532,13 +520,19 @@ fn model_jsonb_eq(a: &JsonbValue, b: &JsonbValue) -> bool {
     }
 }
 
+/// An element family and a strategy built for it.
+fn per_element<T: std::fmt::Debug>(
+    strategy: fn(TypeTag) -> BoxedStrategy<T>,
+) -> impl Strategy<Value = (TypeTag, T)> {
+    prop::sample::select(ELEMENTS.to_vec()).prop_flat_map(move |t| (Just(t), strategy(t)))
+}
+
 proptest! {
     #![proptest_config(config())]
 
     #[test]
     fn agree_array(
-        (tag, (a, b)) in prop::sample::select(ELEMENTS.to_vec())
-            .prop_flat_map(|t| (Just(t), array_pair(t))),
+        (tag, (a, b)) in per_element(array_pair),
     ) {
         let shape = Shape::Array(Box::new(Shape::Scalar(tag)));
         agree(&shape, (&a, &b), |m| to_array(tag, m), model_array_cmp(&a, &b), array_send);
@@ -546,8 +540,7 @@ proptest! {
 
     #[test]
     fn agree_range(
-        (tag, (a, b)) in prop::sample::select(ELEMENTS.to_vec())
-            .prop_flat_map(|t| (Just(t), range_pair(t))),
+        (tag, (a, b)) in per_element(range_pair),
     ) {
         let shape = Shape::Range(Box::new(Shape::Scalar(tag)));
         agree(&shape, (&a, &b), |m| to_range(tag, m), model_range_cmp(&a, &b), range_send);

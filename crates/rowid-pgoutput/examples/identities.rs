@@ -10,15 +10,16 @@
 //!
 //! Each `table=col,...` names a table's identity key. For brevity the example takes column
 //! type OIDs from the stream's Relation messages; a real consumer takes them from a catalog
-//! snapshot so that a schema change in the stream is caught (see `IdentitySchema::bind`).
+//! snapshot, resolved by `rowid-registry` (`RelationIdentity::from_scan_key`), so that a schema
+//! change in the stream is caught (see `RelationIdentity::bind`).
 
 use std::collections::HashMap;
 
 use bytes::Bytes;
 use rowid_codec::{Domain, TypeTag};
 use rowid_pgoutput::{
-    BoundIdentity, Decoder, FlagBits, IdentityColumn, IdentitySchema, Message, OldTuple, Options,
-    Relation, RelationCache, Tuple, complete,
+    BoundIdentity, Decoder, FlagBits, IdentityColumn, Message, OldTuple, Options, Relation,
+    RelationCache, RelationIdentity, Tuple, complete,
 };
 
 /// The registry's tag for a built-in type OID.
@@ -31,7 +32,14 @@ fn hex(b: &[u8]) -> String {
 }
 
 fn parse_hex(s: &str) -> Result<Vec<u8>, String> {
-    rowid_vectors::from_hex(s).ok_or_else(|| format!("not hex: {s:.40}"))
+    let bad = || format!("not hex: {s:.40}");
+    if !s.len().is_multiple_of(2) {
+        return Err(bad());
+    }
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(s.get(i..i + 2).ok_or_else(bad)?, 16).map_err(|_| bad()))
+        .collect()
 }
 
 /// Binds `keys[table]` against a Relation message.
@@ -53,7 +61,7 @@ fn bind(relation: &Relation, key: &[String]) -> Result<BoundIdentity, String> {
             Ok(IdentityColumn::scalar(name, col.type_oid, tag))
         })
         .collect::<Result<Vec<_>, String>>()?;
-    let schema = IdentitySchema {
+    let schema = RelationIdentity {
         domain: Domain::ScanKey,
         columns,
         key_is_primary: true,

@@ -1,4 +1,4 @@
-//! Complete after-images (shared/seeds/003): an UPDATE's new tuple omits unchanged
+//! Complete after-images: an UPDATE's new tuple omits unchanged
 //! out-of-line TOASTed values (`'u'`) under every replica identity setting. `'u'` is sent only
 //! for unchanged values, so the old value is the new value wherever the old tuple has it:
 //! every column of an `'O'` tuple, the replica identity columns of a `'K'` tuple. Anything

@@ -5,7 +5,9 @@
 use bytes::Bytes;
 
 use crate::error::DecodeError;
-use crate::message::{Column, Message, OldTuple, Relation, RelationColumn, Tuple};
+use crate::message::{
+    Column, CommitInfo, Message, OldTuple, PrepareInfo, Relation, RelationColumn, Tuple,
+};
 use crate::reader::Reader;
 
 /// Options that change the wire layout (the `START_REPLICATION` options).
@@ -38,67 +40,80 @@ impl Decoder {
     pub fn decode(&mut self, buf: Bytes) -> Result<Message, DecodeError> {
         let mut r = Reader::new(buf);
         let tag = r.u8()?;
-        let version = self.options.proto_version;
-        let needs = |min: u32| -> Result<(), DecodeError> {
-            if version < min {
-                Err(DecodeError::ProtocolVersion { tag, version })
-            } else {
-                Ok(())
-            }
-        };
-        let xid = |r: &mut Reader, in_stream: bool| -> Result<Option<u32>, DecodeError> {
-            if in_stream {
-                Ok(Some(r.u32()?))
-            } else {
-                Ok(None)
-            }
-        };
         let msg = match tag {
-            b'B' => Message::Begin {
-                final_lsn: r.u64()?,
-                commit_ts: r.i64()?,
-                xid: r.u32()?,
-            },
-            b'C' => Message::Commit {
-                flags: r.u8()?,
-                commit_lsn: r.u64()?,
-                end_lsn: r.u64()?,
-                commit_ts: r.i64()?,
-            },
-            b'O' => Message::Origin {
-                lsn: r.u64()?,
-                name: r.string()?,
-            },
-            b'R' => {
-                let xid = xid(&mut r, self.in_stream)?;
-                Message::Relation {
-                    xid,
-                    relation: relation(&mut r)?,
-                }
+            b'B' | b'C' | b'O' => transaction(tag, &mut r)?,
+            b'R' | b'Y' => self.schema(tag, &mut r)?,
+            b'I' | b'U' | b'D' | b'T' => self.change(tag, &mut r)?,
+            b'M' => self.logical_message(&mut r)?,
+            b'S' | b'E' | b'c' | b'A' => self.stream(tag, &mut r)?,
+            b'b' | b'P' | b'p' | b'K' | b'r' => self.two_phase(tag, &mut r)?,
+            _ => return Err(DecodeError::UnknownMessage { tag }),
+        };
+        r.finish()?;
+        Ok(msg)
+    }
+
+    /// Fails unless the negotiated protocol has message `tag` (introduced in `min`).
+    fn needs(&self, tag: u8, min: u32) -> Result<(), DecodeError> {
+        let version = self.options.proto_version;
+        if version < min {
+            Err(DecodeError::ProtocolVersion { tag, version })
+        } else {
+            Ok(())
+        }
+    }
+
+    /// The xid that change messages carry inside a streamed transaction.
+    fn stream_xid(&self, r: &mut Reader) -> Result<Option<u32>, DecodeError> {
+        if self.in_stream {
+            Ok(Some(r.u32()?))
+        } else {
+            Ok(None)
+        }
+    }
+
+    /// `R` Relation, `Y` Type.
+    fn schema(&self, tag: u8, r: &mut Reader) -> Result<Message, DecodeError> {
+        let xid = self.stream_xid(r)?;
+        Ok(if tag == b'R' {
+            Message::Relation {
+                xid,
+                relation: relation(r)?,
             }
-            b'Y' => Message::Type {
-                xid: xid(&mut r, self.in_stream)?,
+        } else {
+            Message::Type {
+                xid,
                 oid: r.u32()?,
                 namespace: r.string()?,
                 name: r.string()?,
-            },
+            }
+        })
+    }
+
+    /// `I` Insert, `U` Update, `D` Delete, `T` Truncate.
+    fn change(&self, tag: u8, r: &mut Reader) -> Result<Message, DecodeError> {
+        let xid = self.stream_xid(r)?;
+        if tag == b'T' {
+            let n = count(r, 4)?;
+            let flags = r.u8()?;
+            let relids = (0..n).map(|_| r.u32()).collect::<Result<_, _>>()?;
+            return Ok(Message::Truncate { xid, flags, relids });
+        }
+        let relid = r.u32()?;
+        Ok(match tag {
             b'I' => {
-                let xid = xid(&mut r, self.in_stream)?;
-                let relid = r.u32()?;
-                expect(&mut r, b'N', "'N' (new tuple)")?;
+                expect(r, b'N', "'N' (new tuple)")?;
                 Message::Insert {
                     xid,
                     relid,
-                    new: tuple(&mut r)?,
+                    new: tuple(r)?,
                 }
             }
             b'U' => {
-                let xid = xid(&mut r, self.in_stream)?;
-                let relid = r.u32()?;
                 let at = r.offset();
                 let old = match r.u8()? {
-                    b'K' => Some(OldTuple::Key(tuple(&mut r)?)),
-                    b'O' => Some(OldTuple::Full(tuple(&mut r)?)),
+                    b'K' => Some(OldTuple::Key(tuple(r)?)),
+                    b'O' => Some(OldTuple::Full(tuple(r)?)),
                     b'N' => None,
                     found => {
                         return Err(DecodeError::Unexpected {
@@ -109,22 +124,20 @@ impl Decoder {
                     }
                 };
                 if old.is_some() {
-                    expect(&mut r, b'N', "'N' (new tuple)")?;
+                    expect(r, b'N', "'N' (new tuple)")?;
                 }
                 Message::Update {
                     xid,
                     relid,
                     old,
-                    new: tuple(&mut r)?,
+                    new: tuple(r)?,
                 }
             }
-            b'D' => {
-                let xid = xid(&mut r, self.in_stream)?;
-                let relid = r.u32()?;
+            _ => {
                 let at = r.offset();
                 let old = match r.u8()? {
-                    b'K' => OldTuple::Key(tuple(&mut r)?),
-                    b'O' => OldTuple::Full(tuple(&mut r)?),
+                    b'K' => OldTuple::Key(tuple(r)?),
+                    b'O' => OldTuple::Full(tuple(r)?),
                     found => {
                         return Err(DecodeError::Unexpected {
                             offset: at,
@@ -135,122 +148,122 @@ impl Decoder {
                 };
                 Message::Delete { xid, relid, old }
             }
-            b'T' => {
-                let xid = xid(&mut r, self.in_stream)?;
-                let n = count(&mut r, 4)?;
-                let flags = r.u8()?;
-                let relids = (0..n).map(|_| r.u32()).collect::<Result<_, _>>()?;
-                Message::Truncate { xid, flags, relids }
-            }
-            b'M' => {
-                let xid = xid(&mut r, self.in_stream)?;
-                let flags = r.u8()?;
-                let lsn = r.u64()?;
-                let prefix = r.string()?;
-                let len = length(&mut r)?;
-                Message::Message {
-                    xid,
-                    transactional: flags & 1 != 0,
-                    lsn,
-                    prefix,
-                    content: r.bytes(len)?,
-                }
-            }
+        })
+    }
+
+    /// `M` logical decoding message (`pg_logical_emit_message`).
+    fn logical_message(&self, r: &mut Reader) -> Result<Message, DecodeError> {
+        let xid = self.stream_xid(r)?;
+        let flags = r.u8()?;
+        let lsn = r.u64()?;
+        let prefix = r.string()?;
+        let len = length(r)?;
+        Ok(Message::Message {
+            xid,
+            transactional: flags & 1 != 0,
+            lsn,
+            prefix,
+            content: r.bytes(len)?,
+        })
+    }
+
+    /// `S` Stream Start, `E` Stream Stop, `c` Stream Commit, `A` Stream Abort (protocol 2+).
+    fn stream(&mut self, tag: u8, r: &mut Reader) -> Result<Message, DecodeError> {
+        self.needs(tag, 2)?;
+        Ok(match tag {
             b'S' => {
-                needs(2)?;
                 let xid = r.u32()?;
                 let first_segment = r.u8()? == 1;
                 self.in_stream = true;
                 Message::StreamStart { xid, first_segment }
             }
             b'E' => {
-                needs(2)?;
                 self.in_stream = false;
                 Message::StreamStop
             }
-            b'c' => {
-                needs(2)?;
-                Message::StreamCommit {
-                    xid: r.u32()?,
-                    flags: r.u8()?,
-                    commit_lsn: r.u64()?,
-                    end_lsn: r.u64()?,
-                    commit_ts: r.i64()?,
-                }
-            }
-            b'A' => {
-                needs(2)?;
+            b'c' => Message::StreamCommit {
+                xid: r.u32()?,
+                commit: commit_info(r)?,
+            },
+            _ => {
                 let xid = r.u32()?;
                 let subxid = r.u32()?;
-                let abort = if version >= 4 && self.options.parallel_streaming {
+                let abort = if self.options.proto_version >= 4 && self.options.parallel_streaming {
                     Some((r.u64()?, r.i64()?))
                 } else {
                     None
                 };
                 Message::StreamAbort { xid, subxid, abort }
             }
-            b'b' => {
-                needs(3)?;
-                Message::BeginPrepare {
-                    prepare_lsn: r.u64()?,
-                    end_lsn: r.u64()?,
-                    prepare_ts: r.i64()?,
-                    xid: r.u32()?,
-                    gid: r.string()?,
-                }
-            }
-            b'P' | b'p' => {
-                needs(3)?;
-                let (flags, prepare_lsn, end_lsn, prepare_ts, xid, gid) =
-                    (r.u8()?, r.u64()?, r.u64()?, r.i64()?, r.u32()?, r.string()?);
-                if tag == b'P' {
-                    Message::Prepare {
-                        flags,
-                        prepare_lsn,
-                        end_lsn,
-                        prepare_ts,
-                        xid,
-                        gid,
-                    }
-                } else {
-                    Message::StreamPrepare {
-                        flags,
-                        prepare_lsn,
-                        end_lsn,
-                        prepare_ts,
-                        xid,
-                        gid,
-                    }
-                }
-            }
-            b'K' => {
-                needs(3)?;
-                Message::CommitPrepared {
-                    flags: r.u8()?,
-                    commit_lsn: r.u64()?,
-                    end_lsn: r.u64()?,
-                    commit_ts: r.i64()?,
-                    xid: r.u32()?,
-                    gid: r.string()?,
-                }
-            }
-            b'r' => {
-                needs(3)?;
-                Message::RollbackPrepared {
-                    flags: r.u8()?,
-                    prepare_end_lsn: r.u64()?,
-                    rollback_end_lsn: r.u64()?,
-                    prepare_ts: r.i64()?,
-                    rollback_ts: r.i64()?,
-                    xid: r.u32()?,
-                    gid: r.string()?,
-                }
-            }
-            _ => return Err(DecodeError::UnknownMessage { tag }),
-        };
-        r.finish()?;
-        Ok(msg)
+        })
     }
+
+    /// `b` Begin Prepare, `P` Prepare, `p` Stream Prepare, `K` Commit Prepared, `r` Rollback
+    /// Prepared (protocol 3+).
+    fn two_phase(&self, tag: u8, r: &mut Reader) -> Result<Message, DecodeError> {
+        self.needs(tag, 3)?;
+        Ok(match tag {
+            b'b' => Message::BeginPrepare {
+                prepare_lsn: r.u64()?,
+                end_lsn: r.u64()?,
+                prepare_ts: r.i64()?,
+                xid: r.u32()?,
+                gid: r.string()?,
+            },
+            b'P' => Message::Prepare(prepare_info(r)?),
+            b'p' => Message::StreamPrepare(prepare_info(r)?),
+            b'K' => Message::CommitPrepared {
+                commit: commit_info(r)?,
+                xid: r.u32()?,
+                gid: r.string()?,
+            },
+            _ => Message::RollbackPrepared {
+                flags: r.u8()?,
+                prepare_end_lsn: r.u64()?,
+                rollback_end_lsn: r.u64()?,
+                prepare_ts: r.i64()?,
+                rollback_ts: r.i64()?,
+                xid: r.u32()?,
+                gid: r.string()?,
+            },
+        })
+    }
+}
+
+/// `B` Begin, `C` Commit, `O` Origin.
+fn transaction(tag: u8, r: &mut Reader) -> Result<Message, DecodeError> {
+    Ok(match tag {
+        b'B' => Message::Begin {
+            final_lsn: r.u64()?,
+            commit_ts: r.i64()?,
+            xid: r.u32()?,
+        },
+        b'C' => Message::Commit(commit_info(r)?),
+        _ => Message::Origin {
+            lsn: r.u64()?,
+            name: r.string()?,
+        },
+    })
+}
+
+fn commit_info(r: &mut Reader) -> Result<CommitInfo, DecodeError> {
+    Ok(CommitInfo {
+        flags: r.u8()?,
+        commit_lsn: r.u64()?,
+        end_lsn: r.u64()?,
+        commit_ts: r.i64()?,
+    })
+}
+
+fn prepare_info(r: &mut Reader) -> Result<PrepareInfo, DecodeError> {
+    Ok(PrepareInfo {
+        flags: r.u8()?,
+        prepare_lsn: r.u64()?,
+        end_lsn: r.u64()?,
+        prepare_ts: r.i64()?,
+        xid: r.u32()?,
+        gid: r.string()?,
+    })
 }
 
 fn expect(r: &mut Reader, want: u8, expected: &'static str) -> Result<(), DecodeError> {

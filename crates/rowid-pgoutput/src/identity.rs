@@ -1,16 +1,19 @@
 //! Row Identity V2 from WAL: the same bytes `pgtrickle.encode_row_id_v2` computes in SQL.
 //!
-//! The caller supplies the identity schema from a catalog snapshot (key columns with their
-//! type OIDs and registry tags). Every Relation message is checked against it before any
-//! change is turned into an identity, so a schema change in the stream (a key "from the
-//! future", a column type change) is refused instead of silently used. Values must be in
-//! binary (`'b'`, typsend): text output depends on the walsender's settings.
+//! The caller supplies a relation's identity as resolved by `rowid-registry` from a catalog
+//! snapshot ([`RelationIdentity::from_scan_key`], [`RelationIdentity::from_schema`]): the
+//! identity columns by name, the type each must have in the stream, and their shapes. Every
+//! Relation message is checked against it before any change is turned into an identity, so
+//! a schema change in the stream (a key "from the future", a column type change) is refused
+//! instead of silently used. Values must be in binary (`'b'`, typsend): text output depends
+//! on the walsender's settings.
 
 use std::fmt;
 
 use rowid_codec::send::{owned_from_send, value_from_send};
 use rowid_codec::structure::Shape;
 use rowid_codec::{Domain, IdentityEncoder, TypeTag};
+use rowid_registry::{IdentitySchema, ScanKey};
 
 use crate::message::{Column, Relation, Tuple};
 use crate::relation::FlagBits;
@@ -38,9 +41,10 @@ impl IdentityColumn {
     }
 }
 
-/// The identity schema of one relation.
+/// The identity of one relation as the WAL path binds it: the registry's resolved schema
+/// reduced to what a Relation message can be checked against.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct IdentitySchema {
+pub struct RelationIdentity {
     /// SCAN_KEY for a key, KEYLESS_ROW for every column.
     pub domain: Domain,
     /// Identity columns in identity order.
@@ -49,7 +53,7 @@ pub struct IdentitySchema {
     pub key_is_primary: bool,
 }
 
-/// The stream's description of a relation disagrees with the identity schema.
+/// The stream's description of a relation disagrees with the relation identity.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum SchemaMismatch {
@@ -163,15 +167,40 @@ impl fmt::Display for IdentityError {
 
 impl std::error::Error for IdentityError {}
 
-/// An identity schema checked against one Relation message: where each column sits.
+/// A relation identity checked against one Relation message: where each column sits.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct BoundIdentity {
     domain: Domain,
     positions: Vec<(usize, Shape, String)>,
 }
 
-impl IdentitySchema {
-    /// Checks the schema against a Relation message and binds column positions.
+impl RelationIdentity {
+    /// The identity of a relation keyed by the SCAN_KEY the registry chose (its columns, in
+    /// key order, and whether it is the primary key).
+    pub fn from_scan_key(key: &ScanKey) -> RelationIdentity {
+        RelationIdentity::from_schema(&key.schema, key.primary)
+    }
+
+    /// The identity of a relation from a resolved schema whose field expressions are the
+    /// relation's column names (a SCAN_KEY's key columns, or every column for KEYLESS_ROW).
+    /// `key_is_primary` says whether a SCAN_KEY is the primary key.
+    pub fn from_schema(schema: &IdentitySchema, key_is_primary: bool) -> RelationIdentity {
+        RelationIdentity {
+            domain: schema.domain,
+            columns: schema
+                .fields
+                .iter()
+                .map(|f| IdentityColumn {
+                    name: f.expr.clone(),
+                    type_oid: f.type_oid,
+                    shape: f.shape.clone(),
+                })
+                .collect(),
+            key_is_primary,
+        }
+    }
+
+    /// Checks the identity against a Relation message and binds column positions.
     pub fn bind(
         &self,
         relation: &Relation,

@@ -56,6 +56,36 @@ pub struct Relation {
     pub columns: Vec<RelationColumn>,
 }
 
+/// The end of a transaction: shared by Commit, Stream Commit and Commit Prepared.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CommitInfo {
+    /// Flags (currently unused, 0).
+    pub flags: u8,
+    /// LSN of the commit record.
+    pub commit_lsn: u64,
+    /// End LSN of the transaction.
+    pub end_lsn: u64,
+    /// Commit timestamp (microseconds since 2000-01-01).
+    pub commit_ts: i64,
+}
+
+/// A prepared transaction: shared by Prepare and Stream Prepare (protocol 3).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PrepareInfo {
+    /// Flags (currently unused, 0).
+    pub flags: u8,
+    /// LSN of the prepare.
+    pub prepare_lsn: u64,
+    /// End LSN of the prepared transaction.
+    pub end_lsn: u64,
+    /// Prepare timestamp.
+    pub prepare_ts: i64,
+    /// Transaction id.
+    pub xid: u32,
+    /// Global transaction identifier.
+    pub gid: String,
+}
+
 /// A decoded message. `xid` fields are present only inside a streamed transaction
 /// (protocol 2 and later).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -66,12 +96,7 @@ pub enum Message {
         commit_ts: i64,
         xid: u32,
     },
-    Commit {
-        flags: u8,
-        commit_lsn: u64,
-        end_lsn: u64,
-        commit_ts: i64,
-    },
+    Commit(CommitInfo),
     Origin {
         lsn: u64,
         name: String,
@@ -121,10 +146,7 @@ pub enum Message {
     StreamStop,
     StreamCommit {
         xid: u32,
-        flags: u8,
-        commit_lsn: u64,
-        end_lsn: u64,
-        commit_ts: i64,
+        commit: CommitInfo,
     },
     StreamAbort {
         xid: u32,
@@ -138,19 +160,9 @@ pub enum Message {
         xid: u32,
         gid: String,
     },
-    Prepare {
-        flags: u8,
-        prepare_lsn: u64,
-        end_lsn: u64,
-        prepare_ts: i64,
-        xid: u32,
-        gid: String,
-    },
+    Prepare(PrepareInfo),
     CommitPrepared {
-        flags: u8,
-        commit_lsn: u64,
-        end_lsn: u64,
-        commit_ts: i64,
+        commit: CommitInfo,
         xid: u32,
         gid: String,
     },
@@ -163,12 +175,5 @@ pub enum Message {
         xid: u32,
         gid: String,
     },
-    StreamPrepare {
-        flags: u8,
-        prepare_lsn: u64,
-        end_lsn: u64,
-        prepare_ts: i64,
-        xid: u32,
-        gid: String,
-    },
+    StreamPrepare(PrepareInfo),
 }

@@ -9,7 +9,7 @@ use crate::message::{Relation, RelationColumn};
 pub const FLAG_REPLICA_IDENTITY: u8 = 0x01;
 
 /// Which flag bits mean what. Only the replica-identity bit exists in released PostgreSQL;
-/// a proposal (shared/seeds/001) adds opt-in primary-key and NOT NULL bits whose values are
+/// a proposal to PostgreSQL adds opt-in primary-key and NOT NULL bits whose values are
 /// not assigned yet, so they are configuration. Unknown bits are tolerated.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FlagBits {

@@ -13,243 +13,55 @@ use bytes::Bytes;
 use rowid_codec::structure::Shape;
 use rowid_codec::{Domain, TypeTag};
 use rowid_pgoutput::{
-    Column, Decoder, FlagBits, IdentityColumn, IdentitySchema, Message, OldTuple, Options,
-    RelationCache, complete,
+    Column, Decoder, FlagBits, IdentityColumn, Message, OldTuple, Options, RelationCache,
+    RelationIdentity, complete,
 };
-use rowid_vectors::{from_hex, psql};
-
-fn sql(script: &str) -> String {
-    psql::run(script).unwrap_or_else(|e| panic!("{e}"))
-}
+use rowid_testkit::hex::from_hex;
+use rowid_testkit::psql::run as sql;
 
 /// (table, key type, registry tag, [k1, k2, k3, new value for k2])
+#[rustfmt::skip]
 const KEYS: &[(&str, &str, TypeTag, [&str; 4])] = &[
     ("x_int2", "int2", TypeTag::Int2, ["1", "-2", "300", "7"]),
-    (
-        "x_int4",
-        "int4",
-        TypeTag::Int4,
-        ["1", "-2000000", "42", "8"],
-    ),
-    (
-        "x_int8",
-        "int8",
-        TypeTag::Int8,
-        ["1", "-9000000000", "42", "8"],
-    ),
+    ("x_int4", "int4", TypeTag::Int4, ["1", "-2000000", "42", "8"]),
+    ("x_int8", "int8", TypeTag::Int8, ["1", "-9000000000", "42", "8"]),
     ("x_oid", "oid", TypeTag::Oid, ["1", "4000000000", "42", "8"]),
-    (
-        "x_float4",
-        "float4",
-        TypeTag::Float4,
-        ["1.5", "'-Infinity'", "'NaN'", "0"],
-    ),
-    (
-        "x_float8",
-        "float8",
-        TypeTag::Float8,
-        ["1.5", "'-Infinity'", "'NaN'", "-0.25"],
-    ),
-    (
-        "x_numeric",
-        "numeric",
-        TypeTag::Numeric,
-        ["1.50", "-0.001", "12345678901234567890.5", "2.00"],
-    ),
-    (
-        "x_text",
-        "text",
-        TypeTag::Text,
-        ["'a'", "'éé'", "'zz'", "'b'"],
-    ),
-    (
-        "x_varchar",
-        "varchar(20)",
-        TypeTag::Varchar,
-        ["'a'", "'bb'", "'c'", "'d'"],
-    ),
-    (
-        "x_bpchar",
-        "char(5)",
-        TypeTag::Bpchar,
-        ["'ab'", "'c'", "'d'", "'e'"],
-    ),
-    (
-        "x_bytea",
-        "bytea",
-        TypeTag::Bytea,
-        ["'\\x00'", "'\\xff00'", "'\\x'", "'\\x01'"],
-    ),
-    (
-        "x_uuid",
-        "uuid",
-        TypeTag::Uuid,
-        [
-            "'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11'",
-            "'00000000-0000-0000-0000-000000000000'",
-            "'ffffffff-ffff-ffff-ffff-ffffffffffff'",
-            "'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a12'",
-        ],
-    ),
-    (
-        "x_date",
-        "date",
-        TypeTag::Date,
-        ["'2020-01-01'", "'1999-12-31'", "'infinity'", "'2000-01-01'"],
-    ),
-    (
-        "x_time",
-        "time",
-        TypeTag::Time,
-        ["'00:00'", "'12:34:56.789'", "'24:00'", "'01:00'"],
-    ),
-    (
-        "x_timestamptz",
-        "timestamptz",
-        TypeTag::Timestamptz,
-        [
-            "'2020-01-01 00:00+00'",
-            "'1999-12-31 23:59:59.999999+05'",
-            "'-infinity'",
-            "'2000-01-01 00:00+00'",
-        ],
-    ),
-    (
-        "x_timetz",
-        "timetz",
-        TypeTag::Timetz,
-        ["'00:00+01'", "'01:00+00'", "'23:59-05'", "'12:00+02'"],
-    ),
-    (
-        "x_interval",
-        "interval",
-        TypeTag::Interval,
-        ["'1 mon'", "'1 day'", "'-1 s'", "'2 days'"],
-    ),
-    (
-        "x_inet",
-        "inet",
-        TypeTag::Inet,
-        ["'10.0.0.1'", "'::1'", "'192.168.1.5/24'", "'10.0.0.2'"],
-    ),
-    (
-        "x_cidr",
-        "cidr",
-        TypeTag::Cidr,
-        [
-            "'10.0.0.0/8'",
-            "'::/0'",
-            "'192.168.1.0/24'",
-            "'10.1.0.0/16'",
-        ],
-    ),
-    (
-        "x_macaddr",
-        "macaddr",
-        TypeTag::Macaddr,
-        [
-            "'08:00:2b:01:02:03'",
-            "'00:00:00:00:00:00'",
-            "'ff:ff:ff:ff:ff:ff'",
-            "'08:00:2b:01:02:04'",
-        ],
-    ),
-    (
-        "x_varbit",
-        "varbit",
-        TypeTag::Varbit,
-        ["B'1'", "B'10'", "B''", "B'0001'"],
-    ),
-    (
-        "x_timestamp",
-        "timestamp",
-        TypeTag::Timestamp,
-        [
-            "'2020-01-01 00:00'",
-            "'-infinity'",
-            "'1999-12-31 23:59:59.5'",
-            "'2000-01-01'",
-        ],
-    ),
-    (
-        "x_macaddr8",
-        "macaddr8",
-        TypeTag::Macaddr8,
-        [
-            "'08:00:2b:01:02:03:04:05'",
-            "'00:00:00:00:00:00:00:00'",
-            "'ff:ff:ff:ff:ff:ff:ff:ff'",
-            "'08:00:2b:01:02:03:04:06'",
-        ],
-    ),
-    (
-        "x_bit",
-        "bit(4)",
-        TypeTag::Bit,
-        ["B'1010'", "B'0000'", "B'1111'", "B'0001'"],
-    ),
-    (
-        "x_enum",
-        "xp_mood",
-        TypeTag::Enum,
-        ["'sad'", "'ok'", "'happy'", "'meh'"],
-    ),
+    ("x_float4", "float4", TypeTag::Float4, ["1.5", "'-Infinity'", "'NaN'", "0"]),
+    ("x_float8", "float8", TypeTag::Float8, ["1.5", "'-Infinity'", "'NaN'", "-0.25"]),
+    ("x_numeric", "numeric", TypeTag::Numeric, ["1.50", "-0.001", "12345678901234567890.5", "2.00"]),
+    ("x_text", "text", TypeTag::Text, ["'a'", "'éé'", "'zz'", "'b'"]),
+    ("x_varchar", "varchar(20)", TypeTag::Varchar, ["'a'", "'bb'", "'c'", "'d'"]),
+    ("x_bpchar", "char(5)", TypeTag::Bpchar, ["'ab'", "'c'", "'d'", "'e'"]),
+    ("x_bytea", "bytea", TypeTag::Bytea, ["'\\x00'", "'\\xff00'", "'\\x'", "'\\x01'"]),
+    ("x_uuid", "uuid", TypeTag::Uuid, ["'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11'", "'00000000-0000-0000-0000-000000000000'", "'ffffffff-ffff-ffff-ffff-ffffffffffff'", "'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a12'"]),
+    ("x_date", "date", TypeTag::Date, ["'2020-01-01'", "'1999-12-31'", "'infinity'", "'2000-01-01'"]),
+    ("x_time", "time", TypeTag::Time, ["'00:00'", "'12:34:56.789'", "'24:00'", "'01:00'"]),
+    ("x_timestamptz", "timestamptz", TypeTag::Timestamptz, ["'2020-01-01 00:00+00'", "'1999-12-31 23:59:59.999999+05'", "'-infinity'", "'2000-01-01 00:00+00'"]),
+    ("x_timetz", "timetz", TypeTag::Timetz, ["'00:00+01'", "'01:00+00'", "'23:59-05'", "'12:00+02'"]),
+    ("x_interval", "interval", TypeTag::Interval, ["'1 mon'", "'1 day'", "'-1 s'", "'2 days'"]),
+    ("x_inet", "inet", TypeTag::Inet, ["'10.0.0.1'", "'::1'", "'192.168.1.5/24'", "'10.0.0.2'"]),
+    ("x_cidr", "cidr", TypeTag::Cidr, ["'10.0.0.0/8'", "'::/0'", "'192.168.1.0/24'", "'10.1.0.0/16'"]),
+    ("x_macaddr", "macaddr", TypeTag::Macaddr, ["'08:00:2b:01:02:03'", "'00:00:00:00:00:00'", "'ff:ff:ff:ff:ff:ff'", "'08:00:2b:01:02:04'"]),
+    ("x_varbit", "varbit", TypeTag::Varbit, ["B'1'", "B'10'", "B''", "B'0001'"]),
+    ("x_timestamp", "timestamp", TypeTag::Timestamp, ["'2020-01-01 00:00'", "'-infinity'", "'1999-12-31 23:59:59.5'", "'2000-01-01'"]),
+    ("x_macaddr8", "macaddr8", TypeTag::Macaddr8, ["'08:00:2b:01:02:03:04:05'", "'00:00:00:00:00:00:00:00'", "'ff:ff:ff:ff:ff:ff:ff:ff'", "'08:00:2b:01:02:03:04:06'"]),
+    ("x_bit", "bit(4)", TypeTag::Bit, ["B'1010'", "B'0000'", "B'1111'", "B'0001'"]),
+    ("x_enum", "xp_mood", TypeTag::Enum, ["'sad'", "'ok'", "'happy'", "'meh'"]),
     ("x_domain", "xp_posint", TypeTag::Int4, ["1", "2", "3", "4"]),
 ];
 
 /// Keys of the structural families (spec/wire-format.md §6): (table, key type, [k1, k2, k3,
 /// new value for k2]); their shapes come from [`structural_shape`].
+#[rustfmt::skip]
 const STRUCTURAL_KEYS: &[(&str, &str, [&str; 4])] = &[
-    (
-        "x_int4arr",
-        "int4[]",
-        ["'{1,2}'", "'{}'", "'[0:1]={1,NULL}'", "'{{1,2},{3,4}}'"],
-    ),
-    (
-        "x_textarr",
-        "text[]",
-        ["'{a,b}'", "'{é}'", "'{\"\"}'", "'{z,NULL}'"],
-    ),
-    (
-        "x_int4range",
-        "int4range",
-        ["'[1,3]'", "'empty'", "'(,5]'", "'[2,)'"],
-    ),
-    (
-        "x_numrange",
-        "numrange",
-        ["'[1,2.0]'", "'(1.5,)'", "'empty'", "'[-1,1)'"],
-    ),
-    (
-        "x_int4mr",
-        "int4multirange",
-        ["'{[1,3),[5,7)}'", "'{}'", "'{(,0]}'", "'{[10,20]}'"],
-    ),
-    (
-        "x_jsonb",
-        "jsonb",
-        [
-            "'{\"b\": [true, null], \"a\": 1.0}'",
-            "'1'",
-            "'[1, \"x\"]'",
-            "'{\"k\": {\"n\": 2.50}}'",
-        ],
-    ),
-    (
-        "x_pair",
-        "xp_pair",
-        ["ROW(1,'a')", "ROW(2,NULL)", "ROW(NULL,'c')", "ROW(3,'d')"],
-    ),
-    (
-        "x_nest",
-        "xp_nest",
-        [
-            "ROW('{1,NULL}'::int4[], int4range(1,5), '{\"a\": [1]}'::jsonb)",
-            "ROW(NULL, 'empty'::int4range, 'null'::jsonb)",
-            "ROW('{}'::int4[], NULL, '[]'::jsonb)",
-            "ROW('{7}'::int4[], '(,)'::int4range, '\"s\"'::jsonb)",
-        ],
-    ),
+    ("x_int4arr", "int4[]", ["'{1,2}'", "'{}'", "'[0:1]={1,NULL}'", "'{{1,2},{3,4}}'"]),
+    ("x_textarr", "text[]", ["'{a,b}'", "'{é}'", "'{\"\"}'", "'{z,NULL}'"]),
+    ("x_int4range", "int4range", ["'[1,3]'", "'empty'", "'(,5]'", "'[2,)'"]),
+    ("x_numrange", "numrange", ["'[1,2.0]'", "'(1.5,)'", "'empty'", "'[-1,1)'"]),
+    ("x_int4mr", "int4multirange", ["'{[1,3),[5,7)}'", "'{}'", "'{(,0]}'", "'{[10,20]}'"]),
+    ("x_jsonb", "jsonb", ["'{\"b\": [true, null], \"a\": 1.0}'", "'1'", "'[1, \"x\"]'", "'{\"k\": {\"n\": 2.50}}'"]),
+    ("x_pair", "xp_pair", ["ROW(1,'a')", "ROW(2,NULL)", "ROW(NULL,'c')", "ROW(3,'d')"]),
+    ("x_nest", "xp_nest", ["ROW('{1,NULL}'::int4[], int4range(1,5), '{\"a\": [1]}'::jsonb)", "ROW(NULL, 'empty'::int4range, 'null'::jsonb)", "ROW('{}'::int4[], NULL, '[]'::jsonb)", "ROW('{7}'::int4[], '(,)'::int4range, '\"s\"'::jsonb)"]),
 ];
 
 /// The registry's shape of each structural key type.
@@ -306,7 +118,7 @@ fn read_slot(
     slot: &str,
     options: &[&str],
     proto: u32,
-    schemas: &HashMap<String, IdentitySchema>,
+    schemas: &HashMap<String, RelationIdentity>,
 ) -> Wal {
     let opts: Vec<String> = options.iter().map(|o| format!("'{o}'")).collect();
     let out = sql(&format!(
@@ -415,8 +227,8 @@ fn type_oid(table: &str, column: &str) -> u32 {
     .unwrap()
 }
 
-fn key_schema(table: &str, shape: Shape) -> IdentitySchema {
-    IdentitySchema {
+fn key_schema(table: &str, shape: Shape) -> RelationIdentity {
+    RelationIdentity {
         domain: Domain::ScanKey,
         columns: vec![IdentityColumn {
             name: "k".into(),
@@ -492,7 +304,7 @@ fn wal_identities_equal_sql_identities() {
     ));
     sql(&work);
 
-    let mut schemas: HashMap<String, IdentitySchema> = keys
+    let mut schemas: HashMap<String, RelationIdentity> = keys
         .iter()
         .map(|(table, _, shape, _)| (table.to_string(), key_schema(table, shape.clone())))
         .collect();
@@ -506,7 +318,7 @@ fn wal_identities_equal_sql_identities() {
     );
     schemas.insert(
         "x_composite".into(),
-        IdentitySchema {
+        RelationIdentity {
             domain: Domain::ScanKey,
             columns: vec![
                 IdentityColumn {
@@ -525,7 +337,7 @@ fn wal_identities_equal_sql_identities() {
     );
     schemas.insert(
         "x_stream".into(),
-        IdentitySchema {
+        RelationIdentity {
             domain: Domain::ScanKey,
             columns: vec![IdentityColumn {
                 name: "id".into(),
@@ -535,7 +347,7 @@ fn wal_identities_equal_sql_identities() {
             key_is_primary: true,
         },
     );
-    let keyless = |t: &str| IdentitySchema {
+    let keyless = |t: &str| RelationIdentity {
         domain: Domain::KeylessRow,
         columns: vec![
             IdentityColumn {

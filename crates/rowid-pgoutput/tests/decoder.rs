@@ -6,7 +6,8 @@
 use bytes::Bytes;
 use proptest::prelude::*;
 use rowid_pgoutput::{
-    Column, DecodeError, Decoder, FlagBits, Message, OldTuple, Options, RelationCache, complete,
+    Column, CommitInfo, DecodeError, Decoder, FlagBits, Message, OldTuple, Options, PrepareInfo,
+    RelationCache, complete,
 };
 
 /// Builds messages the way proto.c writes them.
@@ -157,22 +158,20 @@ fn relation_and_changes_decode() {
     };
     assert_eq!(k[0], id);
     assert_eq!(new[2], Column::UnchangedToast, "'u' is kept, never NULL");
-    let plain = W::default()
-        .u8(b'U')
-        .i32(16384)
-        .u8(b'N')
-        .tuple(std::slice::from_ref(&id))
-        .done();
+    let one_column = |kind: u8, tuple_kind: u8| {
+        W::default()
+            .u8(kind)
+            .i32(16384)
+            .u8(tuple_kind)
+            .tuple(std::slice::from_ref(&id))
+            .done()
+    };
+    let plain = one_column(b'U', b'N');
     assert!(matches!(
         d.decode(plain).unwrap(),
         Message::Update { old: None, .. }
     ));
-    let delete = W::default()
-        .u8(b'D')
-        .i32(16384)
-        .u8(b'O')
-        .tuple(std::slice::from_ref(&id))
-        .done();
+    let delete = one_column(b'D', b'O');
     assert!(matches!(
         d.decode(delete).unwrap(),
         Message::Delete {
@@ -224,29 +223,25 @@ fn streamed_transactions_carry_xids() {
             first_segment: true
         }
     );
-    let insert = W::default()
-        .u8(b'I')
-        .i32(77)
-        .i32(16384)
-        .u8(b'N')
-        .tuple(&[Column::Null])
-        .done();
+    // Inside a streamed transaction a change carries its xid before the relation.
+    let insert = |xid: Option<i32>| {
+        let w = W::default().u8(b'I');
+        let w = match xid {
+            Some(x) => w.i32(x),
+            None => w,
+        };
+        w.i32(16384).u8(b'N').tuple(&[Column::Null]).done()
+    };
     assert!(matches!(
-        d.decode(insert).unwrap(),
+        d.decode(insert(Some(77))).unwrap(),
         Message::Insert { xid: Some(77), .. }
     ));
     assert_eq!(
         d.decode(W::default().u8(b'E').done()).unwrap(),
         Message::StreamStop
     );
-    let insert = W::default()
-        .u8(b'I')
-        .i32(16384)
-        .u8(b'N')
-        .tuple(&[Column::Null])
-        .done();
     assert!(matches!(
-        d.decode(insert).unwrap(),
+        d.decode(insert(None)).unwrap(),
         Message::Insert { xid: None, .. }
     ));
     let abort = W::default().u8(b'A').i32(77).i32(78).done();
@@ -275,15 +270,20 @@ fn streamed_transactions_carry_xids() {
 
 #[test]
 fn two_phase_messages_need_protocol_3() {
-    let prepare = W::default()
-        .u8(b'P')
-        .u8(0)
-        .i64(1)
-        .i64(2)
-        .i64(3)
-        .i32(4)
-        .s("gid-1")
-        .done();
+    // Prepare, Stream Prepare and Commit Prepared share one layout: flags, three LSN or
+    // timestamp words, xid, gid.
+    let two_phase = |tag: u8| {
+        W::default()
+            .u8(tag)
+            .u8(0)
+            .i64(1)
+            .i64(2)
+            .i64(3)
+            .i32(4)
+            .s("gid-1")
+            .done()
+    };
+    let prepare = two_phase(b'P');
     assert_eq!(
         v1().decode(prepare.clone()),
         Err(DecodeError::ProtocolVersion {
@@ -295,23 +295,33 @@ fn two_phase_messages_need_protocol_3() {
         proto_version: 3,
         parallel_streaming: false,
     });
-    assert!(matches!(
-        d.decode(prepare).unwrap(),
-        Message::Prepare { xid: 4, .. }
-    ));
-    let commit = W::default()
-        .u8(b'K')
-        .u8(0)
-        .i64(1)
-        .i64(2)
-        .i64(3)
-        .i32(4)
-        .s("gid-1")
-        .done();
-    assert!(matches!(
+    let info = PrepareInfo {
+        flags: 0,
+        prepare_lsn: 1,
+        end_lsn: 2,
+        prepare_ts: 3,
+        xid: 4,
+        gid: "gid-1".into(),
+    };
+    assert_eq!(d.decode(prepare).unwrap(), Message::Prepare(info.clone()));
+    assert_eq!(
+        d.decode(two_phase(b'p')).unwrap(),
+        Message::StreamPrepare(info)
+    );
+    let commit = two_phase(b'K');
+    assert_eq!(
         d.decode(commit).unwrap(),
-        Message::CommitPrepared { .. }
-    ));
+        Message::CommitPrepared {
+            commit: CommitInfo {
+                flags: 0,
+                commit_lsn: 1,
+                end_lsn: 2,
+                commit_ts: 3,
+            },
+            xid: 4,
+            gid: "gid-1".into(),
+        }
+    );
 }
 
 #[test]
@@ -407,82 +417,31 @@ fn after_images_are_completed_exactly_or_refused_by_name() {
     let id2 = bin(&2i64.to_be_bytes());
     let note = Column::Binary(Bytes::from_static(b"n2"));
     let u = Column::UnchangedToast;
+    let full = |cols: Vec<Column>| Some(OldTuple::Full(cols));
+    let key = |cols: Vec<Column>| Some(OldTuple::Key(cols));
+    let nul = Column::Null;
+    let case = |name, ri, old, new, complete_key, missing: &[&'static str]| Case {
+        name,
+        ri,
+        old,
+        new,
+        complete_key,
+        missing: missing.to_vec(),
+    };
+    #[rustfmt::skip]
     let cases = vec![
         // REPLICA IDENTITY FULL: 'O' carries everything; every 'u' is backfilled.
-        Case {
-            name: "full, toasted non-key, sibling update",
-            ri: b'f',
-            old: Some(OldTuple::Full(vec![id.clone(), Column::Null, big()])),
-            new: vec![id.clone(), note.clone(), u.clone()],
-            complete_key: true,
-            missing: vec![],
-        },
-        Case {
-            name: "full, toasted non-key, key update",
-            ri: b'f',
-            old: Some(OldTuple::Full(vec![id.clone(), Column::Null, big()])),
-            new: vec![id2.clone(), note.clone(), u.clone()],
-            complete_key: true,
-            missing: vec![],
-        },
-        Case {
-            name: "full, toasted key, sibling update",
-            ri: b'f',
-            old: Some(OldTuple::Full(vec![big(), Column::Null, big()])),
-            new: vec![u.clone(), note.clone(), u.clone()],
-            complete_key: true,
-            missing: vec![],
-        },
+        case("full, toasted non-key, sibling update", b'f', full(vec![id.clone(), nul.clone(), big()]), vec![id.clone(), note.clone(), u.clone()], true, &[]),
+        case("full, toasted non-key, key update", b'f', full(vec![id.clone(), nul.clone(), big()]), vec![id2.clone(), note.clone(), u.clone()], true, &[]),
+        case("full, toasted key, sibling update", b'f', full(vec![big(), nul.clone(), big()]), vec![u.clone(), note.clone(), u.clone()], true, &[]),
         // DEFAULT / INDEX: no old tuple unless the key changed or is stored out of line.
-        Case {
-            name: "default, toasted non-key, sibling update",
-            ri: b'd',
-            old: None,
-            new: vec![id.clone(), note.clone(), u.clone()],
-            complete_key: true,
-            missing: vec!["big"],
-        },
-        Case {
-            name: "default, toasted non-key, key update",
-            ri: b'd',
-            old: Some(OldTuple::Key(vec![id.clone(), Column::Null, Column::Null])),
-            new: vec![id2.clone(), note.clone(), u.clone()],
-            complete_key: true,
-            missing: vec!["big"],
-        },
-        Case {
-            name: "default, toasted key, sibling update",
-            ri: b'd',
-            old: Some(OldTuple::Key(vec![big(), Column::Null, Column::Null])),
-            new: vec![u.clone(), note.clone(), Column::Null],
-            complete_key: true,
-            missing: vec![],
-        },
-        Case {
-            name: "index, toasted key and non-key, sibling update",
-            ri: b'i',
-            old: Some(OldTuple::Key(vec![big(), Column::Null, Column::Null])),
-            new: vec![u.clone(), note.clone(), u.clone()],
-            complete_key: true,
-            missing: vec!["big"],
-        },
+        case("default, toasted non-key, sibling update", b'd', None, vec![id.clone(), note.clone(), u.clone()], true, &["big"]),
+        case("default, toasted non-key, key update", b'd', key(vec![id.clone(), nul.clone(), nul.clone()]), vec![id2.clone(), note.clone(), u.clone()], true, &["big"]),
+        case("default, toasted key, sibling update", b'd', key(vec![big(), nul.clone(), nul.clone()]), vec![u.clone(), note.clone(), nul.clone()], true, &[]),
+        case("index, toasted key and non-key, sibling update", b'i', key(vec![big(), nul.clone(), nul.clone()]), vec![u.clone(), note.clone(), u.clone()], true, &["big"]),
         // NOTHING: never an old tuple.
-        Case {
-            name: "nothing, toasted non-key, sibling update",
-            ri: b'n',
-            old: None,
-            new: vec![id.clone(), note.clone(), u.clone()],
-            complete_key: true,
-            missing: vec!["big"],
-        },
-        Case {
-            name: "nothing, toasted key, sibling update",
-            ri: b'n',
-            old: None,
-            new: vec![u.clone(), note.clone(), Column::Null],
-            complete_key: false,
-            missing: vec!["id"],
-        },
+        case("nothing, toasted non-key, sibling update", b'n', None, vec![id.clone(), note.clone(), u.clone()], true, &["big"]),
+        case("nothing, toasted key, sibling update", b'n', None, vec![u.clone(), note.clone(), nul.clone()], false, &["id"]),
     ];
     for case in cases {
         let mut d = v1();

@@ -8,7 +8,7 @@ use bytes::Bytes;
 use rowid_codec::structure::Shape;
 use rowid_codec::{Digits, Domain, Numeric, TypeTag, Value, encode_identity};
 use rowid_pgoutput::{
-    Column, FlagBits, IdentityColumn, IdentityError, IdentitySchema, Relation, RelationColumn,
+    Column, FlagBits, IdentityColumn, IdentityError, Relation, RelationColumn, RelationIdentity,
     SchemaMismatch,
 };
 
@@ -30,8 +30,8 @@ fn rel(ri: u8, cols: &[(&str, u32, u8)]) -> Relation {
     }
 }
 
-fn key(cols: &[(&str, u32, TypeTag)]) -> IdentitySchema {
-    IdentitySchema {
+fn key(cols: &[(&str, u32, TypeTag)]) -> RelationIdentity {
+    RelationIdentity {
         domain: Domain::ScanKey,
         columns: cols
             .iter()
@@ -209,7 +209,7 @@ fn schema_disagreements_are_refused() {
 
 #[test]
 fn keyless_rows_use_every_column_in_order() {
-    let schema = IdentitySchema {
+    let schema = RelationIdentity {
         domain: Domain::KeylessRow,
         columns: vec![
             IdentityColumn {
@@ -248,4 +248,75 @@ fn keyless_rows_use_every_column_in_order() {
         ),
         Err(SchemaMismatch::ColumnsDiffer)
     );
+}
+
+/// The registry's resolved key converts to what the WAL path binds: the key columns by name
+/// with their type OIDs (a domain keeps its own OID) and shapes, primary or not; a keyless
+/// schema keeps every column in order. A changed column type in the stream is then refused.
+#[test]
+fn registry_schemas_convert_to_relation_identities() {
+    use rowid_registry::catalog::oid;
+    use rowid_registry::{Collation, FieldSpec, ScanKey, ServerContext, TypeRef, resolve_schema};
+    let ctx = ServerContext::default_pg18();
+    let positive = TypeRef::Domain {
+        oid: 16_500,
+        name: "positive".into(),
+        base: Box::new(TypeRef::builtin(oid::INT4, "int4")),
+    };
+    let key_fields = [
+        FieldSpec::new("region", TypeRef::builtin(oid::TEXT, "text"), -1).collate(Collation::c()),
+        FieldSpec::new("id", positive, -1),
+    ];
+    let scan_key = ScanKey {
+        index: "t_pkey".into(),
+        primary: true,
+        columns: vec!["region".into(), "id".into()],
+        schema: resolve_schema(Domain::ScanKey, &key_fields, &ctx).unwrap(),
+        passed_over: Vec::new(),
+    };
+    let identity = RelationIdentity::from_scan_key(&scan_key);
+    assert_eq!(
+        identity,
+        key(&[("region", 25, TypeTag::Text), ("id", 16_500, TypeTag::Int4)])
+    );
+    let relation = rel(
+        b'd',
+        &[("id", 16_500, 1), ("region", 25, 1), ("note", 25, 0)],
+    );
+    let bound = identity.bind(&relation, &FlagBits::default()).unwrap();
+    let mut id = Vec::new();
+    bound
+        .encode(
+            &vec![b(&7i32.to_be_bytes()), b(b"eu"), Column::Null],
+            &mut id,
+        )
+        .unwrap();
+    let want = codec(
+        Domain::ScanKey,
+        &[
+            (TypeTag::Text, Some(Value::Text(b"eu"))),
+            (TypeTag::Int4, Some(Value::Int4(7))),
+        ],
+    );
+    assert_eq!(id, want);
+    let changed = rel(b'd', &[("id", 23, 1), ("region", 25, 1), ("note", 25, 0)]);
+    assert!(matches!(
+        identity.bind(&changed, &FlagBits::default()),
+        Err(SchemaMismatch::TypeChanged {
+            expected: 16_500,
+            found: 23,
+            ..
+        })
+    ));
+
+    let all = [
+        FieldSpec::new("id", TypeRef::builtin(oid::INT8, "int8"), -1),
+        FieldSpec::new("note", TypeRef::builtin(oid::TEXT, "text"), -1).collate(Collation::c()),
+    ];
+    let schema = resolve_schema(Domain::KeylessRow, &all, &ctx).unwrap();
+    let keyless = RelationIdentity::from_schema(&schema, false);
+    assert_eq!(keyless.domain, Domain::KeylessRow);
+    let names: Vec<_> = keyless.columns.iter().map(|c| c.name.as_str()).collect();
+    assert_eq!(names, ["id", "note"]);
+    assert_eq!(keyless.columns[1].shape, Shape::Scalar(TypeTag::Text));
 }

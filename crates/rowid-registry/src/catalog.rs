@@ -37,6 +37,7 @@ pub mod oid {
     pub const NUMERIC: u32 = 1700;
     pub const UUID: u32 = 2950;
     pub const JSONB: u32 = 3802;
+    pub const RECORD: u32 = 2249;
 }
 
 /// The concrete type of a field, with the nested metadata resolution needs.
@@ -51,6 +52,8 @@ pub enum TypeRef {
     },
     /// A domain over `base`.
     Domain {
+        /// `pg_type.oid` of the domain.
+        oid: u32,
         /// Domain name.
         name: String,
         /// Its base type.
@@ -58,11 +61,15 @@ pub enum TypeRef {
     },
     /// An enum type (labels are encoded, never OIDs).
     Enum {
+        /// `pg_type.oid`.
+        oid: u32,
         /// Type name.
         name: String,
     },
     /// An array of `element`.
     Array {
+        /// `pg_type.oid`.
+        oid: u32,
         /// Type name.
         name: String,
         /// Element type.
@@ -70,6 +77,8 @@ pub enum TypeRef {
     },
     /// A range over `subtype`.
     Range {
+        /// `pg_type.oid`.
+        oid: u32,
         /// Type name.
         name: String,
         /// Subtype.
@@ -79,6 +88,8 @@ pub enum TypeRef {
     },
     /// A multirange of `range`.
     Multirange {
+        /// `pg_type.oid`.
+        oid: u32,
         /// Type name.
         name: String,
         /// Range type.
@@ -86,6 +97,8 @@ pub enum TypeRef {
     },
     /// A named composite (row) type.
     Composite {
+        /// `pg_type.oid`.
+        oid: u32,
         /// Type name.
         name: String,
         /// Its non-dropped attributes, in order.
@@ -112,12 +125,29 @@ impl TypeRef {
         }
     }
 
+    /// `pg_type.oid` of this type (a domain's own OID, not its base type's). Runtime OIDs
+    /// select registry entries and let the WAL path check a column's type; they never reach
+    /// identity bytes.
+    pub fn oid(&self) -> u32 {
+        match self {
+            TypeRef::Builtin { oid, .. }
+            | TypeRef::Domain { oid, .. }
+            | TypeRef::Enum { oid, .. }
+            | TypeRef::Array { oid, .. }
+            | TypeRef::Range { oid, .. }
+            | TypeRef::Multirange { oid, .. }
+            | TypeRef::Composite { oid, .. }
+            | TypeRef::Other { oid, .. } => *oid,
+            TypeRef::AnonymousRecord => oid::RECORD,
+        }
+    }
+
     /// The type's name as messages show it.
     pub fn name(&self) -> &str {
         match self {
             TypeRef::Builtin { name, .. }
             | TypeRef::Domain { name, .. }
-            | TypeRef::Enum { name }
+            | TypeRef::Enum { name, .. }
             | TypeRef::Array { name, .. }
             | TypeRef::Range { name, .. }
             | TypeRef::Multirange { name, .. }
@@ -170,11 +200,17 @@ pub struct Collation {
 impl Collation {
     /// The `C` collation.
     pub fn c() -> Collation {
+        Collation::libc("C", "C")
+    }
+
+    /// A deterministic libc collation named `name` with locale `locale` (`"en_US"`,
+    /// `"en_US.UTF-8"`).
+    pub fn libc(name: &str, locale: &str) -> Collation {
         Collation {
-            name: "C".into(),
+            name: name.into(),
             provider: CollationProvider::Libc,
             deterministic: true,
-            locale: "C".into(),
+            locale: locale.into(),
         }
     }
 

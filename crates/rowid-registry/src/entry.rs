@@ -8,38 +8,17 @@ use crate::catalog::oid;
 /// `cargo xtask test` (spec/registry.md §2.6).
 pub const SUPPORTED_MAJORS: &[u32] = &[15, 16, 17, 18];
 
-/// Names of the tests that prove a claim: one against the codec's model of PostgreSQL's
-/// operators, one against the operators of running servers (every supported major).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Proof {
-    /// Test against the model (`rowid-codec/tests/properties.rs::agree_<type>`).
-    pub model: &'static str,
-    /// Test against the servers' `=` and `<` (`rowid-codec/tests/server_oracle.rs`, run by
-    /// `cargo xtask test` on PostgreSQL 15, 16, 17 and 18).
-    pub server: &'static str,
-}
-
-/// The server-side proof shared by every entry: one test covers all types, per major.
-pub const SERVER_ORACLE: &str =
-    "rowid-codec/tests/server_oracle.rs::server_operators_agree_with_the_codec";
-
-/// The in-server proof of the structural families: generated pairs of arrays, ranges,
-/// multiranges, jsonb and composites compared by the servers' `=`/`<` and encoded by
-/// `pgtrickle.encode_row_id_v2`, on every supported major.
-pub const STRUCTURAL_ORACLE: &str =
-    "rowid-vectors/tests/structural_oracle.rs::servers_agree_on_structural_values";
-
 /// Whether lexicographic payload order agrees with the type's default B-tree comparator for
 /// non-NULL values.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum OrderClaim {
-    /// Always (proof named).
-    Preserving(Proof),
-    /// Only when the field's collation is `C` or `POSIX` (proof named).
-    OnlyUnderCCollation(Proof),
+    /// Always.
+    Preserving,
+    /// Only when the field's collation is `C` or `POSIX`.
+    OnlyUnderCCollation,
     /// A structural family: exactly when every component (element type, subtype, attribute)
-    /// is order-preserving (proof named).
-    WhenComponentsAre(Proof),
+    /// is order-preserving.
+    WhenComponentsAre,
     /// Never: no locality claim.
     NotPreserving,
 }
@@ -89,6 +68,11 @@ pub enum Invalidation {
 }
 
 /// The contract of one concrete type.
+///
+/// Every entry is equality-canonical: PostgreSQL equality and byte equality agree in both
+/// directions (an entry cannot exist without that proof). Which tests prove each entry's
+/// equality and order claims is listed in `spec/registry.md` §2.9, and a test of this crate
+/// checks that every entry is listed there and that every named test exists.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Entry {
     /// `pg_type.oid` of the concrete type.
@@ -97,8 +81,6 @@ pub struct Entry {
     pub name: &'static str,
     /// Wire type tag.
     pub tag: TypeTag,
-    /// Proof that PostgreSQL equality and byte equality agree in both directions.
-    pub equality_canonical: Proof,
     /// Order claim for non-NULL values under the default ascending B-tree opclass.
     pub order: OrderClaim,
     /// Volatility.
@@ -111,21 +93,13 @@ pub struct Entry {
     pub supported_majors: &'static [u32],
 }
 
-const fn proof(model: &'static str, server: &'static str) -> Proof {
-    Proof { model, server }
-}
-
 macro_rules! scalar {
     ($oid:expr, $name:literal, $tag:ident, $order:ident, $size:expr, $inval:expr) => {
         Entry {
             oid: $oid,
             name: $name,
             tag: TypeTag::$tag,
-            equality_canonical: proof(
-                concat!("rowid-codec/tests/properties.rs::agree_", $name),
-                SERVER_ORACLE,
-            ),
-            order: order_claim!($order, $name),
+            order: OrderClaim::$order,
             volatility: Volatility::Immutable,
             size: $size,
             ddl_invalidations: $inval,
@@ -134,38 +108,65 @@ macro_rules! scalar {
     };
 }
 
-macro_rules! order_claim {
-    (yes, $name:literal) => {
-        OrderClaim::Preserving(proof(
-            concat!("rowid-codec/tests/properties.rs::agree_", $name),
-            SERVER_ORACLE,
-        ))
-    };
-    (c_only, $name:literal) => {
-        OrderClaim::OnlyUnderCCollation(proof(
-            concat!("rowid-codec/tests/properties.rs::agree_", $name),
-            SERVER_ORACLE,
-        ))
-    };
-}
-
 const NONE: &[Invalidation] = &[];
 const COLLATED: &[Invalidation] = &[Invalidation::CollationChange];
 
 /// Every built-in type the registry supports, by OID.
 pub const BUILTINS: &[Entry] = &[
-    scalar!(oid::BOOL, "bool", Bool, yes, SizeRule::Fixed(1), NONE),
-    scalar!(oid::INT2, "int2", Int2, yes, SizeRule::Fixed(2), NONE),
-    scalar!(oid::INT4, "int4", Int4, yes, SizeRule::Fixed(4), NONE),
-    scalar!(oid::INT8, "int8", Int8, yes, SizeRule::Fixed(8), NONE),
-    scalar!(oid::OID, "oid", Oid, yes, SizeRule::Fixed(4), NONE),
-    scalar!(oid::FLOAT4, "float4", Float4, yes, SizeRule::Fixed(4), NONE),
-    scalar!(oid::FLOAT8, "float8", Float8, yes, SizeRule::Fixed(8), NONE),
+    scalar!(
+        oid::BOOL,
+        "bool",
+        Bool,
+        Preserving,
+        SizeRule::Fixed(1),
+        NONE
+    ),
+    scalar!(
+        oid::INT2,
+        "int2",
+        Int2,
+        Preserving,
+        SizeRule::Fixed(2),
+        NONE
+    ),
+    scalar!(
+        oid::INT4,
+        "int4",
+        Int4,
+        Preserving,
+        SizeRule::Fixed(4),
+        NONE
+    ),
+    scalar!(
+        oid::INT8,
+        "int8",
+        Int8,
+        Preserving,
+        SizeRule::Fixed(8),
+        NONE
+    ),
+    scalar!(oid::OID, "oid", Oid, Preserving, SizeRule::Fixed(4), NONE),
+    scalar!(
+        oid::FLOAT4,
+        "float4",
+        Float4,
+        Preserving,
+        SizeRule::Fixed(4),
+        NONE
+    ),
+    scalar!(
+        oid::FLOAT8,
+        "float8",
+        Float8,
+        Preserving,
+        SizeRule::Fixed(8),
+        NONE
+    ),
     scalar!(
         oid::NUMERIC,
         "numeric",
         Numeric,
-        yes,
+        Preserving,
         SizeRule::NumericTypmod,
         NONE
     ),
@@ -173,7 +174,7 @@ pub const BUILTINS: &[Entry] = &[
         oid::TEXT,
         "text",
         Text,
-        c_only,
+        OnlyUnderCCollation,
         SizeRule::Unbounded,
         COLLATED
     ),
@@ -181,7 +182,7 @@ pub const BUILTINS: &[Entry] = &[
         oid::VARCHAR,
         "varchar",
         Varchar,
-        c_only,
+        OnlyUnderCCollation,
         SizeRule::CharTypmod,
         COLLATED
     ),
@@ -189,19 +190,47 @@ pub const BUILTINS: &[Entry] = &[
         oid::BPCHAR,
         "bpchar",
         Bpchar,
-        c_only,
+        OnlyUnderCCollation,
         SizeRule::CharTypmod,
         COLLATED
     ),
-    scalar!(oid::BYTEA, "bytea", Bytea, yes, SizeRule::Unbounded, NONE),
-    scalar!(oid::UUID, "uuid", Uuid, yes, SizeRule::Fixed(16), NONE),
-    scalar!(oid::DATE, "date", Date, yes, SizeRule::Fixed(4), NONE),
-    scalar!(oid::TIME, "time", Time, yes, SizeRule::Fixed(8), NONE),
+    scalar!(
+        oid::BYTEA,
+        "bytea",
+        Bytea,
+        Preserving,
+        SizeRule::Unbounded,
+        NONE
+    ),
+    scalar!(
+        oid::UUID,
+        "uuid",
+        Uuid,
+        Preserving,
+        SizeRule::Fixed(16),
+        NONE
+    ),
+    scalar!(
+        oid::DATE,
+        "date",
+        Date,
+        Preserving,
+        SizeRule::Fixed(4),
+        NONE
+    ),
+    scalar!(
+        oid::TIME,
+        "time",
+        Time,
+        Preserving,
+        SizeRule::Fixed(8),
+        NONE
+    ),
     scalar!(
         oid::TIMESTAMP,
         "timestamp",
         Timestamp,
-        yes,
+        Preserving,
         SizeRule::Fixed(8),
         NONE
     ),
@@ -209,7 +238,7 @@ pub const BUILTINS: &[Entry] = &[
         oid::TIMESTAMPTZ,
         "timestamptz",
         Timestamptz,
-        yes,
+        Preserving,
         SizeRule::Fixed(8),
         NONE
     ),
@@ -217,7 +246,7 @@ pub const BUILTINS: &[Entry] = &[
         oid::TIMETZ,
         "timetz",
         Timetz,
-        yes,
+        Preserving,
         SizeRule::Fixed(12),
         NONE
     ),
@@ -225,17 +254,31 @@ pub const BUILTINS: &[Entry] = &[
         oid::INTERVAL,
         "interval",
         Interval,
-        yes,
+        Preserving,
         SizeRule::Fixed(16),
         NONE
     ),
-    scalar!(oid::INET, "inet", Inet, yes, SizeRule::Fixed(34), NONE),
-    scalar!(oid::CIDR, "cidr", Cidr, yes, SizeRule::Fixed(34), NONE),
+    scalar!(
+        oid::INET,
+        "inet",
+        Inet,
+        Preserving,
+        SizeRule::Fixed(34),
+        NONE
+    ),
+    scalar!(
+        oid::CIDR,
+        "cidr",
+        Cidr,
+        Preserving,
+        SizeRule::Fixed(34),
+        NONE
+    ),
     scalar!(
         oid::MACADDR,
         "macaddr",
         Macaddr,
-        yes,
+        Preserving,
         SizeRule::Fixed(6),
         NONE
     ),
@@ -243,16 +286,16 @@ pub const BUILTINS: &[Entry] = &[
         oid::MACADDR8,
         "macaddr8",
         Macaddr8,
-        yes,
+        Preserving,
         SizeRule::Fixed(8),
         NONE
     ),
-    scalar!(oid::BIT, "bit", Bit, yes, SizeRule::BitTypmod, NONE),
+    scalar!(oid::BIT, "bit", Bit, Preserving, SizeRule::BitTypmod, NONE),
     scalar!(
         oid::VARBIT,
         "varbit",
         Varbit,
-        yes,
+        Preserving,
         SizeRule::BitTypmod,
         NONE
     ),
@@ -263,7 +306,6 @@ pub const ENUM: Entry = Entry {
     oid: 0,
     name: "enum",
     tag: TypeTag::Enum,
-    equality_canonical: proof("rowid-codec/tests/properties.rs::agree_enum", SERVER_ORACLE),
     order: OrderClaim::NotPreserving,
     volatility: Volatility::Stable,
     size: SizeRule::EnumLabel,
@@ -281,7 +323,6 @@ const fn structural(
         oid: 0,
         name,
         tag,
-        equality_canonical: STRUCTURAL_PROOF,
         order,
         volatility: Volatility::Immutable,
         size: SizeRule::Structural,
@@ -290,34 +331,18 @@ const fn structural(
     }
 }
 
-const STRUCTURAL_PROOF: Proof = proof(
-    "rowid-codec/tests/structures.rs (model of array_cmp, range_cmp, multirange_cmp, \
-     record_cmp, jsonb equality)",
-    STRUCTURAL_ORACLE,
-);
-
 /// Arrays of any supported element type (spec/wire-format.md §6.3). Volatility, size and
 /// invalidations combine with the element type's (spec/registry.md §2.8).
-pub const ARRAY: Entry = structural(
-    "array",
-    TypeTag::Array,
-    OrderClaim::WhenComponentsAre(STRUCTURAL_PROOF),
-    NONE,
-);
+pub const ARRAY: Entry = structural("array", TypeTag::Array, OrderClaim::WhenComponentsAre, NONE);
 
 /// Ranges over any supported subtype (spec/wire-format.md §6.4).
-pub const RANGE: Entry = structural(
-    "range",
-    TypeTag::Range,
-    OrderClaim::WhenComponentsAre(STRUCTURAL_PROOF),
-    NONE,
-);
+pub const RANGE: Entry = structural("range", TypeTag::Range, OrderClaim::WhenComponentsAre, NONE);
 
 /// Multiranges over any supported subtype (spec/wire-format.md §6.5).
 pub const MULTIRANGE: Entry = structural(
     "multirange",
     TypeTag::Multirange,
-    OrderClaim::WhenComponentsAre(STRUCTURAL_PROOF),
+    OrderClaim::WhenComponentsAre,
     NONE,
 );
 
@@ -325,7 +350,7 @@ pub const MULTIRANGE: Entry = structural(
 pub const RECORD: Entry = structural(
     "record",
     TypeTag::Record,
-    OrderClaim::WhenComponentsAre(STRUCTURAL_PROOF),
+    OrderClaim::WhenComponentsAre,
     &[Invalidation::CompositeAlteration],
 );
 

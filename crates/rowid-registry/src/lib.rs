@@ -1,8 +1,15 @@
 //! # rowid-registry: what may become a Row Identity V2, and how it is indexed
 //!
+//! This crate owns the rules above the bytes: each supported type's contract (order claim,
+//! volatility, size rule, DDL invalidations, supported majors), resolution of a field's type
+//! with rejections that name the expression, type and property, the collation policy, static
+//! size bounds against PostgreSQL's B-tree limits, the storage index plan, source-key
+//! eligibility and the SQL shapes of exact matching. The bytes themselves belong to
+//! `rowid-codec`; catalog access belongs to the caller.
+//!
 //! Pure Rust, no PostgreSQL and no pgrx: catalog facts come in as plain data
-//! ([`catalog`]), so every rule here is unit-testable and shared by the extension and by
-//! Rust tools. The normative description is `spec/registry.md`.
+//! ([`catalog`]), so every rule here is unit-testable and shared by the extension, the WAL
+//! path and Rust tools. The normative description is `spec/registry.md`.
 //!
 //! | spec/registry.md | what | code |
 //! |---|---|---|
@@ -33,3 +40,7 @@ pub use resolve::{IdentitySchema, ResolvedField, resolve_field, resolve_schema};
 pub use source_key::{
     IndexCandidate, Ineligible, KeyColumn, NoEligibleKey, ScanKey, choose_scan_key,
 };
+
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

@@ -14,8 +14,11 @@ use crate::size::{FIELD_OVERHEAD, IDENTITY_OVERHEAD, payload_bound};
 /// A field whose contract is resolved.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ResolvedField {
-    /// The expression, as given.
+    /// The expression, as given (for a source relation's identity: the column name).
     pub expr: String,
+    /// `pg_type.oid` of the field's declared type (a domain's own OID): what a Relation
+    /// message in the WAL must send for this column.
+    pub type_oid: u32,
     /// Type name (a domain shows as `domain (base)`).
     pub type_name: String,
     /// Wire type tag.
@@ -32,23 +35,6 @@ pub struct ResolvedField {
     pub max_encoded_len: Option<usize>,
     /// Catalog changes that invalidate this field's contract, sorted.
     pub invalidations: Vec<Invalidation>,
-}
-
-impl ResolvedField {
-    /// A child identity field (JOIN_KEY / SET_KEY / WINDOW_KEY components) holding identities
-    /// of the given child schema.
-    pub fn child_identity(expr: &str, child: &IdentitySchema) -> ResolvedField {
-        ResolvedField {
-            expr: expr.to_string(),
-            type_name: format!("identity ({})", child.domain.name()),
-            tag: TypeTag::ChildIdentity,
-            shape: Shape::Scalar(TypeTag::ChildIdentity),
-            order_preserving: child.order_preserving(),
-            volatility: child.volatility(),
-            max_encoded_len: crate::size::child_identity_bound(child.max_encoded_len()),
-            invalidations: child.invalidations(),
-        }
-    }
 }
 
 /// A resolved identity schema: its domain and fields.
@@ -159,6 +145,7 @@ pub fn resolve_field(field: &FieldSpec, ctx: &ServerContext) -> Result<ResolvedF
     invalidations.dedup();
     Ok(ResolvedField {
         expr: field.expr.clone(),
+        type_oid: field.ty.oid(),
         type_name: node.type_name,
         tag: node.shape.tag(),
         shape: node.shape,
@@ -200,7 +187,7 @@ fn resolve_type(
                 format!("{where_}{}", unsupported_reason(*o)),
             )),
         },
-        TypeRef::Enum { name } => scalar_node(
+        TypeRef::Enum { name, .. } => scalar_node(
             field,
             ctx,
             &entry::ENUM,
@@ -209,13 +196,13 @@ fn resolve_type(
             collation,
             where_,
         ),
-        TypeRef::Domain { name, base } => {
+        TypeRef::Domain { name, base, .. } => {
             let mut n = resolve_type(field, ctx, base, typmod, collation, where_)?;
             n.type_name = format!("{name} ({})", n.type_name);
             n.invalidations.push(Invalidation::DomainOrBaseType);
             Ok(n)
         }
-        TypeRef::Array { name, element } => {
+        TypeRef::Array { name, element, .. } => {
             let e = resolve_type(
                 field,
                 ctx,
@@ -237,6 +224,7 @@ fn resolve_type(
             name,
             subtype,
             collation: range_collation,
+            ..
         } => {
             let s = resolve_type(
                 field,
@@ -255,7 +243,7 @@ fn resolve_type(
                 invalidations: with(s.invalidations, &entry::RANGE),
             })
         }
-        TypeRef::Multirange { name, range } => {
+        TypeRef::Multirange { name, range, .. } => {
             let r = resolve_type(field, ctx, range, -1, None, &nested(range, "range type"))?;
             let Shape::Range(subtype) = r.shape else {
                 return Err(reject(
@@ -273,7 +261,7 @@ fn resolve_type(
                 invalidations: with(r.invalidations, &entry::MULTIRANGE),
             })
         }
-        TypeRef::Composite { name, fields } => {
+        TypeRef::Composite { name, fields, .. } => {
             if fields.len() > MAX_FIELDS as usize {
                 return Err(reject(
                     field,
@@ -358,9 +346,9 @@ fn scalar_node(
         TypeTag::Text | TypeTag::Varchar | TypeTag::Bpchar
     );
     let order_preserving = match entry.order {
-        OrderClaim::Preserving(_) | OrderClaim::WhenComponentsAre(_) => true,
+        OrderClaim::Preserving | OrderClaim::WhenComponentsAre => true,
         OrderClaim::NotPreserving => false,
-        OrderClaim::OnlyUnderCCollation(_) => collation.is_some_and(|c| c.is_c_or_posix()),
+        OrderClaim::OnlyUnderCCollation => collation.is_some_and(|c| c.is_c_or_posix()),
     };
     if collatable {
         match collation {
@@ -376,7 +364,7 @@ fn scalar_node(
                     field,
                     Property::NonDeterministicCollation,
                     format!(
-                        "{where_}distinct byte strings can compare equal under collation {}; \
+                        "{where_}distinct byte strings can compare equal under collation {:?}; \
                          use a deterministic collation (for example COLLATE \"C\")",
                         c.name
                     ),

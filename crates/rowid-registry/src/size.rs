@@ -98,12 +98,6 @@ pub fn payload_bound(rule: SizeRule, typmod: i32, max_char_bytes: u32) -> Option
     }
 }
 
-/// Worst-case encoded size of a child identity field holding an identity of at most
-/// `child` bytes (escaping can double every byte).
-pub fn child_identity_bound(child: Option<usize>) -> Option<usize> {
-    child.map(|c| FIELD_OVERHEAD + 2 * c + TERMINATOR)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

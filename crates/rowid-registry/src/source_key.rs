@@ -1,5 +1,5 @@
 //! SCAN_KEY eligibility: which index of a source relation may serve as its row identity
-//! (design proposal §5.1; spec/registry.md §6).
+//! (spec/registry.md §6).
 
 use rowid_codec::Domain;
 
@@ -55,6 +55,8 @@ pub struct Ineligible {
 pub struct ScanKey {
     /// The index it comes from.
     pub index: String,
+    /// The index is the primary key (what the WAL path checks against primary-key bits).
+    pub primary: bool,
     /// Key columns in index key order.
     pub columns: Vec<String>,
     /// The resolved identity schema (domain SCAN_KEY).
@@ -184,6 +186,7 @@ pub fn choose_scan_key(
     }));
     Ok(ScanKey {
         index: chosen.name.clone(),
+        primary: chosen.primary,
         columns: chosen.columns.iter().map(|k| k.name.clone()).collect(),
         schema,
         passed_over,

@@ -142,15 +142,23 @@ fn classification_for_common_schemas() {
     }
     // Keyless rows of bounded types use a non-unique direct index.
     let keyless = resolve_schema(Domain::KeylessRow, &[f(oid::INT4, "int4", -1)], &ctx).unwrap();
-    let plan = plan_index(
-        &keyless,
+    let plan = multiset(&keyless, 8192, 128).unwrap();
+    assert_eq!(plan.class, IndexClass::DirectNonUnique);
+}
+
+/// The plan of a multiset (non-unique) identity maintained by refresh.
+fn multiset(
+    schema: &rowid_registry::IdentitySchema,
+    block_size: u32,
+    p: usize,
+) -> Result<rowid_registry::IndexPlan, rowid_registry::Rejection> {
+    plan_index(
+        schema,
         Uniqueness::Multiset,
         MaintenanceMode::Refresh,
-        8192,
-        128,
+        block_size,
+        p,
     )
-    .unwrap();
-    assert_eq!(plan.class, IndexClass::DirectNonUnique);
 }
 
 #[test]
@@ -161,37 +169,14 @@ fn block_size_and_probe_checks() {
         &ServerContext::default_pg18(),
     )
     .unwrap();
-    let err = plan_index(
-        &text,
-        Uniqueness::Multiset,
-        MaintenanceMode::Refresh,
-        8000,
-        128,
-    )
-    .unwrap_err();
+    let err = multiset(&text, 8000, 128).unwrap_err();
     assert_eq!(
         (err.property, err.sqlstate()),
         (Property::InvalidBlockSize, "22023")
     );
     // 1 kB pages hold datums of at most 312 - 12 = 300 bytes: P = 256 fits (272), P = 512 does not.
-    assert!(
-        plan_index(
-            &text,
-            Uniqueness::Multiset,
-            MaintenanceMode::Refresh,
-            1024,
-            256
-        )
-        .is_ok()
-    );
-    let err = plan_index(
-        &text,
-        Uniqueness::Multiset,
-        MaintenanceMode::Refresh,
-        1024,
-        512,
-    )
-    .unwrap_err();
+    assert!(multiset(&text, 1024, 256).is_ok());
+    let err = multiset(&text, 1024, 512).unwrap_err();
     assert_eq!(err.property, Property::ProbeDoesNotFit);
     let msg = err.to_string();
     assert!(
@@ -200,23 +185,9 @@ fn block_size_and_probe_checks() {
     );
     // A bounded schema too wide for a small page falls back to the probe.
     let wide = varchar_schema(400, 1);
-    let plan = plan_index(
-        &wide,
-        Uniqueness::Multiset,
-        MaintenanceMode::Refresh,
-        1024,
-        128,
-    )
-    .unwrap();
+    let plan = multiset(&wide, 1024, 128).unwrap();
     assert_eq!(plan.class, IndexClass::ProbeExpression);
-    let plan = plan_index(
-        &wide,
-        Uniqueness::Multiset,
-        MaintenanceMode::Refresh,
-        8192,
-        128,
-    )
-    .unwrap();
+    let plan = multiset(&wide, 8192, 128).unwrap();
     assert_eq!(plan.class, IndexClass::DirectNonUnique);
 }
 
@@ -326,7 +297,7 @@ proptest! {
                 TypeTag::Numeric,
             ),
             Bounded::Bit(n, _) => (FieldSpec::new("f", TypeRef::builtin(oid::VARBIT, "varbit"), *n as i32), TypeTag::Varbit),
-            Bounded::Enum(_) => (FieldSpec::new("f", TypeRef::Enum { name: "e".into() }, -1), TypeTag::Enum),
+            Bounded::Enum(_) => (FieldSpec::new("f", TypeRef::Enum { oid: 16_384, name: "e".into() }, -1), TypeTag::Enum),
         };
         let schema = resolve_schema(Domain::ScanKey, &[spec], &ctx).unwrap();
         let bound = schema.max_encoded_len().unwrap();

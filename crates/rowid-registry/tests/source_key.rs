@@ -1,4 +1,4 @@
-//! SCAN_KEY eligibility, rule by rule (design proposal §5.1).
+//! SCAN_KEY eligibility, rule by rule (spec/registry.md §6).
 
 // Test code: a failed expectation is a panic by design.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]

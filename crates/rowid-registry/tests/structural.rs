@@ -20,6 +20,7 @@ fn b(oid: u32, name: &str) -> TypeRef {
 
 fn array(element: TypeRef) -> TypeRef {
     TypeRef::Array {
+        oid: 16_384,
         name: format!("{}[]", element.name()),
         element: Box::new(element),
     }
@@ -27,6 +28,7 @@ fn array(element: TypeRef) -> TypeRef {
 
 fn range(name: &str, subtype: TypeRef, collation: Option<Collation>) -> TypeRef {
     TypeRef::Range {
+        oid: 16_384,
         name: name.into(),
         subtype: Box::new(subtype),
         collation,
@@ -43,12 +45,7 @@ fn attr(name: &str, ty: TypeRef, collation: Option<Collation>) -> CompositeField
 }
 
 fn en_us() -> Collation {
-    Collation {
-        name: "en_US".into(),
-        provider: CollationProvider::Libc,
-        deterministic: true,
-        locale: "en_US.UTF-8".into(),
-    }
+    Collation::libc("en_US", "en_US.UTF-8")
 }
 
 fn nondeterministic() -> Collation {
@@ -99,6 +96,7 @@ fn arrays_take_the_element_contract() {
         &FieldSpec::new(
             "e",
             array(TypeRef::Enum {
+                oid: 16_384,
                 name: "mood".into(),
             }),
             -1,
@@ -157,6 +155,7 @@ fn ranges_use_the_range_collation_and_are_bounded_by_their_subtype() {
         &FieldSpec::new(
             "m",
             TypeRef::Multirange {
+                oid: 16_384,
                 name: "int4multirange".into(),
                 range: Box::new(range("int4range", b(oid::INT4, "int4"), None)),
             },
@@ -173,6 +172,7 @@ fn ranges_use_the_range_collation_and_are_bounded_by_their_subtype() {
 #[test]
 fn composites_combine_their_attributes() {
     let pair = TypeRef::Composite {
+        oid: 16_384,
         name: "pair".into(),
         fields: vec![
             attr("n", b(oid::INT4, "int4"), None),
@@ -193,12 +193,14 @@ fn composites_combine_their_attributes() {
     assert!(r.invalidations.contains(&Invalidation::CompositeAlteration));
 
     let labelled = TypeRef::Composite {
+        oid: 16_384,
         name: "labelled".into(),
         fields: vec![
             attr("s", b(oid::TEXT, "text"), Some(en_us())),
             attr(
                 "e",
                 TypeRef::Enum {
+                    oid: 16_384,
                     name: "mood".into(),
                 },
                 None,
@@ -220,6 +222,7 @@ fn composites_combine_their_attributes() {
     }
 
     let bad = TypeRef::Composite {
+        oid: 16_384,
         name: "bad".into(),
         fields: vec![attr("x", b(oid::XML, "xml"), None)],
     };
@@ -247,47 +250,11 @@ fn jsonb_is_equality_only() {
 #[test]
 fn domains_inside_structures_erase_to_their_base() {
     let d = TypeRef::Domain {
+        oid: 16_384,
         name: "pos".into(),
         base: Box::new(b(oid::INT4, "int4")),
     };
     let r = resolve_field(&FieldSpec::new("d", array(d), -1), &CTX).unwrap();
     assert_eq!(r.shape, Shape::Array(scalar(TypeTag::Int4)));
     assert!(r.invalidations.contains(&Invalidation::DomainOrBaseType));
-}
-
-/// The structural entries name proofs that exist: the model properties in the codec and the
-/// in-server oracle, which covers every structural family.
-#[test]
-fn structural_proofs_exist() {
-    use rowid_registry::entry::{ARRAY, JSONB, MULTIRANGE, RANGE, RECORD, STRUCTURAL_ORACLE};
-    use rowid_registry::{OrderClaim, SizeRule};
-    let model = include_str!("../../rowid-codec/tests/structures.rs");
-    let oracle = include_str!("../../rowid-vectors/tests/structural_oracle.rs");
-    assert!(oracle.contains(&format!(
-        "fn {}()",
-        STRUCTURAL_ORACLE.rsplit("::").next().unwrap()
-    )));
-    for (entry, property, sql) in [
-        (ARRAY, "fn agree_array(", "int4[]"),
-        (RANGE, "fn agree_range(", "numrange"),
-        (MULTIRANGE, "fn agree_multirange(", "nummultirange"),
-        (RECORD, "fn agree_record(", "oracle_rec"),
-        (JSONB, "fn agree_jsonb(", "jsonb"),
-    ] {
-        assert_eq!(entry.equality_canonical.server, STRUCTURAL_ORACLE);
-        assert!(model.contains(property), "{}: no {property}", entry.name);
-        assert!(
-            oracle.contains(&format!("\"{sql}")),
-            "{}: oracle lacks {sql}",
-            entry.name
-        );
-        assert_eq!(entry.size, SizeRule::Structural);
-        let expected_order = entry.tag != TypeTag::Jsonb;
-        assert_eq!(
-            matches!(entry.order, OrderClaim::WhenComponentsAre(_)),
-            expected_order,
-            "{}",
-            entry.name
-        );
-    }
 }

@@ -1,4 +1,6 @@
-//! Golden vectors of the Row Identity V2 wire format.
+//! Golden vectors of the Row Identity V2 wire format: this crate owns the vector cases
+//! (`families`, one module per file under `vectors/`), their rendering to JSON and the
+//! staleness check, and nothing else (shared test helpers are in `rowid-testkit`).
 //!
 //! The cases are defined here, in Rust, as typed values plus the SQL literal that produces
 //! the same field inside PostgreSQL. [`render_all`] turns them into the reviewable JSON files
@@ -8,16 +10,12 @@
 //! Generated vectors guard against regressions; the hand-derived examples of
 //! `spec/wire-format.md` (tested in `rowid-codec`) are what make the spec independent.
 
-mod cases;
-mod numeric;
-pub mod psql;
+mod families;
 mod render;
-mod structural_cases;
 
 use std::path::{Path, PathBuf};
 
-pub use cases::families;
-pub use numeric::parse_numeric;
+pub use families::families;
 pub use render::{render_all, render_family};
 
 use rowid_codec::{Domain, OwnedValue, TypeTag};
@@ -104,23 +102,6 @@ pub fn error_name(e: &rowid_codec::Error) -> String {
         .next()
         .unwrap_or_default()
         .to_string()
-}
-
-/// Lower-case hex without separators (PostgreSQL's `encode(x, 'hex')` form).
-pub fn to_hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-/// Parses hex written by [`to_hex`] (whitespace allowed).
-pub fn from_hex(s: &str) -> Option<Vec<u8>> {
-    let digits: Vec<u8> = s.bytes().filter(|c| !c.is_ascii_whitespace()).collect();
-    if !digits.len().is_multiple_of(2) {
-        return None;
-    }
-    digits
-        .chunks(2)
-        .map(|pair| u8::from_str_radix(std::str::from_utf8(pair).ok()?, 16).ok())
-        .collect()
 }
 
 /// Outcome of comparing rendered vectors with the files on disk.

@@ -4,7 +4,9 @@ use rowid_codec::encode_identity;
 use rowid_codec::probe::probe_with_prefix;
 use serde_json::{Value as Json, json};
 
-use crate::{Family, families, to_hex};
+use rowid_testkit::hex::to_hex;
+
+use crate::{Family, families};
 
 /// Renders every family: `(file name, JSON text)`. A case that fails to encode is rendered
 /// with `"result": "generation-error"`, which the vector checks reject.

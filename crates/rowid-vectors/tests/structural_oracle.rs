@@ -15,35 +15,13 @@
 
 use std::cmp::Ordering;
 
-use rowid_vectors::{from_hex, psql};
+use rowid_testkit::hex::from_hex;
+use rowid_testkit::psql::Psql;
+use rowid_testkit::rng::Rng;
+use rowid_testkit::sql::quote as sql_quote;
 
 /// Pairs per family and major.
 const PAIRS: usize = 1_500;
-
-/// A small deterministic generator (SplitMix64), so failures reproduce.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-
-    fn chance(&mut self, percent: u64) -> bool {
-        self.next() % 100 < percent
-    }
-
-    fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
-        &items[self.below(items.len())]
-    }
-}
 
 /// A semantic value, rendered to SQL text with randomly chosen spellings, so that a value
 /// and its copy render differently but must compare (and encode) equal.
@@ -113,10 +91,6 @@ const JSON_KEYS: &[&str] = &["a", "b", "aa", "", "ab", "é"];
 
 fn quote_array_text(s: &str) -> String {
     format!("\"{}\"", s.replace('\\', "\\\\").replace('"', "\\\""))
-}
-
-fn sql_quote(s: &str) -> String {
-    format!("'{}'", s.replace('\'', "''"))
 }
 
 fn num_spelling(rng: &mut Rng, i: usize) -> String {
@@ -639,9 +613,10 @@ fn encode_sql(x: &str) -> String {
 #[test]
 #[ignore = "needs a PostgreSQL server with pg_trickle_ext: run through `cargo xtask test`"]
 fn servers_agree_on_structural_values() {
-    psql::run(SETUP).unwrap();
-    let version = psql::run("SHOW server_version_num;").unwrap();
-    let mut rng = Rng(0x5EED_0F57_2C7A_1234);
+    let psql = Psql::from_env().unwrap();
+    psql.run(SETUP).unwrap();
+    let version = psql.run("SHOW server_version_num;").unwrap();
+    let mut rng = Rng::new(0x5EED_0F57_2C7A_1234);
     let mut report = Vec::new();
     let mut failures = Vec::new();
     let mut total = 0usize;
@@ -665,7 +640,9 @@ fn servers_agree_on_structural_values() {
             ));
             pairs.push((la, lb));
         }
-        let out = psql::run(&script).unwrap_or_else(|e| panic!("{}: {e}", family.name));
+        let out = psql
+            .run(&script)
+            .unwrap_or_else(|e| panic!("{}: {e}", family.name));
         let rows: Vec<&str> = out.lines().filter(|l| !l.is_empty()).collect();
         assert_eq!(rows.len(), pairs.len(), "{}: row count", family.name);
         let (mut equal, mut disagreements, mut order_matches) = (0, 0, 0);

@@ -6,7 +6,8 @@
 
 use rowid_codec::probe::{max_probe_len, probe_with_prefix};
 use rowid_codec::{Domain, TypeTag, decode, validate};
-use rowid_vectors::{check_dir, error_name, from_hex, vectors_dir};
+use rowid_testkit::hex::from_hex;
+use rowid_vectors::{check_dir, error_name, vectors_dir};
 use serde_json::Value as Json;
 
 fn files() -> Vec<(String, Json)> {

@@ -11,9 +11,7 @@
 
 use serde_json::Value as Json;
 
-fn psql(script: &str) -> String {
-    rowid_vectors::psql::run(script).unwrap_or_else(|e| panic!("{e}"))
-}
+use rowid_testkit::psql::run as psql;
 
 struct One {
     id: String,

@@ -7,14 +7,14 @@
 
 use alloc::vec::Vec;
 
-use super::bad;
-use crate::decode::OwnedNumeric;
-use crate::encode::nested::{check_count, check_level};
+use super::scalar::bad;
 use crate::error::{Error, Result};
 use crate::limits::MAX_NUMERIC_GROUPS;
-use crate::structure::JsonbValue;
+use crate::scalar::NumericSign;
+use crate::scalar::OwnedNumeric;
+use crate::structure::{check_count, check_depth};
 use crate::tag::TypeTag;
-use crate::value::NumericSign;
+use crate::value::JsonbValue;
 
 /// The only `jsonb_send` version.
 pub const JSONB_SEND_VERSION: u8 = 1;
@@ -96,7 +96,7 @@ impl Parser<'_> {
             Some(b'"') => Ok(JsonbValue::String(self.string()?)),
             Some(b'-' | b'0'..=b'9') => Ok(JsonbValue::Number(self.number()?)),
             Some(b'[') => {
-                check_level(level + 1)?;
+                check_depth(level + 1)?;
                 self.pos += 1;
                 let mut items = Vec::new();
                 self.ws();
@@ -119,7 +119,7 @@ impl Parser<'_> {
                 }
             }
             Some(b'{') => {
-                check_level(level + 1)?;
+                check_depth(level + 1)?;
                 self.pos += 1;
                 let mut pairs = Vec::new();
                 self.ws();

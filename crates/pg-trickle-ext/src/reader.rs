@@ -1,20 +1,46 @@
-//! Datum readers for the structural families (spec/wire-format.md §6.3–§6.7): arrays,
-//! ranges, multiranges, jsonb and composites, read from PostgreSQL's own representations
-//! into the codec's owned trees.
+//! The Datum reader: how to read a value of one field's type, for every family. Scalars are
+//! read in place ([`crate::datum`]); enum labels come from the ENUMOID syscache; child
+//! identities are validated; the structural families (spec/wire-format.md §6.3–§6.7:
+//! arrays, ranges, multiranges, jsonb and composites) are read from PostgreSQL's own
+//! representations into the codec's owned trees.
 //!
 //! A [`Reader`] is built once per call site from the type's catalog entry and the registry's
 //! resolved [`Shape`]; per row it only walks the value (no catalog access except the ENUMOID
-//! syscache for enum labels inside structures).
+//! syscache for enum labels).
 
 use pgrx::pg_sys;
-use rowid_codec::structure::{
-    ArrayDim, ArrayValue, JsonbValue, MultirangeValue, RangeBound, RangeBounds, RangeValue,
-    RecordValue, Shape,
+use rowid_codec::structure::{ArrayDim, Shape};
+use rowid_codec::value::{
+    ArrayValue, JsonbValue, MultirangeValue, RangeBound, RangeBounds, RangeValue, RecordValue,
 };
-use rowid_codec::{DecodedField, OwnedNumeric, OwnedValue, TypeTag};
+use rowid_codec::{
+    ChildIdentity, IdentityEncoder, OwnedChildIdentity, OwnedField, OwnedNumeric, OwnedValue,
+    TypeTag, Value,
+};
 
 use crate::catalog::attribute;
 use crate::datum::{self, Malformed};
+
+/// Why a field's value could not be written.
+#[derive(Debug)]
+pub enum FieldError {
+    /// The datum is not a valid value of its type (corrupted or foreign).
+    Malformed,
+    /// The codec refused the value (a limit, an invalid child identity, ...).
+    Codec(rowid_codec::Error),
+}
+
+impl From<Malformed> for FieldError {
+    fn from(_: Malformed) -> Self {
+        FieldError::Malformed
+    }
+}
+
+impl From<rowid_codec::Error> for FieldError {
+    fn from(e: rowid_codec::Error) -> Self {
+        FieldError::Codec(e)
+    }
+}
 
 /// `MultirangeType` (multirangetypes.h), which pgrx does not bind; only passed by pointer.
 #[repr(C)]
@@ -56,10 +82,12 @@ unsafe fn multirange_deserialize(
 
 /// How to read a value of one type, resolved once per call site.
 pub enum Reader {
-    /// A scalar family (`datum::read`), including a child identity.
+    /// A scalar family read in place (`datum::read`).
     Scalar(TypeTag),
     /// An enum: the current label from the ENUMOID syscache.
     Enum,
+    /// A `pgtrickle.row_id`: a complete child identity, validated before it is written.
+    Child,
     /// An array of `element`.
     Array {
         /// Element type OID and storage facts, for `deconstruct_array`.
@@ -187,6 +215,7 @@ impl Reader {
         match self {
             Reader::Scalar(t) => *t,
             Reader::Enum => TypeTag::Enum,
+            Reader::Child => TypeTag::ChildIdentity,
             Reader::Array { .. } => TypeTag::Array,
             Reader::Range { .. } => TypeTag::Range,
             Reader::Multirange { .. } => TypeTag::Multirange,
@@ -211,24 +240,55 @@ impl Reader {
                     *tupdesc = std::ptr::null_mut();
                 }
             }
-            Reader::Scalar(_) | Reader::Enum | Reader::Jsonb => {}
+            Reader::Scalar(_) | Reader::Enum | Reader::Child | Reader::Jsonb => {}
         }
+    }
+
+    /// Writes a non-NULL datum as the encoder's next field. Scalars, enum labels and child
+    /// identities are borrowed from the datum; structures are materialised once.
+    ///
+    /// # Safety
+    /// `datum` must be a valid, non-NULL value of the type the reader was built for.
+    pub unsafe fn write(
+        &self,
+        enc: &mut IdentityEncoder<'_>,
+        datum: pg_sys::Datum,
+    ) -> Result<(), FieldError> {
+        // SAFETY (every arm): the caller guarantees the datum's type.
+        unsafe {
+            match self {
+                Reader::Scalar(tag) => enc.value(&datum::read(*tag, datum)?)?,
+                Reader::Enum => {
+                    datum::with_enum_label(datum, |label| enc.value(&Value::Enum(label)))
+                        .ok_or(Malformed)??
+                }
+                Reader::Child => {
+                    let child = ChildIdentity::new(datum::varlena_bytes(datum))?;
+                    enc.value(&Value::Identity(child))?
+                }
+                structural => enc.value(&structural.read(datum)?.as_value())?,
+            }
+        }
+        Ok(())
     }
 
     /// Reads a non-NULL datum into an owned value.
     ///
     /// # Safety
     /// `datum` must be a valid, non-NULL value of the type the reader was built for.
-    pub unsafe fn read(&self, datum: pg_sys::Datum) -> Result<OwnedValue, Malformed> {
+    pub unsafe fn read(&self, datum: pg_sys::Datum) -> Result<OwnedValue, FieldError> {
         // SAFETY (every arm): the caller guarantees the datum's type; each arm reads that
         // type's documented representation through PostgreSQL's own accessors.
         unsafe {
             match self {
-                Reader::Scalar(tag) => {
-                    OwnedValue::try_from(datum::read(*tag, datum)?).map_err(|_| Malformed)
-                }
-                Reader::Enum => {
-                    datum::with_enum_label(datum, |l| OwnedValue::Enum(l.to_vec())).ok_or(Malformed)
+                Reader::Scalar(tag) => Ok(OwnedValue::from(datum::read(*tag, datum)?)),
+                Reader::Enum => Ok(
+                    datum::with_enum_label(datum, |l| OwnedValue::Enum(l.to_vec()))
+                        .ok_or(Malformed)?,
+                ),
+                Reader::Child => {
+                    let child = ChildIdentity::new(datum::varlena_bytes(datum))?;
+                    Ok(OwnedValue::Identity(OwnedChildIdentity::from(child)))
                 }
                 Reader::Array {
                     elem_type,
@@ -263,7 +323,7 @@ impl Reader {
                     for i in 0..count.max(0) as usize {
                         match read_range(*range_typcache, *ranges.add(i), subtype)? {
                             Some(b) => out.push(b),
-                            None => return Err(Malformed),
+                            None => return Err(FieldError::Malformed),
                         }
                     }
                     Ok(OwnedValue::Multirange(MultirangeValue {
@@ -271,7 +331,7 @@ impl Reader {
                         ranges: out,
                     }))
                 }
-                Reader::Jsonb => read_jsonb(datum).map(OwnedValue::Jsonb),
+                Reader::Jsonb => Ok(OwnedValue::Jsonb(read_jsonb(datum)?)),
                 Reader::Record { tupdesc, fields } => read_record(datum, *tupdesc, fields),
             }
         }
@@ -287,15 +347,15 @@ unsafe fn read_array(
     elem_byval: bool,
     elem_align: std::ffi::c_char,
     element: &Reader,
-) -> Result<OwnedValue, Malformed> {
+) -> Result<OwnedValue, FieldError> {
     // SAFETY: a detoasted (and, if expanded, flattened) ArrayType: the header is followed by
     // ndim dimension lengths and ndim lower bounds (ARR_DIMS, ARR_LBOUND);
     // deconstruct_array fills palloc'd element and null arrays of n entries.
     unsafe {
         let a = pg_sys::pg_detoast_datum(datum.cast_mut_ptr()).cast::<pg_sys::ArrayType>();
-        let ndim = usize::try_from((*a).ndim).map_err(|_| Malformed)?;
+        let ndim = usize::try_from((*a).ndim).map_err(|_| FieldError::Malformed)?;
         if ndim > rowid_codec::structure::MAX_ARRAY_DIMS {
-            return Err(Malformed);
+            return Err(FieldError::Malformed);
         }
         let dims_ptr = a
             .cast::<u8>()
@@ -318,7 +378,7 @@ unsafe fn read_array(
             &mut nulls,
             &mut n,
         );
-        let n = usize::try_from(n).map_err(|_| Malformed)?;
+        let n = usize::try_from(n).map_err(|_| FieldError::Malformed)?;
         let mut elements = Vec::with_capacity(n);
         for i in 0..n {
             elements.push(if *nulls.add(i) {
@@ -343,7 +403,7 @@ unsafe fn read_range(
     typcache: *mut pg_sys::TypeCacheEntry,
     r: *mut pg_sys::RangeType,
     subtype: &Reader,
-) -> Result<Option<RangeBounds>, Malformed> {
+) -> Result<Option<RangeBounds>, FieldError> {
     let mut lower = pg_sys::RangeBound::default();
     let mut upper = pg_sys::RangeBound::default();
     let mut empty = false;
@@ -354,7 +414,7 @@ unsafe fn read_range(
         if empty {
             return Ok(None);
         }
-        let bound = |b: &pg_sys::RangeBound| -> Result<RangeBound, Malformed> {
+        let bound = |b: &pg_sys::RangeBound| -> Result<RangeBound, FieldError> {
             if b.infinite {
                 return Ok(RangeBound::Infinite);
             }
@@ -378,7 +438,7 @@ unsafe fn read_record(
     datum: pg_sys::Datum,
     tupdesc: pg_sys::TupleDesc,
     fields: &[(usize, Reader)],
-) -> Result<OwnedValue, Malformed> {
+) -> Result<OwnedValue, FieldError> {
     // SAFETY: a composite datum detoasts to a HeapTupleHeader of the descriptor's type;
     // heap_deform_tuple fills natts values and nulls.
     unsafe {
@@ -387,7 +447,7 @@ unsafe fn read_record(
         // A value with more attributes than the cached descriptor was written under a newer
         // row type: refuse it rather than silently ignore attributes (HeapTupleHeaderGetNatts).
         if usize::from((*header).t_infomask2 & pg_sys::HEAP_NATTS_MASK as u16) > natts {
-            return Err(Malformed);
+            return Err(FieldError::Malformed);
         }
         let mut values = vec![pg_sys::Datum::from(0); natts];
         let mut nulls = vec![true; natts];
@@ -405,7 +465,7 @@ unsafe fn read_record(
             } else {
                 Some(reader.read(values[*attno])?)
             };
-            out.push(DecodedField {
+            out.push(OwnedField {
                 tag: reader.tag(),
                 value,
             });
@@ -454,11 +514,7 @@ unsafe fn jsonb_scalar(v: &pg_sys::JsonbValue) -> Result<JsonbValue, Malformed> 
             }
             pg_sys::jbvType::jbvNumeric => {
                 match datum::read(TypeTag::Numeric, pg_sys::Datum::from(v.val.numeric))? {
-                    rowid_codec::Value::Numeric(n) => JsonbValue::Number(OwnedNumeric {
-                        sign: n.sign,
-                        weight: n.weight,
-                        digits: n.digits.iter().collect(),
-                    }),
+                    Value::Numeric(n) => JsonbValue::Number(OwnedNumeric::from(n)),
                     _ => return Err(Malformed),
                 }
             }

@@ -1,21 +1,24 @@
-//! `encode_row_id_v2`: the record argument deformed against a per-call-site cache.
+//! The per-call-site cache of `encode_row_id_v2`: the record argument deformed against it.
 //!
 //! The cache lives in `fn_extra` (allocated in `fn_mcxt`) and holds the record's tuple
-//! descriptor, each field's resolved type tag, deform arrays and the scratch buffer. It is
-//! rebuilt when the record's type OID or typmod changes; nothing per row looks at catalogs
-//! except the ENUMOID syscache for enum labels.
+//! descriptor, each field's [`Reader`], deform arrays and the scratch buffer. It is rebuilt
+//! when the record's type OID or typmod changes; nothing per row looks at catalogs except the
+//! ENUMOID syscache for enum labels. Every row goes through the codec's `IdentityEncoder`,
+//! which chooses its own fast path.
 
 use pgrx::pg_sys;
-use pgrx::prelude::*;
-use rowid_codec::{Domain, IdentityEncoder, TypeTag};
+use rowid_codec::{Domain, IdentityEncoder};
 use rowid_registry::{FieldSpec, resolve_field};
 
 use crate::catalog::{
     attribute, attribute_name, encoder_collation, row_id_domain, server_context, type_ref,
 };
 use crate::datum;
-use crate::errors::{codec_error, malformed};
-use crate::nested::Reader;
+use crate::errors;
+use crate::reader::{FieldError, Reader};
+
+/// The function whose call sites this cache serves, for messages.
+const FUNCTION: &str = "pgtrickle.encode_row_id_v2";
 
 /// One field's dispatch, resolved once per call site.
 struct Field {
@@ -37,14 +40,7 @@ pub struct CallSite {
     /// The last domain argument's bytes and what they name (the argument is a constant at
     /// nearly every call site, so it is parsed once).
     domain: Option<(Vec<u8>, Domain)>,
-    /// Every field is a scalar read in place (no enum label, no structure) and there are at
-    /// most [`SMALL_KEY`]: such rows are encoded through `encode_identity`, whose fixed-width
-    /// fast path skips the per-field encoder bookkeeping.
-    small_scalar_key: bool,
 }
-
-/// Most fields of a row taken by the small-key path.
-const SMALL_KEY: usize = 4;
 
 impl Default for CallSite {
     fn default() -> Self {
@@ -57,7 +53,6 @@ impl Default for CallSite {
             nulls: Vec::new(),
             scratch: Vec::new(),
             domain: None,
-            small_scalar_key: false,
         }
     }
 }
@@ -77,7 +72,7 @@ unsafe fn resolve_attribute(
     if row_id != pg_sys::InvalidOid && att.atttypid == row_id {
         return Field {
             attno: index,
-            reader: Reader::Scalar(TypeTag::ChildIdentity),
+            reader: Reader::Child,
             name,
         };
     }
@@ -95,13 +90,7 @@ unsafe fn resolve_attribute(
             reader: unsafe { Reader::build(att.atttypid, &r.shape, mcxt) },
             name,
         },
-        Err(rejection) => {
-            ereport!(
-                ERROR,
-                PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
-                format!("pgtrickle.encode_row_id_v2: {rejection}")
-            );
-        }
+        Err(rejection) => errors::rejected(FUNCTION, &rejection),
     }
 }
 
@@ -150,11 +139,6 @@ impl CallSite {
             let f = unsafe { resolve_attribute(i, att, row_id, mcxt) };
             self.fields.push(f);
         }
-        self.small_scalar_key = self.fields.len() <= SMALL_KEY
-            && self
-                .fields
-                .iter()
-                .all(|f| matches!(f.reader, Reader::Scalar(_)));
         self.values = vec![pg_sys::Datum::from(0); natts];
         self.nulls = vec![true; natts];
         self.typid = typid;
@@ -194,87 +178,32 @@ impl CallSite {
             );
         }
         self.scratch.clear();
-        if self.small_scalar_key {
-            return self.encode_small_key(domain);
-        }
         let count = self.fields.len() as u32;
-        let current = std::cell::Cell::new(None);
+        let mut current = None;
         let result = (|| {
             let mut enc = IdentityEncoder::begin(&mut self.scratch, domain, count)?;
             for (i, f) in self.fields.iter().enumerate() {
-                current.set(Some(i));
+                current = Some(i);
                 let (datum, null) = (self.values[f.attno], self.nulls[f.attno]);
                 if null {
                     enc.null(f.reader.tag())?;
-                    continue;
-                }
-                match &f.reader {
-                    Reader::Enum => {
-                        // SAFETY: the registry resolved this attribute to an enum type.
-                        let r = unsafe {
-                            datum::with_enum_label(datum, |label| {
-                                enc.value(&rowid_codec::Value::Enum(label))
-                            })
-                        };
-                        match r {
-                            Some(r) => r?,
-                            None => return Ok(Err(f)),
-                        }
-                    }
-                    // SAFETY: the datum is of the type the tag was resolved from.
-                    Reader::Scalar(tag) => match unsafe { datum::read(*tag, datum) } {
-                        Ok(v) => enc.value(&v)?,
-                        Err(_) => return Ok(Err(f)),
-                    },
+                } else {
                     // SAFETY: the datum is of the type the reader was built for.
-                    structural => match unsafe { structural.read(datum) } {
-                        Ok(v) => enc.value(&v.as_value())?,
-                        Err(_) => return Ok(Err(f)),
-                    },
+                    unsafe { f.reader.write(&mut enc, datum)? };
                 }
             }
-            current.set(None);
-            enc.finish().map(Ok)
+            current = None;
+            enc.finish().map_err(FieldError::Codec)
         })();
         match result {
-            Ok(Ok(_)) => {}
-            Ok(Err(f)) => malformed(&f.name, f.reader.tag()),
-            Err(e) => codec_error(&e, current.get(), |i| {
-                self.fields.get(i).map(|f| f.name.as_str())
-            }),
+            Ok(_) => datum::to_bytea(&self.scratch),
+            Err(FieldError::Malformed) => match current.and_then(|i| self.fields.get(i)) {
+                Some(f) => errors::malformed(&f.name, f.reader.tag()),
+                None => errors::malformed("?", rowid_codec::TypeTag::Record),
+            },
+            Err(FieldError::Codec(e)) => {
+                errors::codec_error(&e, current, |i| self.fields.get(i).map(|f| f.name.as_str()))
+            }
         }
-        crate::to_bytea(&self.scratch)
-    }
-
-    /// Encodes a row of at most [`SMALL_KEY`] scalar fields (already deformed) through
-    /// `encode_identity`, which takes its fixed-width fast path when every field qualifies
-    /// and the general path otherwise; the bytes are the same either way.
-    fn encode_small_key(&mut self, domain: Domain) -> *mut pg_sys::bytea {
-        let mut fields: [(TypeTag, Option<rowid_codec::Value<'_>>); SMALL_KEY] =
-            [(TypeTag::Bool, None); SMALL_KEY];
-        for (slot, f) in fields.iter_mut().zip(&self.fields) {
-            let Reader::Scalar(tag) = f.reader else {
-                malformed(&f.name, f.reader.tag());
-            };
-            let value = if self.nulls[f.attno] {
-                None
-            } else {
-                // SAFETY: the datum is of the type the tag was resolved from.
-                match unsafe { datum::read(tag, self.values[f.attno]) } {
-                    Ok(v) => Some(v),
-                    Err(_) => malformed(&f.name, tag),
-                }
-            };
-            *slot = (tag, value);
-        }
-        let n = self.fields.len();
-        let mut out = std::mem::take(&mut self.scratch);
-        let result = rowid_codec::encode_identity(&mut out, domain, &fields[..n]);
-        if let Err(e) = result {
-            codec_error(&e, None, |i| self.fields.get(i).map(|f| f.name.as_str()));
-        }
-        let bytea = crate::to_bytea(&out);
-        self.scratch = out;
-        bytea
     }
 }

@@ -1,0 +1,150 @@
+//! A throwaway PostgreSQL cluster on a unix socket: `initdb` into a folder of the caller's,
+//! start with logical decoding on, stop when dropped. As root, the cluster belongs to the
+//! `postgres` user (initdb refuses to run as root).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use crate::psql::Psql;
+
+/// A running cluster.
+pub struct Cluster {
+    bindir: PathBuf,
+    data: PathBuf,
+    socket: PathBuf,
+    port: u16,
+    as_postgres: bool,
+}
+
+fn is_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+}
+
+fn run(c: &mut Command) -> Result<(), String> {
+    let what = format!("{c:?}");
+    let out = c
+        .output()
+        .map_err(|e| format!("cannot start {what}: {e}"))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{what} failed: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ))
+    }
+}
+
+impl Cluster {
+    /// A fresh cluster under `base` (emptied first) made by the binaries in `bindir`, with
+    /// the C.UTF-8 locale, UTF8 encoding and trust authentication, listening on `port` on a
+    /// socket in `base/sock`.
+    pub fn start(bindir: &Path, base: &Path, port: u16) -> Result<Cluster, String> {
+        let _ = std::fs::remove_dir_all(base);
+        let (data, socket) = (base.join("data"), base.join("sock"));
+        std::fs::create_dir_all(&socket).map_err(|e| format!("{}: {e}", socket.display()))?;
+        let as_postgres = is_root();
+        if as_postgres {
+            run(Command::new("chown")
+                .args(["-R", "postgres:postgres"])
+                .arg(base))?;
+        }
+        let cluster = Cluster {
+            bindir: bindir.to_path_buf(),
+            data,
+            socket,
+            port,
+            as_postgres,
+        };
+        run(&mut cluster.tool(
+            "initdb",
+            &[
+                "-D",
+                &cluster.data.to_string_lossy(),
+                "--locale=C.UTF-8",
+                "--encoding=UTF8",
+                "-A",
+                "trust",
+                "-U",
+                "postgres",
+            ],
+        ))?;
+        cluster.pg_ctl("start", "")?;
+        Ok(cluster)
+    }
+
+    /// `pg_ctl start|restart` with the cluster's fixed options plus `extra` server options
+    /// (`-c shared_buffers=4MB ...`).
+    fn pg_ctl(&self, action: &str, extra: &str) -> Result<(), String> {
+        let log = self.data.with_file_name("server.log");
+        let opts = format!(
+            "-p {} -k {} -c listen_addresses='' -c fsync=off -c wal_level=logical \
+             -c max_replication_slots=10 -c logical_decoding_work_mem=64kB {extra}",
+            self.port,
+            self.socket.display()
+        );
+        run(&mut self.tool(
+            "pg_ctl",
+            &[
+                "-D",
+                &self.data.to_string_lossy(),
+                "-l",
+                &log.to_string_lossy(),
+                "-w",
+                "-o",
+                &opts,
+                action,
+            ],
+        ))
+    }
+
+    /// Restarts the server with `extra` options (shared buffers start empty).
+    pub fn restart(&self, extra: &str) -> Result<(), String> {
+        self.pg_ctl("restart", extra)
+    }
+
+    fn tool(&self, program: &str, args: &[&str]) -> Command {
+        let path = self.bindir.join(program);
+        let mut c = if self.as_postgres {
+            let mut c = Command::new("runuser");
+            c.args(["-u", "postgres", "--"]).arg(path);
+            c
+        } else {
+            Command::new(path)
+        };
+        c.args(args);
+        c
+    }
+
+    /// psql connection arguments for this cluster.
+    pub fn psql_args(&self) -> String {
+        format!(
+            "-h {} -p {} -U postgres -d postgres",
+            self.socket.display(),
+            self.port
+        )
+    }
+
+    /// This cluster's own psql.
+    pub fn psql(&self) -> Psql {
+        Psql::new(self.bindir.join("psql"), &self.psql_args())
+    }
+
+    /// The server binaries' directory (put first on `PATH` so `psql` matches the server).
+    pub fn bindir(&self) -> &Path {
+        &self.bindir
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        let data = self.data.to_string_lossy().into_owned();
+        let _ = self
+            .tool("pg_ctl", &["-D", &data, "-m", "fast", "-w", "stop"])
+            .status();
+    }
+}

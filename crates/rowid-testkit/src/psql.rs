@@ -1,0 +1,98 @@
+//! psql against one cluster: the runner every server-backed test and `xtask` use.
+//!
+//! Server-backed tests get their cluster from `cargo xtask test`, which passes psql's
+//! connection arguments in [`ARGS_ENV`] and puts the cluster's own `psql` first on `PATH`.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Environment variable holding psql's connection arguments (`-h SOCKDIR -p PORT -U postgres
+/// -d postgres`), set by `cargo xtask test` for the tests it runs against a cluster.
+pub const ARGS_ENV: &str = "ROWID_ORACLE_PSQL_ARGS";
+
+/// How to reach one cluster with psql.
+#[derive(Clone, Debug)]
+pub struct Psql {
+    program: PathBuf,
+    args: Vec<String>,
+}
+
+/// Distinguishes the script files of concurrent runs in one process.
+static SCRIPT: AtomicU64 = AtomicU64::new(0);
+
+impl Psql {
+    /// `program` (a psql binary) with connection arguments `args`.
+    pub fn new(program: impl Into<PathBuf>, args: &str) -> Psql {
+        Psql {
+            program: program.into(),
+            args: args.split_whitespace().map(String::from).collect(),
+        }
+    }
+
+    /// The cluster `cargo xtask test` started: `psql` from `PATH`, arguments from
+    /// [`ARGS_ENV`].
+    pub fn from_env() -> Result<Psql, String> {
+        let args = std::env::var(ARGS_ENV)
+            .map_err(|_| format!("{ARGS_ENV} is not set: run through `cargo xtask test`"))?;
+        Ok(Psql::new("psql", &args))
+    }
+
+    /// The connection arguments.
+    pub fn args(&self) -> String {
+        self.args.join(" ")
+    }
+
+    fn output(&self, extra: &[&str], what: &str) -> Result<String, String> {
+        let out = Command::new(&self.program)
+            .args(&self.args)
+            .args(["-X", "-q", "-v", "ON_ERROR_STOP=1"])
+            .args(extra)
+            .output()
+            .map_err(|e| format!("{}: {e}", self.program.display()))?;
+        if out.status.success() {
+            Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+        } else {
+            Err(format!(
+                "psql {what} failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            ))
+        }
+    }
+
+    /// Runs `script` and returns its rows unaligned, without headers (`-A -t`): one line per
+    /// row, columns separated by `|`.
+    pub fn run(&self, script: &str) -> Result<String, String> {
+        let n = SCRIPT.fetch_add(1, Ordering::Relaxed);
+        let file = std::env::temp_dir().join(format!("rowid-psql-{}-{n}.sql", std::process::id()));
+        std::fs::write(&file, script).map_err(|e| format!("{}: {e}", file.display()))?;
+        let file_arg = file.to_string_lossy().into_owned();
+        let out = self.output(&["-A", "-t", "-f", &file_arg], "script");
+        let _ = std::fs::remove_file(&file);
+        out
+    }
+
+    /// Runs `sql` and returns psql's aligned, human-readable output (for demos).
+    pub fn show(&self, sql: &str) -> Result<String, String> {
+        self.output(&["-P", "pager=off", "-c", sql], "command")
+    }
+
+    /// Runs the script file `path` with `-v name=value` variables.
+    pub fn file(&self, path: &Path, vars: &[(&str, String)]) -> Result<String, String> {
+        let mut extra = vec!["-f".to_string(), path.to_string_lossy().into_owned()];
+        for (name, value) in vars {
+            extra.push("-v".into());
+            extra.push(format!("{name}={value}"));
+        }
+        let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
+        self.output(&extra, &path.display().to_string())
+    }
+}
+
+/// Runs `script` on the cluster of [`Psql::from_env`]; panics with psql's message when it
+/// fails (test code).
+pub fn run(script: &str) -> String {
+    Psql::from_env()
+        .and_then(|p| p.run(script))
+        .unwrap_or_else(|e| panic!("{e}"))
+}
