@@ -11,7 +11,8 @@ use rowid_codec::{Domain, IdentityEncoder};
 use rowid_registry::{FieldSpec, resolve_field};
 
 use crate::catalog::{
-    attribute, attribute_name, encoder_collation, row_id_domain, server_context, type_ref,
+    attribute, attribute_name, encoder_collation, row_descriptor, row_id_domain, server_context,
+    type_ref,
 };
 use crate::datum;
 use crate::errors;
@@ -118,9 +119,7 @@ impl CallSite {
             if !self.tupdesc.is_null() {
                 pg_sys::FreeTupleDesc(self.tupdesc);
             }
-            let old = pg_sys::MemoryContextSwitchTo(mcxt);
-            self.tupdesc = pg_sys::lookup_rowtype_tupdesc_copy(typid, typmod);
-            pg_sys::MemoryContextSwitchTo(old);
+            self.tupdesc = row_descriptor(typid, typmod, mcxt);
         }
         // SAFETY: a valid tuple descriptor with natts attributes.
         let natts = unsafe { (*self.tupdesc).natts } as usize;

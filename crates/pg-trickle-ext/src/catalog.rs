@@ -1,6 +1,7 @@
 //! Every catalog read of the extension: a type OID to the registry's `TypeRef`, collations,
-//! a relation's index candidates and columns, the server's context, and the
-//! `pgtrickle.row_id` domain. Used when a call site's cache is built and by the validation
+//! a relation's index candidates and columns, the server's context, the `pgtrickle.row_id`
+//! domain, the storage facts and type-cache entries the Datum readers are built from, and
+//! enum labels. Used when a call site's cache is built and by the validation
 //! functions; never per row. Syscache and lsyscache lookups where they suffice; fixed SPI
 //! queries for what spans several catalogs (index keys, the database default collation).
 
@@ -292,9 +293,8 @@ fn composite_fields(
     collation: CollationLookup<'_>,
     depth: u32,
 ) -> Vec<CompositeField> {
-    // SAFETY: lookup_rowtype_tupdesc_copy returns a palloc'd copy of the type's descriptor
-    // (or raises an error); it is freed below.
-    let tupdesc = unsafe { pg_sys::lookup_rowtype_tupdesc_copy(oid, -1) };
+    // SAFETY: a copy of the type's descriptor in the current context, freed below.
+    let tupdesc = unsafe { row_descriptor(oid, -1, pg_sys::CurrentMemoryContext) };
     // SAFETY: a valid descriptor.
     let natts = unsafe { (*tupdesc).natts } as usize;
     let mut fields = Vec::with_capacity(natts);
@@ -314,6 +314,109 @@ fn composite_fields(
     // SAFETY: the copy made above, no longer referenced.
     unsafe { pg_sys::FreeTupleDesc(tupdesc) };
     fields
+}
+
+/// A domain's base type (the type itself for any other type).
+pub fn base_type(oid: pg_sys::Oid) -> pg_sys::Oid {
+    // SAFETY: an lsyscache lookup on a type OID from the catalogs.
+    unsafe { pg_sys::getBaseType(oid) }
+}
+
+/// An array type's element type and its storage facts, what `deconstruct_array` needs.
+#[derive(Clone, Copy, Debug)]
+pub struct ArrayElement {
+    /// Element type OID.
+    pub oid: pg_sys::Oid,
+    /// `typlen`.
+    pub len: i16,
+    /// `typbyval`.
+    pub byval: bool,
+    /// `typalign`.
+    pub align: std::ffi::c_char,
+}
+
+/// The element of array type `array` (a base type, not a domain over one).
+pub fn array_element(array: pg_sys::Oid) -> ArrayElement {
+    let mut e = ArrayElement {
+        // SAFETY: an lsyscache lookup on an array type OID.
+        oid: unsafe { pg_sys::get_element_type(array) },
+        len: 0,
+        byval: false,
+        align: 0,
+    };
+    // SAFETY: fills the three storage facts of a valid type OID.
+    unsafe { pg_sys::get_typlenbyvalalign(e.oid, &mut e.len, &mut e.byval, &mut e.align) };
+    e
+}
+
+/// The type-cache entry of range type `range`, with its range information filled in, and its
+/// subtype. Type-cache entries live as long as the backend.
+pub fn range_cache(range: pg_sys::Oid) -> (*mut pg_sys::TypeCacheEntry, pg_sys::Oid) {
+    // SAFETY: lookup_type_cache on a range type fills rngelemtype.
+    unsafe {
+        let cache = pg_sys::lookup_type_cache(range, pg_sys::TYPECACHE_RANGE_INFO as i32);
+        (cache, (*(*cache).rngelemtype).type_id)
+    }
+}
+
+/// The type-cache entry of the range type of multirange type `multirange` (range
+/// information filled in), and the range's subtype.
+pub fn multirange_range_cache(
+    multirange: pg_sys::Oid,
+) -> (*mut pg_sys::TypeCacheEntry, pg_sys::Oid) {
+    // SAFETY: lookup_type_cache on a multirange type fills rngtype, whose own entry has its
+    // range information filled.
+    unsafe {
+        let cache = pg_sys::lookup_type_cache(multirange, pg_sys::TYPECACHE_MULTIRANGE_INFO as i32);
+        let range = (*cache).rngtype;
+        (range, (*(*range).rngelemtype).type_id)
+    }
+}
+
+/// A copy of row type `typid`'s tuple descriptor (`typmod` picks a blessed record type),
+/// made in `mcxt` so it lives as long as that context; free it with `FreeTupleDesc`.
+///
+/// # Safety
+/// Must run inside a backend; `mcxt` must be a valid memory context.
+pub unsafe fn row_descriptor(
+    typid: pg_sys::Oid,
+    typmod: i32,
+    mcxt: pg_sys::MemoryContext,
+) -> pg_sys::TupleDesc {
+    // SAFETY: guaranteed by the caller; the previous context is restored.
+    unsafe {
+        let old = pg_sys::MemoryContextSwitchTo(mcxt);
+        let t = pg_sys::lookup_rowtype_tupdesc_copy(typid, typmod);
+        pg_sys::MemoryContextSwitchTo(old);
+        t
+    }
+}
+
+/// Calls `f` with the current label of the enum value `datum` (its OID), read from the
+/// ENUMOID syscache while the cache entry is held. Labels are never cached: PostgreSQL's
+/// syscache invalidation decides what this backend sees after `ALTER TYPE ... RENAME VALUE`.
+///
+/// # Safety
+/// `datum` must be an enum value.
+pub unsafe fn with_enum_label<R>(datum: pg_sys::Datum, f: impl FnOnce(&[u8]) -> R) -> Option<R> {
+    // SAFETY: SearchSysCache1 returns NULL or a valid pg_enum tuple that stays valid until
+    // ReleaseSysCache; GETSTRUCT is t_data + t_hoff, and FormData_pg_enum.enumlabel is a
+    // NUL-terminated NameData.
+    unsafe {
+        let tuple = pg_sys::SearchSysCache1(pg_sys::SysCacheIdentifier::ENUMOID as _, datum);
+        if tuple.is_null() {
+            return None;
+        }
+        let header = (*tuple).t_data;
+        let form = header
+            .cast::<u8>()
+            .add(usize::from((*header).t_hoff))
+            .cast::<pg_sys::FormData_pg_enum>();
+        let label = std::ffi::CStr::from_ptr((*form).enumlabel.data.as_ptr()).to_bytes();
+        let out = f(label);
+        pg_sys::ReleaseSysCache(tuple);
+        Some(out)
+    }
 }
 
 /// An attribute's name.

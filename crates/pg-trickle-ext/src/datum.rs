@@ -192,7 +192,7 @@ pub unsafe fn read<'a>(tag: TypeTag, datum: pg_sys::Datum) -> Result<Value<'a>, 
             TypeTag::Cidr => Value::Cidr(inet(varlena_bytes(datum)).ok_or(Malformed)?),
             TypeTag::Bit => Value::Bit(bits(varlena_bytes(datum)).ok_or(Malformed)?),
             TypeTag::Varbit => Value::Varbit(bits(varlena_bytes(datum)).ok_or(Malformed)?),
-            // Enums go through `with_enum_label`, child identities and structures through
+            // Enums go through `catalog::with_enum_label`, child identities and structures through
             // `reader::Reader`.
             TypeTag::Enum
             | TypeTag::ChildIdentity
@@ -203,33 +203,6 @@ pub unsafe fn read<'a>(tag: TypeTag, datum: pg_sys::Datum) -> Result<Value<'a>, 
             | TypeTag::Record => return Err(Malformed),
         }
     })
-}
-
-/// Calls `f` with the current label of the enum value `datum` (its OID), read from the
-/// ENUMOID syscache while the cache entry is held. Labels are never cached: PostgreSQL's
-/// syscache invalidation decides what this backend sees after `ALTER TYPE ... RENAME VALUE`.
-///
-/// # Safety
-/// `datum` must be an enum value.
-pub unsafe fn with_enum_label<R>(datum: pg_sys::Datum, f: impl FnOnce(&[u8]) -> R) -> Option<R> {
-    // SAFETY: SearchSysCache1 returns NULL or a valid pg_enum tuple that stays valid until
-    // ReleaseSysCache; GETSTRUCT is t_data + t_hoff, and FormData_pg_enum.enumlabel is a
-    // NUL-terminated NameData.
-    unsafe {
-        let tuple = pg_sys::SearchSysCache1(pg_sys::SysCacheIdentifier::ENUMOID as _, datum);
-        if tuple.is_null() {
-            return None;
-        }
-        let header = (*tuple).t_data;
-        let form = header
-            .cast::<u8>()
-            .add(usize::from((*header).t_hoff))
-            .cast::<pg_sys::FormData_pg_enum>();
-        let label = std::ffi::CStr::from_ptr((*form).enumlabel.data.as_ptr()).to_bytes();
-        let out = f(label);
-        pg_sys::ReleaseSysCache(tuple);
-        Some(out)
-    }
 }
 
 /// Copies finished identity bytes into a palloc'd bytea (the only copy per call).

@@ -18,7 +18,10 @@ use rowid_codec::{
     TypeTag, Value,
 };
 
-use crate::catalog::attribute;
+use crate::catalog::{
+    self, ArrayElement, array_element, attribute, base_type, multirange_range_cache, range_cache,
+    row_descriptor,
+};
 use crate::datum::{self, Malformed};
 
 /// Why a field's value could not be written.
@@ -88,13 +91,9 @@ pub enum Reader {
     Enum,
     /// A `pgtrickle.row_id`: a complete child identity, validated before it is written.
     Child,
-    /// An array of `element`.
+    /// An array: its element's storage facts, and the element's reader.
     Array {
-        /// Element type OID and storage facts, for `deconstruct_array`.
-        elem_type: pg_sys::Oid,
-        elem_len: i16,
-        elem_byval: bool,
-        elem_align: std::ffi::c_char,
+        storage: ArrayElement,
         element: Box<Reader>,
     },
     /// A range over `subtype`.
@@ -118,12 +117,6 @@ pub enum Reader {
     },
 }
 
-/// Follows domains to the base type.
-fn base_type(oid: pg_sys::Oid) -> pg_sys::Oid {
-    // SAFETY: an lsyscache lookup on a valid type OID.
-    unsafe { pg_sys::getBaseType(oid) }
-}
-
 impl Reader {
     /// Builds the reader for type `oid`, whose registry shape is `shape` (resolution has
     /// already accepted the type). `mcxt` holds the copied composite descriptors.
@@ -137,59 +130,32 @@ impl Reader {
             Shape::Scalar(tag) => Reader::Scalar(*tag),
             Shape::Jsonb => Reader::Jsonb,
             Shape::Array(element) => {
-                // SAFETY: an array type's element type and its storage facts.
-                unsafe {
-                    let elem_type = pg_sys::get_element_type(oid);
-                    let (mut elem_len, mut elem_byval, mut elem_align) = (0i16, false, 0);
-                    pg_sys::get_typlenbyvalalign(
-                        elem_type,
-                        &mut elem_len,
-                        &mut elem_byval,
-                        &mut elem_align,
-                    );
-                    Reader::Array {
-                        elem_type,
-                        elem_len,
-                        elem_byval,
-                        elem_align,
-                        element: Box::new(Reader::build(elem_type, element, mcxt)),
-                    }
+                let storage = array_element(oid);
+                Reader::Array {
+                    storage,
+                    // SAFETY: as above, for the element type.
+                    element: Box::new(unsafe { Reader::build(storage.oid, element, mcxt) }),
                 }
             }
             Shape::Range(subtype) => {
-                // SAFETY: lookup_type_cache on a range type fills rngelemtype.
-                unsafe {
-                    let typcache =
-                        pg_sys::lookup_type_cache(oid, pg_sys::TYPECACHE_RANGE_INFO as i32);
-                    let sub = (*(*typcache).rngelemtype).type_id;
-                    Reader::Range {
-                        typcache,
-                        subtype: Box::new(Reader::build(sub, subtype, mcxt)),
-                    }
+                let (typcache, sub) = range_cache(oid);
+                Reader::Range {
+                    typcache,
+                    // SAFETY: as above, for the subtype.
+                    subtype: Box::new(unsafe { Reader::build(sub, subtype, mcxt) }),
                 }
             }
             Shape::Multirange(subtype) => {
-                // SAFETY: lookup_type_cache on a multirange type fills rngtype, whose own
-                // entry has its range info filled.
-                unsafe {
-                    let typcache =
-                        pg_sys::lookup_type_cache(oid, pg_sys::TYPECACHE_MULTIRANGE_INFO as i32);
-                    let range_typcache = (*typcache).rngtype;
-                    let sub = (*(*range_typcache).rngelemtype).type_id;
-                    Reader::Multirange {
-                        range_typcache,
-                        subtype: Box::new(Reader::build(sub, subtype, mcxt)),
-                    }
+                let (range_typcache, sub) = multirange_range_cache(oid);
+                Reader::Multirange {
+                    range_typcache,
+                    // SAFETY: as above, for the subtype.
+                    subtype: Box::new(unsafe { Reader::build(sub, subtype, mcxt) }),
                 }
             }
             Shape::Record(shapes) => {
                 // SAFETY: the copy is made in mcxt so it lives as long as the reader.
-                let tupdesc = unsafe {
-                    let old = pg_sys::MemoryContextSwitchTo(mcxt);
-                    let t = pg_sys::lookup_rowtype_tupdesc_copy(oid, -1);
-                    pg_sys::MemoryContextSwitchTo(old);
-                    t
-                };
+                let tupdesc = unsafe { row_descriptor(oid, -1, mcxt) };
                 // SAFETY: a valid descriptor.
                 let natts = unsafe { (*tupdesc).natts } as usize;
                 let mut fields = Vec::with_capacity(shapes.len());
@@ -259,7 +225,7 @@ impl Reader {
             match self {
                 Reader::Scalar(tag) => enc.value(&datum::read(*tag, datum)?)?,
                 Reader::Enum => {
-                    datum::with_enum_label(datum, |label| enc.value(&Value::Enum(label)))
+                    catalog::with_enum_label(datum, |label| enc.value(&Value::Enum(label)))
                         .ok_or(Malformed)??
                 }
                 Reader::Child => {
@@ -282,28 +248,17 @@ impl Reader {
         unsafe {
             match self {
                 Reader::Scalar(tag) => Ok(OwnedValue::from(datum::read(*tag, datum)?)),
-                Reader::Enum => Ok(
-                    datum::with_enum_label(datum, |l| OwnedValue::Enum(l.to_vec()))
-                        .ok_or(Malformed)?,
-                ),
+                Reader::Enum => {
+                    Ok(
+                        catalog::with_enum_label(datum, |l| OwnedValue::Enum(l.to_vec()))
+                            .ok_or(Malformed)?,
+                    )
+                }
                 Reader::Child => {
                     let child = ChildIdentity::new(datum::varlena_bytes(datum))?;
                     Ok(OwnedValue::Identity(OwnedChildIdentity::from(child)))
                 }
-                Reader::Array {
-                    elem_type,
-                    elem_len,
-                    elem_byval,
-                    elem_align,
-                    element,
-                } => read_array(
-                    datum,
-                    *elem_type,
-                    *elem_len,
-                    *elem_byval,
-                    *elem_align,
-                    element,
-                ),
+                Reader::Array { storage, element } => read_array(datum, storage, element),
                 Reader::Range { typcache, subtype } => {
                     let r =
                         pg_sys::pg_detoast_datum(datum.cast_mut_ptr()).cast::<pg_sys::RangeType>();
@@ -339,13 +294,10 @@ impl Reader {
 }
 
 /// # Safety
-/// `datum` is an array of `elem_type` with the given storage facts.
+/// `datum` is an array whose element type has the `storage` facts.
 unsafe fn read_array(
     datum: pg_sys::Datum,
-    elem_type: pg_sys::Oid,
-    elem_len: i16,
-    elem_byval: bool,
-    elem_align: std::ffi::c_char,
+    storage: &ArrayElement,
     element: &Reader,
 ) -> Result<OwnedValue, FieldError> {
     // SAFETY: a detoasted (and, if expanded, flattened) ArrayType: the header is followed by
@@ -370,10 +322,10 @@ unsafe fn read_array(
         let (mut elems, mut nulls, mut n) = (std::ptr::null_mut(), std::ptr::null_mut(), 0i32);
         pg_sys::deconstruct_array(
             a,
-            elem_type,
-            i32::from(elem_len),
-            elem_byval,
-            elem_align,
+            storage.oid,
+            i32::from(storage.len),
+            storage.byval,
+            storage.align,
             &mut elems,
             &mut nulls,
             &mut n,
