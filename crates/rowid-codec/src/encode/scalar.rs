@@ -194,6 +194,7 @@ pub(crate) fn put_bits(
 
 /// `numeric` (spec §5.5): class, then for finite non-zero values the normalised weight and
 /// digit groups, complemented for negative values.
+#[inline]
 pub(crate) fn put_numeric(buf: &mut Vec<u8>, field: u32, n: &Numeric<'_>) -> Result<()> {
     let negative = match n.sign {
         NumericSign::NegativeInfinity => {
