@@ -128,7 +128,19 @@ pub fn pgrx(extra: &[(u32, std::path::PathBuf)]) -> Result<(), String> {
     let config = std::path::Path::new(&home)
         .join(".pgrx")
         .join("config.toml");
-    let current = std::fs::read_to_string(&config).unwrap_or_default();
+    let mut current = std::fs::read_to_string(&config).unwrap_or_default();
+    // pgrx's build script may ask any configured pg_config for its version, so an entry left
+    // by a deleted checkout can break every build; `cargo pgrx init` keeps such entries.
+    let kept = without_missing_pg_configs(&current, |p| std::path::Path::new(p).exists());
+    if kept != current {
+        println!(
+            "removing pg_config entries whose files no longer exist from {}",
+            config.display()
+        );
+        std::fs::write(&config, &kept)
+            .map_err(|e| format!("cannot rewrite {}: {e}", config.display()))?;
+        current = kept;
+    }
     let mut wanted = vec![(15, std::path::PathBuf::from(PG15_CONFIG))];
     wanted.extend(extra.iter().filter(|(m, _)| *m != 15).cloned());
     if wanted
@@ -147,4 +159,50 @@ pub fn pgrx(extra: &[(u32, std::path::PathBuf)]) -> Result<(), String> {
         exec(&mut init)?;
     }
     Ok(())
+}
+
+/// A `~/.pgrx/config.toml` without the `pgNN = "/path/to/pg_config"` lines whose path
+/// `exists` denies; every other line (other tables, `"download"` entries) is kept as written.
+fn without_missing_pg_configs(config: &str, exists: impl Fn(&str) -> bool) -> String {
+    config
+        .split_inclusive('\n')
+        .filter(|line| pg_config_path(line).is_none_or(&exists))
+        .collect()
+}
+
+/// The path of a `pgNN = "/path/to/pg_config"` line.
+fn pg_config_path(line: &str) -> Option<&str> {
+    let (key, value) = line.split_once('=')?;
+    let major = key.trim().strip_prefix("pg")?;
+    if major.is_empty() || !major.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let path = value.trim().strip_prefix('"')?.strip_suffix('"')?;
+    path.starts_with('/').then_some(path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::without_missing_pg_configs;
+
+    #[test]
+    fn drops_only_the_pg_configs_that_no_longer_exist() {
+        let config = "[configs]\n\
+                      pg17 = \"/gone/target/pg-dist/17.11.0/bin/pg_config\"\n\
+                      pg15 = \"/usr/lib/postgresql/15/bin/pg_config\"\n\
+                      pg16 = \"download\"\n\
+                      [other]\n\
+                      note = \"/gone/but/not/a/pg_config/entry\"\n";
+        let kept = without_missing_pg_configs(config, |p| !p.starts_with("/gone/"));
+        assert_eq!(
+            kept,
+            "[configs]\n\
+             pg15 = \"/usr/lib/postgresql/15/bin/pg_config\"\n\
+             pg16 = \"download\"\n\
+             [other]\n\
+             note = \"/gone/but/not/a/pg_config/entry\"\n"
+        );
+        assert_eq!(without_missing_pg_configs(config, |_| true), config);
+        assert_eq!(without_missing_pg_configs("", |_| false), "");
+    }
 }
