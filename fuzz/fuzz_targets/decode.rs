@@ -1,7 +1,8 @@
 //! Fuzzes the strict decoder and the send-format parsers.
 //!
 //! Invariants checked on every input:
-//! - `decode` and `validate` agree, and an accepted identity re-encodes to the same bytes;
+//! - `decode`, `validate` and the borrowing `fields` iterator agree (same verdict, same
+//!   error, same fields), and an accepted identity re-encodes to the same bytes;
 //! - the probe is defined and bounded for any bytes;
 //! - every send-format parser either rejects the bytes or yields a value that, once encoded,
 //!   decodes and re-encodes to the same identity.
@@ -51,6 +52,9 @@ fn check_owned(value: &OwnedValue) {
 fuzz_target!(|data: &[u8]| {
     let decoded = decode(data);
     assert_eq!(decoded.is_ok(), validate(data).is_ok());
+    if let Err(e) = rowid_testkit::decoders::check_agree(data) {
+        panic!("decoders disagree: {e}");
+    }
     if let Ok(id) = &decoded {
         assert_eq!(reencode(id), data, "accepted a non-canonical identity");
     }

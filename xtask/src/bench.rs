@@ -21,10 +21,13 @@ use crate::pg::{Cluster, Source};
 use crate::setup;
 use crate::shell::{cargo, exec, root, step};
 
-/// Criterion groups (workloads) and functions in report order.
-const FUNCTIONS: [&str; 6] = [
+/// Criterion functions of every workload group, in report order.
+const FUNCTIONS: [&str; 9] = [
+    "harness",
     "v2_encode",
+    "v2_typed",
     "v2_decode",
+    "v2_decode_borrowed",
     "v2_probe",
     "v1_text_xxh3",
     "memcomparable",
@@ -69,29 +72,43 @@ fn codec(quick: bool, report: &mut String) -> Result<(), String> {
     let groups = workloads()?;
     report.push_str(
         "## 1. Codec (criterion medians, ns per identity)\n\n\
-         | workload | V2 encode | V2 decode | V2 probe | V1 text+xxh3 | memcomparable | copy | \
-         V1 / V2 | memcomparable / V2 | V2 / copy |\n|---|---|---|---|---|---|---|---|---|---|\n",
+         `harness`: an empty closure timed the same way (what the loop costs). V2 encode is \
+         `encode_identity` over prepared values; V2 typed the typed pushes behind the same \
+         per-field dispatch memcomparable's contender does; borrowed decode the `fields` \
+         iterator; owned decode `decode` (the tree, allocated and dropped).\n\n\
+         | workload | harness | V2 encode | V2 typed | V2 decode owned | V2 decode borrowed | \
+         V2 probe | V1 text+xxh3 | memcomparable | copy |\n|---|---|---|---|---|---|---|---|---|---|\n",
+    );
+    let mut ratios = String::from(
+        "| workload | V1 / V2 | memcomparable / V2 | memcomparable / V2 typed | V2 / copy | \
+         V2 typed / copy | owned decode / encode | borrowed decode / encode |\n\
+         |---|---|---|---|---|---|---|---|\n",
     );
     for w in &groups {
         let mut m = BTreeMap::new();
         for f in FUNCTIONS {
             m.insert(f, median_ns(w, f)?);
         }
+        let _ = write!(report, "| {w} |");
+        for f in &FUNCTIONS {
+            let _ = write!(report, " {:.1} |", m[f]);
+        }
+        report.push('\n');
+        let enc = m["v2_encode"];
         let _ = writeln!(
-            report,
-            "| {} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.2} | {:.2} | {:.2} |",
-            w,
-            m["v2_encode"],
-            m["v2_decode"],
-            m["v2_probe"],
-            m["v1_text_xxh3"],
-            m["memcomparable"],
-            m["copy"],
-            m["v1_text_xxh3"] / m["v2_encode"],
-            m["memcomparable"] / m["v2_encode"],
-            m["v2_encode"] / m["copy"],
+            ratios,
+            "| {w} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} |",
+            m["v1_text_xxh3"] / enc,
+            m["memcomparable"] / enc,
+            m["memcomparable"] / m["v2_typed"],
+            enc / m["copy"],
+            m["v2_typed"] / m["copy"],
+            m["v2_decode"] / enc,
+            m["v2_decode_borrowed"] / enc,
         );
     }
+    report.push('\n');
+    report.push_str(&ratios);
     report.push('\n');
     Ok(())
 }
@@ -351,17 +368,41 @@ pub fn run(quick: bool) -> Result<(), String> {
     Ok(())
 }
 
-/// CPU model and core count, for the report header.
+/// CPU model, clock and core count, for the report header (`lscpu`, else /proc/cpuinfo).
 fn machine() -> String {
+    let lscpu = std::process::Command::new("lscpu")
+        .env("LC_ALL", "C")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_default();
+    let field = |name: &str| {
+        lscpu
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .map(|v| v.trim_start_matches(':').trim().to_string())
+    };
     let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-    let model = cpuinfo
-        .lines()
-        .find_map(|l| l.strip_prefix("model name"))
-        .map(|l| l.trim_start_matches([' ', '\t', ':']).to_string())
+    let model = field("Model name")
+        .or_else(|| {
+            cpuinfo
+                .lines()
+                .find_map(|l| l.strip_prefix("model name"))
+                .map(|l| l.trim_start_matches([' ', '\t', ':']).to_string())
+        })
         .unwrap_or_else(|| "unknown CPU".into());
+    // Virtual machines often report no maximum clock; the current one is in /proc/cpuinfo.
+    let mhz = field("CPU max MHz").or_else(|| {
+        cpuinfo
+            .lines()
+            .find_map(|l| l.strip_prefix("cpu MHz"))
+            .map(|l| l.trim_start_matches([' ', '\t', ':']).to_string())
+    });
     let cores = cpuinfo
         .lines()
         .filter(|l| l.starts_with("processor"))
         .count();
-    format!("{model}, {cores} cores (shared and noisy: compare ratios, not absolute times)")
+    let clock = mhz.map_or_else(|| "clock not reported".into(), |m| format!("{m} MHz"));
+    format!(
+        "{model}, {clock}, {cores} cores (shared and noisy: compare ratios, not absolute times)"
+    )
 }

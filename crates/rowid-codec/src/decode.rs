@@ -10,14 +10,18 @@
 //! sources are in `source`, the leaf readers of the scalar families in `scalar`. The decoder
 //! reads only the shared vocabulary, never the encoder.
 
+mod fields;
 mod scalar;
 mod source;
 
+pub use self::fields::{FieldRef, Fields, fields};
+
+use alloc::borrow::Cow;
 use alloc::boxed::Box;
 use alloc::vec::Vec;
 
-use self::scalar::{read_numeric, read_scalar, read_text};
-use self::source::{FieldCtx, SliceSource, Source, UnescapeSource, need, need_array};
+use self::scalar::{any_bytes_width, read_numeric, read_scalar, read_text};
+use self::source::{FieldCtx, Reader};
 use crate::error::{Error, Limit, Result};
 use crate::limits::{MAX_DEPTH, MAX_FIELDS, MAX_IDENTITY_LEN};
 use crate::primitives::unflip_i32;
@@ -47,7 +51,7 @@ pub struct Summary {
 /// (spec §8). Never panics.
 pub fn decode(bytes: &[u8]) -> Result<DecodedIdentity> {
     check_len(bytes)?;
-    let mut src = SliceSource::new(bytes);
+    let mut src = Reader::new(bytes);
     let mut fields = Vec::new();
     let summary = parse_identity(&mut src, 1, Some(&mut fields))?;
     Ok(DecodedIdentity {
@@ -61,7 +65,7 @@ pub fn decode(bytes: &[u8]) -> Result<DecodedIdentity> {
 /// previous key to check key order.
 pub fn validate(bytes: &[u8]) -> Result<Summary> {
     check_len(bytes)?;
-    let mut src = SliceSource::new(bytes);
+    let mut src = Reader::new(bytes);
     parse_identity(&mut src, 1, None)
 }
 
@@ -88,73 +92,32 @@ fn check_len(bytes: &[u8]) -> Result<()> {
 }
 
 fn parse_identity(
-    src: &mut dyn Source,
+    src: &mut Reader<'_>,
     depth: u32,
     mut out: Option<&mut Vec<OwnedField>>,
 ) -> Result<Summary> {
-    let version = need(src)?;
-    if version != VERSION_V2 {
-        return Err(Error::UnknownVersion { found: version });
-    }
-    let d = need(src)?;
-    let domain = Domain::from_byte(d).ok_or(Error::UnknownDomain { found: d })?;
-    let declared = u32::from_be_bytes(need_array(src)?);
-    if declared > MAX_FIELDS {
-        return Err(Error::LimitExceeded {
-            limit: Limit::FieldCount,
-            value: declared as usize,
-        });
+    let (domain, declared) = read_header(src)?;
+    if let Some(fields) = out.as_deref_mut() {
+        fields.reserve_exact(declared.min(16) as usize);
     }
     let mut max_child = 0u32;
     for field in 0..declared {
-        let offset = src.offset();
-        let t = need(src)?;
-        if t == TUPLE_END {
-            return Err(Error::FieldCountMismatch {
-                declared,
-                actual: field,
-            });
-        }
-        let tag = TypeTag::from_byte(t).ok_or(Error::UnknownTypeTag {
-            field,
-            offset,
-            found: t,
-        })?;
-        let state_offset = src.offset();
-        let value = match need(src)? {
-            NULL_STATE => None,
-            VALUE_STATE => {
-                let mut ctx = FieldCtx {
-                    field,
-                    tag,
-                    offset: src.offset(),
-                    keep: out.is_some(),
-                    child_depth: 0,
-                };
-                let v = parse_payload(src, &mut ctx, depth)?;
-                max_child = max_child.max(ctx.child_depth);
-                v
+        let (tag, present) = read_field_head(src, declared, field)?;
+        match out.as_deref_mut() {
+            Some(fields) => {
+                let mut value = None;
+                if present {
+                    let mut ctx = FieldCtx::new(field, tag, src.offset(), true);
+                    value = parse_payload(src, &mut ctx, depth)?;
+                    max_child = max_child.max(ctx.child_depth);
+                }
+                fields.push(OwnedField { tag, value });
             }
-            found => {
-                return Err(Error::InvalidNullState {
-                    field,
-                    offset: state_offset,
-                    found,
-                });
-            }
-        };
-        if let Some(fields) = out.as_deref_mut() {
-            fields.push(OwnedField { tag, value });
+            None if present => max_child = max_child.max(check_payload(src, field, tag, depth)?),
+            None => {}
         }
     }
-    let end_offset = src.offset();
-    if need(src)? != TUPLE_END {
-        return Err(Error::MissingTupleEnd { offset: end_offset });
-    }
-    let trailing = src.offset();
-    if src.next()?.is_some() {
-        return Err(Error::TrailingBytes { offset: trailing });
-    }
+    read_end(src)?;
     Ok(Summary {
         domain,
         field_count: declared,
@@ -162,10 +125,101 @@ fn parse_identity(
     })
 }
 
+/// Reads `VERSION | DOMAIN | FIELD_COUNT` (spec §3).
+#[inline]
+fn read_header(src: &mut Reader<'_>) -> Result<(Domain, u32)> {
+    // The whole header in one read when the input holds it; a shorter input is read byte
+    // by byte, so it reports the first thing wrong with the bytes it has.
+    let header = src.peek::<6>();
+    let version = match header {
+        Some(h) => h[0],
+        None => src.byte()?,
+    };
+    if version != VERSION_V2 {
+        return Err(Error::UnknownVersion { found: version });
+    }
+    let d = match header {
+        Some(h) => h[1],
+        None => src.byte()?,
+    };
+    let domain = Domain::from_byte(d).ok_or(Error::UnknownDomain { found: d })?;
+    let count = match header {
+        Some([_, _, c0, c1, c2, c3]) => [c0, c1, c2, c3],
+        None => src.array()?,
+    };
+    let declared = u32::from_be_bytes(count);
+    if declared > MAX_FIELDS {
+        return Err(Error::LimitExceeded {
+            limit: Limit::FieldCount,
+            value: declared as usize,
+        });
+    }
+    if header.is_some() {
+        src.skip(6)?;
+    }
+    Ok((domain, declared))
+}
+
+/// Reads the tag and state of field `field` of `declared` (spec §4); true when a payload
+/// follows.
+#[inline]
+fn read_field_head(src: &mut Reader<'_>, declared: u32, field: u32) -> Result<(TypeTag, bool)> {
+    let offset = src.offset();
+    let t = src.byte()?;
+    if t == TUPLE_END {
+        return Err(Error::FieldCountMismatch {
+            declared,
+            actual: field,
+        });
+    }
+    let tag = TypeTag::from_byte(t).ok_or(Error::UnknownTypeTag {
+        field,
+        offset,
+        found: t,
+    })?;
+    let state_offset = src.offset();
+    match src.byte()? {
+        NULL_STATE => Ok((tag, false)),
+        VALUE_STATE => Ok((tag, true)),
+        found => Err(Error::InvalidNullState {
+            field,
+            offset: state_offset,
+            found,
+        }),
+    }
+}
+
+/// Checks one payload of type `tag` without building its value; returns the levels it spans
+/// below its holder. A family whose every payload of its width is canonical is skipped.
+#[inline]
+fn check_payload(src: &mut Reader<'_>, field: u32, tag: TypeTag, depth: u32) -> Result<u32> {
+    if let Some(width) = any_bytes_width(tag) {
+        src.skip(width)?;
+        return Ok(0);
+    }
+    let mut ctx = FieldCtx::new(field, tag, src.offset(), false);
+    parse_payload(src, &mut ctx, depth)?;
+    Ok(ctx.child_depth)
+}
+
+/// Reads `TUPLE_END`, which must be the last byte.
+fn read_end(src: &mut Reader<'_>) -> Result<()> {
+    let end_offset = src.offset();
+    if src.byte()? != TUPLE_END {
+        return Err(Error::MissingTupleEnd { offset: end_offset });
+    }
+    if !src.at_end() {
+        return Err(Error::TrailingBytes {
+            offset: src.offset(),
+        });
+    }
+    Ok(())
+}
+
 /// Reads one payload of type `ctx.tag` held at nesting `depth`; returns the value when
 /// `ctx.keep`.
 fn parse_payload(
-    src: &mut dyn Source,
+    src: &mut Reader<'_>,
     ctx: &mut FieldCtx,
     depth: u32,
 ) -> Result<Option<OwnedValue>> {
@@ -187,19 +241,18 @@ fn parse_payload(
 }
 
 /// A child identity (spec §6.1): a complete identity, escaped into the parent's payload.
-fn parse_child(src: &mut dyn Source, ctx: &mut FieldCtx, depth: u32) -> Result<Option<OwnedValue>> {
+fn parse_child(src: &mut Reader<'_>, ctx: &mut FieldCtx, depth: u32) -> Result<Option<OwnedValue>> {
     if depth >= MAX_DEPTH {
         return Err(Error::LimitExceeded {
             limit: Limit::Depth,
             value: depth as usize + 1,
         });
     }
-    let mut child = UnescapeSource::new(src, ctx.field, ctx.keep);
-    // parse_identity ends by asking for one more byte, which consumes the terminator; any
-    // byte before it is reported as trailing.
+    // The child's bytes are the unescaped run; it must be exactly one identity.
+    let bytes = src.escaped(ctx.field, 0)?.bytes();
+    let mut child = Reader::new(&bytes);
     let summary = parse_identity(&mut child, depth + 1, None)?;
     ctx.child_depth = summary.depth;
-    let bytes = child.into_bytes();
     Ok(ctx.keep.then(|| {
         OwnedValue::Identity(OwnedChildIdentity::from(ChildIdentity {
             bytes: &bytes,
@@ -216,9 +269,9 @@ fn parse_child(src: &mut dyn Source, ctx: &mut FieldCtx, depth: u32) -> Result<O
 // ---------------------------------------------------------------------------------------
 
 /// Reads a nested type tag.
-fn read_tag(src: &mut dyn Source, ctx: &FieldCtx) -> Result<TypeTag> {
+fn read_tag(src: &mut Reader<'_>, ctx: &FieldCtx) -> Result<TypeTag> {
     let offset = src.offset();
-    let t = need(src)?;
+    let t = src.byte()?;
     TypeTag::from_byte(t).ok_or(Error::UnknownTypeTag {
         field: ctx.field,
         offset,
@@ -228,7 +281,7 @@ fn read_tag(src: &mut dyn Source, ctx: &FieldCtx) -> Result<TypeTag> {
 
 /// Reads one nested value of type `tag` held at `level`.
 fn read_item(
-    src: &mut dyn Source,
+    src: &mut Reader<'_>,
     ctx: &mut FieldCtx,
     tag: TypeTag,
     level: u32,
@@ -246,9 +299,9 @@ fn read_item(
 }
 
 /// Reads a framing byte that must be one of `allowed`.
-fn read_marker(src: &mut dyn Source, ctx: &FieldCtx, allowed: &[u8]) -> Result<u8> {
+fn read_marker(src: &mut Reader<'_>, ctx: &FieldCtx, allowed: &[u8]) -> Result<u8> {
     let offset = src.offset();
-    let b = need(src)?;
+    let b = src.byte()?;
     if allowed.contains(&b) {
         Ok(b)
     } else {
@@ -262,15 +315,15 @@ fn read_marker(src: &mut dyn Source, ctx: &FieldCtx, allowed: &[u8]) -> Result<u
 
 /// Reads list items until `LIST_END`, counting them against `MAX_ELEMENTS`; `item` reads one
 /// item given its leading byte and that byte's offset. Returns the item count.
-fn read_list(
-    src: &mut dyn Source,
+fn read_list<'r>(
+    src: &mut Reader<'r>,
     ctx: &mut FieldCtx,
-    mut item: impl FnMut(&mut dyn Source, &mut FieldCtx, u8, usize) -> Result<()>,
+    mut item: impl FnMut(&mut Reader<'r>, &mut FieldCtx, u8, usize) -> Result<()>,
 ) -> Result<usize> {
     let mut count = 0usize;
     loop {
         let at = src.offset();
-        let b = need(src)?;
+        let b = src.byte()?;
         if b == LIST_END {
             return Ok(count);
         }
@@ -280,7 +333,7 @@ fn read_list(
     }
 }
 
-fn parse_array(src: &mut dyn Source, ctx: &mut FieldCtx, level: u32) -> Result<Option<OwnedValue>> {
+fn parse_array(src: &mut Reader<'_>, ctx: &mut FieldCtx, level: u32) -> Result<Option<OwnedValue>> {
     let element = read_tag(src, ctx)?;
     let mut elements = Vec::new();
     let count = read_list(src, ctx, |src, ctx, b, at| {
@@ -300,16 +353,16 @@ fn parse_array(src: &mut dyn Source, ctx: &mut FieldCtx, level: u32) -> Result<O
         }
         Ok(())
     })?;
-    let ndims = usize::from(need(src)?);
+    let ndims = usize::from(src.byte()?);
     if ndims > MAX_ARRAY_DIMS {
         return Err(ctx.non_canonical("more than 6 dimensions"));
     }
     let mut dims = [ArrayDim { len: 0, lower: 0 }; MAX_ARRAY_DIMS];
     for d in &mut dims[..ndims] {
-        d.len = unflip_i32(need_array(src)?);
+        d.len = unflip_i32(src.array()?);
     }
     for d in &mut dims[..ndims] {
-        d.lower = unflip_i32(need_array(src)?);
+        d.lower = unflip_i32(src.array()?);
     }
     if let Some(reason) = array_shape_error(&dims[..ndims], count) {
         return Err(ctx.non_canonical(reason));
@@ -324,14 +377,14 @@ fn parse_array(src: &mut dyn Source, ctx: &mut FieldCtx, level: u32) -> Result<O
 }
 
 fn read_bound_value(
-    src: &mut dyn Source,
+    src: &mut Reader<'_>,
     ctx: &mut FieldCtx,
     subtype: TypeTag,
     level: u32,
     lower: bool,
 ) -> Result<RangeBound> {
     let v = read_item(src, ctx, subtype, level)?.unwrap_or(OwnedValue::Bool(false));
-    let inclusive = match need(src)? {
+    let inclusive = match src.byte()? {
         bound::LOWER_INCLUSIVE_OR_UPPER_EXCLUSIVE => lower,
         bound::LOWER_EXCLUSIVE_OR_UPPER_INCLUSIVE => !lower,
         _ => return Err(ctx.non_canonical("range bound inclusivity byte is neither 00 nor 01")),
@@ -345,17 +398,17 @@ fn read_bound_value(
 
 /// Reads `LOWER UPPER` after the `01` state byte.
 fn read_bounds(
-    src: &mut dyn Source,
+    src: &mut Reader<'_>,
     ctx: &mut FieldCtx,
     subtype: TypeTag,
     level: u32,
 ) -> Result<RangeBounds> {
-    let lower = match need(src)? {
+    let lower = match src.byte()? {
         bound::LOWER_INFINITE => RangeBound::Infinite,
         bound::FINITE => read_bound_value(src, ctx, subtype, level, true)?,
         _ => return Err(ctx.non_canonical("lower bound byte is neither 00 nor 01")),
     };
-    let upper = match need(src)? {
+    let upper = match src.byte()? {
         bound::FINITE => read_bound_value(src, ctx, subtype, level, false)?,
         bound::UPPER_INFINITE => RangeBound::Infinite,
         _ => return Err(ctx.non_canonical("upper bound byte is neither 01 nor 02")),
@@ -363,9 +416,9 @@ fn read_bounds(
     Ok(RangeBounds { lower, upper })
 }
 
-fn parse_range(src: &mut dyn Source, ctx: &mut FieldCtx, level: u32) -> Result<Option<OwnedValue>> {
+fn parse_range(src: &mut Reader<'_>, ctx: &mut FieldCtx, level: u32) -> Result<Option<OwnedValue>> {
     let subtype = read_tag(src, ctx)?;
-    let bounds = match need(src)? {
+    let bounds = match src.byte()? {
         range_state::EMPTY => None,
         range_state::BOUNDED => Some(read_bounds(src, ctx, subtype, level)?),
         _ => return Err(ctx.non_canonical("range state byte is neither 00 nor 01")),
@@ -376,7 +429,7 @@ fn parse_range(src: &mut dyn Source, ctx: &mut FieldCtx, level: u32) -> Result<O
 }
 
 fn parse_multirange(
-    src: &mut dyn Source,
+    src: &mut Reader<'_>,
     ctx: &mut FieldCtx,
     level: u32,
 ) -> Result<Option<OwnedValue>> {
@@ -398,11 +451,11 @@ fn parse_multirange(
 }
 
 fn parse_record(
-    src: &mut dyn Source,
+    src: &mut Reader<'_>,
     ctx: &mut FieldCtx,
     level: u32,
 ) -> Result<Option<OwnedValue>> {
-    let n = u16::from_be_bytes(need_array(src)?);
+    let n = u16::from_be_bytes(src.array()?);
     if u32::from(n) > MAX_FIELDS {
         return Err(Error::LimitExceeded {
             limit: Limit::FieldCount,
@@ -425,9 +478,9 @@ fn parse_record(
         .then_some(OwnedValue::Record(RecordValue { fields })))
 }
 
-fn parse_jsonb(src: &mut dyn Source, ctx: &mut FieldCtx, level: u32) -> Result<Option<OwnedValue>> {
+fn parse_jsonb(src: &mut Reader<'_>, ctx: &mut FieldCtx, level: u32) -> Result<Option<OwnedValue>> {
     let mut deepest = level;
-    let first = need(src)?;
+    let first = src.byte()?;
     let j = read_json(src, ctx, first, level, &mut deepest)?;
     ctx.child_depth = deepest - level + 1;
     Ok(ctx.keep.then_some(OwnedValue::Jsonb(j)))
@@ -436,7 +489,7 @@ fn parse_jsonb(src: &mut dyn Source, ctx: &mut FieldCtx, level: u32) -> Result<O
 /// Reads the rest of one jsonb item at `level` whose item tag `item` was just read; the
 /// returned tree is empty when not keeping.
 fn read_json(
-    src: &mut dyn Source,
+    src: &mut Reader<'_>,
     ctx: &FieldCtx,
     item: u8,
     level: u32,
@@ -446,7 +499,14 @@ fn read_json(
         jsonb_tag::NULL => JsonbValue::Null,
         jsonb_tag::FALSE => JsonbValue::Bool(false),
         jsonb_tag::TRUE => JsonbValue::Bool(true),
-        jsonb_tag::STRING => JsonbValue::String(read_text(src, ctx)?),
+        jsonb_tag::STRING => {
+            let text = read_text(src, ctx)?;
+            JsonbValue::String(if ctx.keep {
+                text.into_owned()
+            } else {
+                Vec::new()
+            })
+        }
         jsonb_tag::NUMBER => {
             let n = read_numeric(src, ctx)?;
             if !matches!(n.sign, NumericSign::Positive | NumericSign::Negative) {
@@ -460,7 +520,7 @@ fn read_json(
             let mut items = Vec::new();
             let mut count = 0usize;
             loop {
-                let next = need(src)?;
+                let next = src.byte()?;
                 if next == LIST_END {
                     break;
                 }
@@ -477,7 +537,7 @@ fn read_json(
             check_depth(level + 1)?;
             *deepest = (*deepest).max(level + 1);
             let mut pairs = Vec::new();
-            let mut previous: Option<Vec<u8>> = None;
+            let mut previous: Option<Cow<'_, [u8]>> = None;
             let mut count = 0usize;
             loop {
                 if read_marker(src, ctx, &[LIST_END, ITEM_VALUE])? == LIST_END {
@@ -499,10 +559,10 @@ fn read_json(
                         "object keys are not unique and in jsonb order (length, then bytes)",
                     ));
                 }
-                let next = need(src)?;
+                let next = src.byte()?;
                 let v = read_json(src, ctx, next, level + 1, deepest)?;
                 if ctx.keep {
-                    pairs.push((key.clone(), v));
+                    pairs.push((key.to_vec(), v));
                 }
                 previous = Some(key);
                 count += 1;

@@ -15,7 +15,7 @@ pub use scalar::{float4_key, float8_key};
 use crate::error::{Error, Limit, Result};
 use crate::limits::{MAX_DEPTH, MAX_FIELDS, MAX_IDENTITY_LEN};
 use crate::primitives::{flip_i16, flip_i32, flip_i64, flip_i128, put_escaped};
-use crate::scalar::{ChildIdentity, NumericSign};
+use crate::scalar::{ChildIdentity, Interval, Numeric, NumericSign};
 use crate::structure::{
     ITEM_NULL, ITEM_VALUE, LIST_END, array_shape_error, bound, check_count, check_depth, jsonb_tag,
     key_order, range_state,
@@ -56,6 +56,20 @@ pub struct IdentityEncoder<'b> {
     start: usize,
     declared: u32,
     written: u32,
+}
+
+/// Typed pushes: one method per common family, each the field writer applied to a value
+/// whose family is known where it is called, so the dispatch on the family folds away.
+macro_rules! typed_pushes {
+    ($( $(#[$doc:meta])* $method:ident($ty:ty) => $variant:ident; )*) => {
+        $(
+            $(#[$doc])*
+            #[inline]
+            pub fn $method(&mut self, v: $ty) -> Result<()> {
+                self.value(&Value::$variant(v))
+            }
+        )*
+    };
 }
 
 impl<'b> IdentityEncoder<'b> {
@@ -102,22 +116,61 @@ impl<'b> IdentityEncoder<'b> {
     }
 
     /// Writes a non-NULL field (spec §4, §5, §6).
-    #[inline]
+    ///
+    /// A fixed-width value is written in one step (tag, state and payload as one array);
+    /// the other families go through the general payload writer. Always inlined: where the
+    /// family is known (the typed pushes) the dispatch folds away.
+    #[inline(always)]
     pub fn value(&mut self, value: &Value<'_>) -> Result<()> {
         let field = self.next_index()?;
-        let mark = self.buf.len();
-        self.buf
-            .extend_from_slice(&[value.tag() as u8, VALUE_STATE]);
-        match put_payload(self.buf, field, value, 1) {
-            Ok(()) => {
-                self.written += 1;
-                Ok(())
+        let buf = &mut *self.buf;
+        fixed_width!(*value, |tag, payload| put_fixed(buf, tag, payload), other => {
+            let mark = buf.len();
+            buf.extend_from_slice(&[other.tag() as u8, VALUE_STATE]);
+            if let Err(e) = put_variable(buf, field, &other, 1) {
+                buf.truncate(mark);
+                return Err(e);
             }
-            Err(e) => {
-                self.buf.truncate(mark);
-                Err(e)
-            }
-        }
+        });
+        self.written += 1;
+        Ok(())
+    }
+
+    typed_pushes! {
+        /// Writes a non-NULL `bool` field.
+        bool(bool) => Bool;
+        /// Writes a non-NULL `int2` field.
+        int2(i16) => Int2;
+        /// Writes a non-NULL `int4` field.
+        int4(i32) => Int4;
+        /// Writes a non-NULL `int8` field.
+        int8(i64) => Int8;
+        /// Writes a non-NULL `oid` field.
+        oid(u32) => Oid;
+        /// Writes a non-NULL `float4` field (`-0` and every NaN canonicalised).
+        float4(f32) => Float4;
+        /// Writes a non-NULL `float8` field (`-0` and every NaN canonicalised).
+        float8(f64) => Float8;
+        /// Writes a non-NULL `uuid` field (16 bytes in network order).
+        uuid([u8; 16]) => Uuid;
+        /// Writes a non-NULL `date` field (days since 2000-01-01).
+        date(i32) => Date;
+        /// Writes a non-NULL `timestamp` field (microseconds since 2000-01-01).
+        timestamp(i64) => Timestamp;
+        /// Writes a non-NULL `timestamptz` field (microseconds since 2000-01-01 UTC).
+        timestamptz(i64) => Timestamptz;
+        /// Writes a non-NULL `interval` field.
+        interval(Interval) => Interval;
+        /// Writes a non-NULL `macaddr` field.
+        macaddr([u8; 6]) => Macaddr;
+        /// Writes a non-NULL `macaddr8` field.
+        macaddr8([u8; 8]) => Macaddr8;
+        /// Writes a non-NULL `numeric` field.
+        numeric(Numeric<'_>) => Numeric;
+        /// Writes a non-NULL `text` field (database-encoding bytes without NUL).
+        text(&[u8]) => Text;
+        /// Writes a non-NULL `bytea` field.
+        bytea(&[u8]) => Bytea;
     }
 
     /// Writes `value`, or a NULL of type `tag` when `value` is `None`.
@@ -200,32 +253,83 @@ impl DecodedIdentity {
     }
 }
 
+/// Expands to a `match` on a [`Value`] that evaluates `$write` with `$tag` (the value's
+/// [`TypeTag`]) and `$payload` (its payload as a byte array of the family's width) for every
+/// fixed-width family (spec §5), and `$else` with the value bound to `$other` for the rest.
+/// The one place that maps a fixed-width value to its payload bytes: the field writer, the
+/// payload writer and the typed pushes all expand it.
+macro_rules! fixed_width {
+    ($value:expr, |$tag:ident, $payload:ident| $write:expr, $other:ident => $else:expr) => {
+        match $value {
+            Value::Bool(b) => fixed_width!(@ $tag, $payload, $write, Bool, [b as u8]),
+            Value::Int2(v) => fixed_width!(@ $tag, $payload, $write, Int2, flip_i16(v)),
+            Value::Int4(v) => fixed_width!(@ $tag, $payload, $write, Int4, flip_i32(v)),
+            Value::Date(v) => fixed_width!(@ $tag, $payload, $write, Date, flip_i32(v)),
+            Value::Int8(v) => fixed_width!(@ $tag, $payload, $write, Int8, flip_i64(v)),
+            Value::Timestamp(v) => {
+                fixed_width!(@ $tag, $payload, $write, Timestamp, flip_i64(v))
+            }
+            Value::Timestamptz(v) => {
+                fixed_width!(@ $tag, $payload, $write, Timestamptz, flip_i64(v))
+            }
+            Value::Oid(v) => fixed_width!(@ $tag, $payload, $write, Oid, v.to_be_bytes()),
+            Value::Float4(v) => fixed_width!(@ $tag, $payload, $write, Float4, float4_key(v)),
+            Value::Float8(v) => fixed_width!(@ $tag, $payload, $write, Float8, float8_key(v)),
+            Value::Uuid(u) => fixed_width!(@ $tag, $payload, $write, Uuid, u),
+            Value::Interval(i) => {
+                fixed_width!(@ $tag, $payload, $write, Interval, flip_i128(i.cmp_value()))
+            }
+            Value::Macaddr(m) => fixed_width!(@ $tag, $payload, $write, Macaddr, m),
+            Value::Macaddr8(m) => fixed_width!(@ $tag, $payload, $write, Macaddr8, m),
+            $other => $else,
+        }
+    };
+    (@ $tag:ident, $payload:ident, $write:expr, $family:ident, $bytes:expr) => {{
+        let $tag = TypeTag::$family;
+        let $payload = $bytes;
+        $write
+    }};
+}
+use fixed_width;
+
+/// Widest fixed-width payload (`uuid`, `interval`).
+const MAX_FIXED_PAYLOAD: usize = 16;
+
+/// Appends the field `TAG 01 payload` of a fixed-width value as one write: one capacity
+/// check, and a copy whose length is a constant.
+#[inline(always)]
+fn put_fixed<const N: usize>(buf: &mut Vec<u8>, tag: TypeTag, payload: [u8; N]) {
+    const { assert!(N <= MAX_FIXED_PAYLOAD) };
+    let mut field = [0u8; 2 + MAX_FIXED_PAYLOAD];
+    field[0] = tag as u8;
+    field[1] = VALUE_STATE;
+    field[2..2 + N].copy_from_slice(&payload);
+    buf.extend_from_slice(&field[..2 + N]);
+}
+
 /// Writes `value`'s payload; `depth` is the nesting level of the identity or structure that
 /// holds it (1 for a top-level field).
 #[inline]
 fn put_payload(buf: &mut Vec<u8>, field: u32, value: &Value<'_>, depth: u32) -> Result<()> {
+    fixed_width!(*value, |_tag, payload| {
+        buf.extend_from_slice(&payload);
+        Ok(())
+    }, other => put_variable(buf, field, &other, depth))
+}
+
+/// Writes the payload of a value that is not fixed-width (kept out of line, so the
+/// fixed-width path stays small).
+#[inline(never)]
+fn put_variable(buf: &mut Vec<u8>, field: u32, value: &Value<'_>, depth: u32) -> Result<()> {
     match *value {
-        Value::Bool(b) => buf.push(b as u8),
-        Value::Int2(v) => buf.extend_from_slice(&flip_i16(v)),
-        Value::Int4(v) | Value::Date(v) => buf.extend_from_slice(&flip_i32(v)),
-        Value::Int8(v) | Value::Timestamp(v) | Value::Timestamptz(v) => {
-            buf.extend_from_slice(&flip_i64(v))
-        }
-        Value::Oid(v) => buf.extend_from_slice(&v.to_be_bytes()),
-        Value::Float4(v) => buf.extend_from_slice(&float4_key(v)),
-        Value::Float8(v) => buf.extend_from_slice(&float8_key(v)),
         Value::Numeric(ref n) => scalar::put_numeric(buf, field, n)?,
         Value::Text(s) | Value::Varchar(s) => scalar::put_text(buf, field, value.tag(), s)?,
         Value::Bpchar(s) => scalar::put_bpchar(buf, field, s)?,
         Value::Bytea(b) => put_escaped(buf, b),
-        Value::Uuid(u) => buf.extend_from_slice(&u),
         Value::Time(t) => scalar::put_time(buf, field, t)?,
         Value::Timetz(t) => scalar::put_timetz(buf, field, t)?,
-        Value::Interval(i) => buf.extend_from_slice(&flip_i128(i.cmp_value())),
         Value::Inet(ref n) => scalar::put_inet(buf, field, TypeTag::Inet, n)?,
         Value::Cidr(ref n) => scalar::put_inet(buf, field, TypeTag::Cidr, n)?,
-        Value::Macaddr(m) => buf.extend_from_slice(&m),
-        Value::Macaddr8(m) => buf.extend_from_slice(&m),
         Value::Bit(ref b) => scalar::put_bits(buf, field, TypeTag::Bit, b)?,
         Value::Varbit(ref b) => scalar::put_bits(buf, field, TypeTag::Varbit, b)?,
         Value::Enum(label) => scalar::put_enum(buf, field, label)?,
@@ -235,6 +339,9 @@ fn put_payload(buf: &mut Vec<u8>, field: u32, value: &Value<'_>, depth: u32) -> 
         Value::Multirange(m) => put_multirange(buf, field, m, depth + 1)?,
         Value::Jsonb(j) => put_jsonb(buf, field, j, depth + 1)?,
         Value::Record(r) => put_record(buf, field, r, depth + 1)?,
+        // Fixed-width values are written by `put_payload`; reaching here with one writes the
+        // same bytes through it.
+        _ => put_payload(buf, field, value, depth)?,
     }
     Ok(())
 }
@@ -497,5 +604,61 @@ mod tests {
         ];
         assert!(encode_identity(&mut buf, Domain::ScanKey, &late).is_err());
         assert_eq!(buf, [7], "a refused identity leaves the buffer as it was");
+    }
+
+    /// Every typed push writes what the field writer writes for the same value, and counts
+    /// against the declared fields like it.
+    #[test]
+    fn typed_pushes_equal_the_field_writer() {
+        let n = [1234u16, 5678];
+        let numeric = Numeric::finite(true, 1, crate::scalar::Digits::native(&n));
+        let interval = Interval::from_fields(14, -3, 99);
+        let values = [
+            Value::Bool(true),
+            Value::Int2(-7),
+            Value::Int4(i32::MIN),
+            Value::Int8(1 << 40),
+            Value::Oid(u32::MAX),
+            Value::Float4(-0.0),
+            Value::Float8(f64::NAN),
+            Value::Uuid([0xA5; 16]),
+            Value::Date(-1),
+            Value::Timestamp(i64::MAX),
+            Value::Timestamptz(-5),
+            Value::Interval(interval),
+            Value::Macaddr([1, 0, 2, 0, 3, 0]),
+            Value::Macaddr8([0; 8]),
+            Value::Numeric(numeric),
+            Value::Text(b"key"),
+            Value::Bytea(&[0, 1, 0]),
+        ];
+        let mut general = Vec::new();
+        let mut enc = IdentityEncoder::begin(&mut general, Domain::ScanKey, 17).unwrap();
+        for v in &values {
+            enc.value(v).unwrap();
+        }
+        enc.finish().unwrap();
+        let mut typed = Vec::new();
+        let mut enc = IdentityEncoder::begin(&mut typed, Domain::ScanKey, 17).unwrap();
+        enc.bool(true).unwrap();
+        enc.int2(-7).unwrap();
+        enc.int4(i32::MIN).unwrap();
+        enc.int8(1 << 40).unwrap();
+        enc.oid(u32::MAX).unwrap();
+        enc.float4(-0.0).unwrap();
+        enc.float8(f64::NAN).unwrap();
+        enc.uuid([0xA5; 16]).unwrap();
+        enc.date(-1).unwrap();
+        enc.timestamp(i64::MAX).unwrap();
+        enc.timestamptz(-5).unwrap();
+        enc.interval(interval).unwrap();
+        enc.macaddr([1, 0, 2, 0, 3, 0]).unwrap();
+        enc.macaddr8([0; 8]).unwrap();
+        enc.numeric(numeric).unwrap();
+        enc.text(b"key").unwrap();
+        enc.bytea(&[0, 1, 0]).unwrap();
+        assert!(enc.int8(1).is_err(), "an 18th field of 17 is refused");
+        enc.finish().unwrap();
+        assert_eq!(typed, general);
     }
 }

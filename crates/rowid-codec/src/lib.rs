@@ -46,7 +46,7 @@
 //! | wire-format §6.1 | child identities | [`ChildIdentity`], [`Value::Identity`] |
 //! | wire-format §6.2–§6.7 | arrays, ranges, multiranges, jsonb, composites | [`structure`], [`Value::Array`] … [`Value::Record`] |
 //! | wire-format §7 | resource limits | [`limits`] |
-//! | wire-format §8 | strict decoding | [`decode()`], [`validate`] |
+//! | wire-format §8 | strict decoding | [`decode()`], [`validate`], [`decode::fields`] |
 //! | wire-format §9 | send formats | `send` (feature `send`) |
 //! | probe §2–§3 | probe V1 | [`probe::probe_v1`], [`probe::probe_with_prefix`] |
 #![no_std]

@@ -178,7 +178,7 @@ proptest! {
     #![proptest_config(config(CASES))]
 
     /// decode(encode(x)) is canonical(x): model-equal fieldwise, and re-encodes to the same
-    /// bytes; `validate` agrees with `decode`.
+    /// bytes; `validate` and the borrowing iterator agree with `decode`.
     #[test]
     fn round_trip((domain, fields) in identity()) {
         let bytes = encode_fields(domain, &fields);
@@ -203,6 +203,7 @@ proptest! {
         let summary = validate(&bytes).unwrap();
         prop_assert_eq!(summary.field_count as usize, fields.len());
         prop_assert_eq!(summary.depth, 1);
+        check_strict(&bytes)?;
     }
 
     /// Identities are equal iff domain, schema and every field agree under the model, and no
@@ -318,6 +319,9 @@ fn check_strict(bytes: &[u8]) -> Result<(), TestCaseError> {
         let mut again = Vec::new();
         id.encode(&mut again).unwrap();
         prop_assert_eq!(&again[..], bytes, "accepted a non-canonical identity");
+    }
+    if let Err(e) = rowid_testkit::decoders::check_agree(bytes) {
+        return Err(TestCaseError::fail(e));
     }
     Ok(())
 }

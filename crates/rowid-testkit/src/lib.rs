@@ -2,6 +2,7 @@
 //!
 //! Not published; a dev-dependency of the crates and a dependency of `xtask`. It owns:
 //!
+//! - [`decoders`]: the codec's three decoders judged against each other;
 //! - [`hex`]: lower-case hex without separators, and back;
 //! - [`sql`]: SQL string quoting, and SQL literals of codec values (for servers that judge
 //!   the same pairs the model judges);
@@ -16,6 +17,7 @@
 #![allow(clippy::panic, clippy::unwrap_used, clippy::expect_used)]
 
 pub mod cluster;
+pub mod decoders;
 pub mod hex;
 #[cfg(feature = "model")]
 pub mod model;

@@ -6,6 +6,7 @@
 
 use rowid_codec::probe::{max_probe_len, probe_with_prefix};
 use rowid_codec::{Domain, TypeTag, decode, validate};
+use rowid_testkit::decoders::check_agree;
 use rowid_testkit::hex::from_hex;
 use rowid_vectors::{check_dir, error_name, vectors_dir};
 use serde_json::Value as Json;
@@ -100,6 +101,7 @@ fn check_valid(id: &str, v: &Json) {
     decoded.encode(&mut again).unwrap();
     assert_eq!(again, bytes, "{id}: re-encoding differs");
     validate(&bytes).unwrap_or_else(|e| panic!("{id}: validate: {e}"));
+    check_agree(&bytes).unwrap_or_else(|e| panic!("{id}: {e}"));
 }
 
 fn check_invalid(id: &str, v: &Json) {
@@ -109,6 +111,7 @@ fn check_invalid(id: &str, v: &Json) {
     assert_eq!(error_name(&err), want, "{id}: wrong error {err}");
     let err2 = validate(&bytes).expect_err(id);
     assert_eq!(err, err2, "{id}: decode and validate disagree");
+    check_agree(&bytes).unwrap_or_else(|e| panic!("{id}: {e}"));
 }
 
 fn check_probe(id: &str, v: &Json) {

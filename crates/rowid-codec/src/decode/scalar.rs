@@ -1,9 +1,10 @@
 //! Strict readers of the scalar payloads (spec/wire-format.md §5, §8): each accepts exactly
 //! the one canonical encoding of its value and names what is wrong otherwise.
 
+use alloc::borrow::Cow;
 use alloc::vec::Vec;
 
-use super::source::{FieldCtx, Source, need, need_array, read_escaped};
+use super::source::{FieldCtx, Reader};
 use crate::error::{Error, Limit, Result};
 use crate::limits::{MAX_BIT_LEN, MAX_ENUM_LABEL_LEN, MAX_NUMERIC_GROUPS};
 use crate::primitives::{unflip_i16, unflip_i32, unflip_i64, unflip_i128};
@@ -14,48 +15,70 @@ use crate::scalar::{
 use crate::tag::TypeTag;
 use crate::value::OwnedValue;
 
+/// The payload width of a fixed-width family every one of whose payloads of that width is
+/// canonical (integers, `oid`, `uuid`, `date`, timestamps, MAC addresses): checking such a
+/// payload is skipping it. `None` for families with a check or a variable width.
+#[inline]
+pub(super) fn any_bytes_width(tag: TypeTag) -> Option<usize> {
+    match tag {
+        TypeTag::Int2 => Some(2),
+        TypeTag::Int4 | TypeTag::Oid | TypeTag::Date => Some(4),
+        TypeTag::Macaddr => Some(6),
+        TypeTag::Int8 | TypeTag::Timestamp | TypeTag::Timestamptz | TypeTag::Macaddr8 => Some(8),
+        TypeTag::Uuid => Some(16),
+        _ => None,
+    }
+}
+
 /// Reads the payload of scalar family `ctx.tag` (not the child identity, which is framed
 /// like a structure). Returns the value when `ctx.keep`.
-pub(super) fn read_scalar(src: &mut dyn Source, ctx: &FieldCtx) -> Result<Option<OwnedValue>> {
-    let v = match ctx.tag {
-        TypeTag::Bool => OwnedValue::Bool(read_bool(src, ctx)?),
-        TypeTag::Int2 => OwnedValue::Int2(unflip_i16(need_array(src)?)),
-        TypeTag::Int4 => OwnedValue::Int4(unflip_i32(need_array(src)?)),
-        TypeTag::Int8 => OwnedValue::Int8(unflip_i64(need_array(src)?)),
-        TypeTag::Oid => OwnedValue::Oid(u32::from_be_bytes(need_array(src)?)),
-        TypeTag::Float4 => OwnedValue::Float4(read_float4(src, ctx)?),
-        TypeTag::Float8 => OwnedValue::Float8(read_float8(src, ctx)?),
-        TypeTag::Numeric => OwnedValue::Numeric(read_numeric(src, ctx)?),
-        TypeTag::Text => OwnedValue::Text(read_text(src, ctx)?),
-        TypeTag::Varchar => OwnedValue::Varchar(read_text(src, ctx)?),
-        TypeTag::Bpchar => OwnedValue::Bpchar(read_text(src, ctx)?),
-        TypeTag::Enum => OwnedValue::Enum(read_text(src, ctx)?),
-        TypeTag::Bytea => OwnedValue::Bytea(read_bytes(src, ctx)?),
-        TypeTag::Uuid => OwnedValue::Uuid(need_array(src)?),
-        TypeTag::Date => OwnedValue::Date(unflip_i32(need_array(src)?)),
-        TypeTag::Time => OwnedValue::Time(read_time(src, ctx)?),
-        TypeTag::Timestamp => OwnedValue::Timestamp(unflip_i64(need_array(src)?)),
-        TypeTag::Timestamptz => OwnedValue::Timestamptz(unflip_i64(need_array(src)?)),
-        TypeTag::Timetz => OwnedValue::Timetz(read_timetz(src, ctx)?),
-        TypeTag::Interval => OwnedValue::Interval(read_interval(src, ctx)?),
-        TypeTag::Inet => OwnedValue::Inet(read_inet(src, ctx)?),
-        TypeTag::Cidr => OwnedValue::Cidr(read_inet(src, ctx)?),
-        TypeTag::Macaddr => OwnedValue::Macaddr(need_array(src)?),
-        TypeTag::Macaddr8 => OwnedValue::Macaddr8(need_array(src)?),
-        TypeTag::Bit => OwnedValue::Bit(read_bits(src, ctx)?),
-        TypeTag::Varbit => OwnedValue::Varbit(read_bits(src, ctx)?),
+pub(super) fn read_scalar(r: &mut Reader<'_>, ctx: &FieldCtx) -> Result<Option<OwnedValue>> {
+    // Each arm builds its variant only when kept, so a checked value is dropped as the
+    // plain value it is (no generic drop of an `OwnedValue`).
+    macro_rules! kept {
+        ($variant:ident, $read:expr) => {{
+            let v = $read;
+            ctx.keep.then(|| OwnedValue::$variant(v))
+        }};
+    }
+    Ok(match ctx.tag {
+        TypeTag::Bool => kept!(Bool, read_bool(r, ctx)?),
+        TypeTag::Int2 => kept!(Int2, unflip_i16(r.array()?)),
+        TypeTag::Int4 => kept!(Int4, unflip_i32(r.array()?)),
+        TypeTag::Int8 => kept!(Int8, unflip_i64(r.array()?)),
+        TypeTag::Oid => kept!(Oid, u32::from_be_bytes(r.array()?)),
+        TypeTag::Float4 => kept!(Float4, read_float4(r, ctx)?),
+        TypeTag::Float8 => kept!(Float8, read_float8(r, ctx)?),
+        TypeTag::Numeric => kept!(Numeric, read_numeric(r, ctx)?),
+        TypeTag::Text => kept!(Text, owned_text(r, ctx)?),
+        TypeTag::Varchar => kept!(Varchar, owned_text(r, ctx)?),
+        TypeTag::Bpchar => kept!(Bpchar, owned_text(r, ctx)?),
+        TypeTag::Enum => kept!(Enum, owned_text(r, ctx)?),
+        TypeTag::Bytea => kept!(Bytea, read_bytes(r, ctx)?),
+        TypeTag::Uuid => kept!(Uuid, r.array()?),
+        TypeTag::Date => kept!(Date, unflip_i32(r.array()?)),
+        TypeTag::Time => kept!(Time, read_time(r, ctx)?),
+        TypeTag::Timestamp => kept!(Timestamp, unflip_i64(r.array()?)),
+        TypeTag::Timestamptz => kept!(Timestamptz, unflip_i64(r.array()?)),
+        TypeTag::Timetz => kept!(Timetz, read_timetz(r, ctx)?),
+        TypeTag::Interval => kept!(Interval, read_interval(r, ctx)?),
+        TypeTag::Inet => kept!(Inet, read_inet(r, ctx)?),
+        TypeTag::Cidr => kept!(Cidr, read_inet(r, ctx)?),
+        TypeTag::Macaddr => kept!(Macaddr, r.array()?),
+        TypeTag::Macaddr8 => kept!(Macaddr8, r.array()?),
+        TypeTag::Bit => kept!(Bit, read_bits(r, ctx)?),
+        TypeTag::Varbit => kept!(Varbit, read_bits(r, ctx)?),
         TypeTag::ChildIdentity
         | TypeTag::Array
         | TypeTag::Range
         | TypeTag::Multirange
         | TypeTag::Jsonb
         | TypeTag::Record => return Err(ctx.non_canonical("not a scalar family")),
-    };
-    Ok(ctx.keep.then_some(v))
+    })
 }
 
-fn read_bool(src: &mut dyn Source, ctx: &FieldCtx) -> Result<bool> {
-    match need(src)? {
+fn read_bool(r: &mut Reader<'_>, ctx: &FieldCtx) -> Result<bool> {
+    match r.byte()? {
         0 => Ok(false),
         1 => Ok(true),
         _ => Err(ctx.non_canonical("bool byte is neither 0x00 nor 0x01")),
@@ -64,8 +87,8 @@ fn read_bool(src: &mut dyn Source, ctx: &FieldCtx) -> Result<bool> {
 
 /// Inverse of the sortable transform (spec §5.4); `-0` and any NaN but the canonical one
 /// are not canonical.
-fn read_float4(src: &mut dyn Source, ctx: &FieldCtx) -> Result<f32> {
-    let key = u32::from_be_bytes(need_array(src)?);
+fn read_float4(r: &mut Reader<'_>, ctx: &FieldCtx) -> Result<f32> {
+    let key = u32::from_be_bytes(r.array()?);
     let bits = if key & 0x8000_0000 != 0 {
         key ^ 0x8000_0000
     } else {
@@ -81,8 +104,8 @@ fn read_float4(src: &mut dyn Source, ctx: &FieldCtx) -> Result<f32> {
     Ok(x)
 }
 
-fn read_float8(src: &mut dyn Source, ctx: &FieldCtx) -> Result<f64> {
-    let key = u64::from_be_bytes(need_array(src)?);
+fn read_float8(r: &mut Reader<'_>, ctx: &FieldCtx) -> Result<f64> {
+    let key = u64::from_be_bytes(r.array()?);
     let sign = 0x8000_0000_0000_0000u64;
     let bits = if key & sign != 0 { key ^ sign } else { !key };
     let x = f64::from_bits(bits);
@@ -96,57 +119,56 @@ fn read_float8(src: &mut dyn Source, ctx: &FieldCtx) -> Result<f64> {
 }
 
 /// Reads character data (spec §5.6, §5.7, §5.18): no NUL, no trailing space in a `bpchar`,
-/// an enum label within its limit. The bytes are collected only when `ctx.keep`.
-pub(super) fn read_text(src: &mut dyn Source, ctx: &FieldCtx) -> Result<Vec<u8>> {
-    let mut keep = Vec::new();
-    let mut len = 0usize;
-    let mut last = 0u8;
-    read_escaped(src, ctx, 0, |b| {
-        if b == 0 {
-            return Err(ctx.non_canonical("character data contains a NUL byte"));
-        }
-        len += 1;
-        last = b;
-        if ctx.keep {
-            keep.push(b);
-        }
-        Ok(())
-    })?;
-    if ctx.tag == TypeTag::Bpchar && last == b' ' {
+/// an enum label within its limit. Character data has nothing to unescape, so the bytes are
+/// borrowed from the input.
+pub(super) fn read_text<'a>(r: &mut Reader<'a>, ctx: &FieldCtx) -> Result<Cow<'a, [u8]>> {
+    let run = r.escaped(ctx.field, 0)?;
+    if run.has_zero() {
+        return Err(ctx.non_canonical("character data contains a NUL byte"));
+    }
+    if ctx.tag == TypeTag::Bpchar && run.last() == Some(b' ') {
         return Err(ctx.non_canonical("bpchar payload keeps trailing spaces"));
     }
-    if ctx.tag == TypeTag::Enum && len > MAX_ENUM_LABEL_LEN {
+    if ctx.tag == TypeTag::Enum && run.len() > MAX_ENUM_LABEL_LEN {
         return Err(Error::LimitExceeded {
             limit: Limit::EnumLabelLength,
-            value: len,
+            value: run.len(),
         });
     }
-    Ok(keep)
+    Ok(run.bytes())
 }
 
-/// `bytea` (spec §5.8): any bytes.
-fn read_bytes(src: &mut dyn Source, ctx: &FieldCtx) -> Result<Vec<u8>> {
-    let mut out = Vec::new();
-    read_escaped(src, ctx, 0, |b| {
-        if ctx.keep {
-            out.push(b);
-        }
-        Ok(())
-    })?;
-    Ok(out)
+/// Character data kept as an owned value, or checked only.
+fn owned_text(r: &mut Reader<'_>, ctx: &FieldCtx) -> Result<Vec<u8>> {
+    let text = read_text(r, ctx)?;
+    Ok(if ctx.keep {
+        text.into_owned()
+    } else {
+        Vec::new()
+    })
 }
 
-fn read_time(src: &mut dyn Source, ctx: &FieldCtx) -> Result<i64> {
-    let t = u64::from_be_bytes(need_array(src)?);
+/// `bytea` (spec §5.8): any bytes, copied in runs between escapes when kept.
+fn read_bytes(r: &mut Reader<'_>, ctx: &FieldCtx) -> Result<Vec<u8>> {
+    let run = r.escaped(ctx.field, 0)?;
+    Ok(if ctx.keep {
+        run.bytes().into_owned()
+    } else {
+        Vec::new()
+    })
+}
+
+fn read_time(r: &mut Reader<'_>, ctx: &FieldCtx) -> Result<i64> {
+    let t = u64::from_be_bytes(r.array()?);
     if t > USECS_PER_DAY as u64 {
         return Err(ctx.non_canonical("time of day beyond 24:00"));
     }
     Ok(t as i64)
 }
 
-fn read_timetz(src: &mut dyn Source, ctx: &FieldCtx) -> Result<Timetz> {
-    let gmt = unflip_i64(need_array(src)?);
-    let zone = unflip_i32(need_array(src)?);
+fn read_timetz(r: &mut Reader<'_>, ctx: &FieldCtx) -> Result<Timetz> {
+    let gmt = unflip_i64(r.array()?);
+    let zone = unflip_i32(r.array()?);
     let probe = Timetz { time: 0, zone };
     if !probe.zone_in_range() {
         return Err(ctx.non_canonical("zone offset outside ±15:59:59"));
@@ -158,16 +180,16 @@ fn read_timetz(src: &mut dyn Source, ctx: &FieldCtx) -> Result<Timetz> {
     Ok(Timetz { time, zone })
 }
 
-fn read_interval(src: &mut dyn Source, ctx: &FieldCtx) -> Result<Interval> {
-    let cmp = unflip_i128(need_array(src)?);
+fn read_interval(r: &mut Reader<'_>, ctx: &FieldCtx) -> Result<Interval> {
+    let cmp = unflip_i128(r.array()?);
     Interval::from_cmp_value(cmp)
         .ok_or_else(|| ctx.non_canonical("comparison value outside interval range"))
 }
 
 /// Reads a numeric payload (spec §5.5): class, then for finite non-zero values the weight and
 /// the normalised digit groups (no leading or trailing zero group).
-pub(super) fn read_numeric(src: &mut dyn Source, ctx: &FieldCtx) -> Result<OwnedNumeric> {
-    let (sign, xor) = match need(src)? {
+pub(super) fn read_numeric(r: &mut Reader<'_>, ctx: &FieldCtx) -> Result<OwnedNumeric> {
+    let (sign, xor) = match r.byte()? {
         numeric_class::NEG_INF => return Ok(OwnedNumeric::special(NumericSign::NegativeInfinity)),
         numeric_class::POS_INF => return Ok(OwnedNumeric::special(NumericSign::PositiveInfinity)),
         numeric_class::NAN => return Ok(OwnedNumeric::special(NumericSign::NaN)),
@@ -176,42 +198,40 @@ pub(super) fn read_numeric(src: &mut dyn Source, ctx: &FieldCtx) -> Result<Owned
         numeric_class::POS => (NumericSign::Positive, 0x00),
         _ => return Err(ctx.non_canonical("unknown numeric class byte")),
     };
-    let w = need_array::<2>(src)?;
+    let w = r.array::<2>()?;
     let weight = unflip_i16([w[0] ^ xor, w[1] ^ xor]);
-    let mut digits = Vec::new();
-    let (mut count, mut high, mut pending, mut last) = (0usize, 0u8, false, 0u16);
-    read_escaped(src, ctx, xor, |b| {
-        if !pending {
-            high = b;
-            pending = true;
-            return Ok(());
-        }
-        pending = false;
-        let g = u16::from_be_bytes([high, b]);
+    let run = r.escaped(ctx.field, xor)?;
+    if run.len() % 2 != 0 {
+        return Err(ctx.non_canonical("odd number of digit bytes"));
+    }
+    let count = run.len() / 2;
+    if count == 0 {
+        return Err(ctx.non_canonical("non-zero class without digit groups"));
+    }
+    if count > MAX_NUMERIC_GROUPS {
+        return Err(Error::LimitExceeded {
+            limit: Limit::NumericDigits,
+            value: count,
+        });
+    }
+    let mut digits = Vec::with_capacity(if ctx.keep { count } else { 0 });
+    let mut bytes = run.iter();
+    let mut last = 0u16;
+    for i in 0..count {
+        let (Some(high), Some(low)) = (bytes.next(), bytes.next()) else {
+            break;
+        };
+        let g = u16::from_be_bytes([high, low]);
         if g > 9999 {
             return Err(ctx.non_canonical("digit group exceeds 9999"));
         }
-        if count == 0 && g == 0 {
+        if i == 0 && g == 0 {
             return Err(ctx.non_canonical("leading zero digit group"));
-        }
-        count += 1;
-        if count > MAX_NUMERIC_GROUPS {
-            return Err(Error::LimitExceeded {
-                limit: Limit::NumericDigits,
-                value: count,
-            });
         }
         last = g;
         if ctx.keep {
             digits.push(g);
         }
-        Ok(())
-    })?;
-    if pending {
-        return Err(ctx.non_canonical("odd number of digit bytes"));
-    }
-    if count == 0 {
-        return Err(ctx.non_canonical("non-zero class without digit groups"));
     }
     if last == 0 {
         return Err(ctx.non_canonical("trailing zero digit group"));
@@ -225,21 +245,21 @@ pub(super) fn read_numeric(src: &mut dyn Source, ctx: &FieldCtx) -> Result<Owned
 
 /// `inet` / `cidr` (spec §5.15): the network part must be the masked address, and a `cidr`
 /// has no host bits.
-fn read_inet(src: &mut dyn Source, ctx: &FieldCtx) -> Result<Inet> {
-    let family = IpFamily::from_byte(need(src)?)
+fn read_inet(r: &mut Reader<'_>, ctx: &FieldCtx) -> Result<Inet> {
+    let family = IpFamily::from_byte(r.byte()?)
         .ok_or_else(|| ctx.non_canonical("unknown address family"))?;
     let len = family.addr_len();
     let mut masked = [0u8; 16];
     for b in &mut masked[..len] {
-        *b = need(src)?;
+        *b = r.byte()?;
     }
-    let bits = need(src)?;
+    let bits = r.byte()?;
     if bits > family.max_bits() {
         return Err(ctx.non_canonical("prefix length exceeds the address width"));
     }
     let mut addr = [0u8; 16];
     for b in &mut addr[..len] {
-        *b = need(src)?;
+        *b = r.byte()?;
     }
     for i in 0..len {
         let m = netmask_byte(bits, i);
@@ -255,18 +275,15 @@ fn read_inet(src: &mut dyn Source, ctx: &FieldCtx) -> Result<Inet> {
 
 /// `bit` / `varbit` (spec §5.17): the byte count must match the bit length and pad bits are
 /// zero.
-fn read_bits(src: &mut dyn Source, ctx: &FieldCtx) -> Result<OwnedBits> {
-    let mut bytes = Vec::new();
-    let (mut n, mut last) = (0usize, 0u8);
-    read_escaped(src, ctx, 0, |b| {
-        n += 1;
-        last = b;
-        if ctx.keep {
-            bytes.push(b);
-        }
-        Ok(())
-    })?;
-    let bit_len = u32::from_be_bytes(need_array(src)?);
+fn read_bits(r: &mut Reader<'_>, ctx: &FieldCtx) -> Result<OwnedBits> {
+    let run = r.escaped(ctx.field, 0)?;
+    let (n, last) = (run.len(), run.last().unwrap_or(0));
+    let bytes = if ctx.keep {
+        run.bytes().into_owned()
+    } else {
+        Vec::new()
+    };
+    let bit_len = u32::from_be_bytes(r.array()?);
     if bit_len > MAX_BIT_LEN {
         return Err(Error::LimitExceeded {
             limit: Limit::BitLength,

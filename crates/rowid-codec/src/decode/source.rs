@@ -1,126 +1,198 @@
-//! Where the decoder reads bytes from: the input slice of a top-level identity, or an
-//! unescaping view of the parent's payload for a child identity (spec §6.1), and the few
-//! primitives every reader uses.
+//! Where the decoder reads bytes from: a cursor over one identity's bytes (the input slice
+//! of a top-level identity, or the unescaped bytes of a child identity, spec §6.1), and the
+//! escaped runs of spec §2.1, found with `memchr` and borrowed where nothing was escaped.
 
+use alloc::borrow::Cow;
 use alloc::vec::Vec;
 
 use crate::error::{Error, Result};
 use crate::primitives::{ESCAPE, ESCAPED_ZERO, TERMINATOR};
 use crate::tag::TypeTag;
 
-/// A stream of an identity's bytes.
-pub(super) trait Source {
-    /// The next byte, or `None` at the end of this identity's bytes.
-    fn next(&mut self) -> Result<Option<u8>>;
-    /// Bytes produced so far (offsets in errors are relative to this identity).
-    fn offset(&self) -> usize;
-}
-
-/// A top-level identity: the input slice.
-pub(super) struct SliceSource<'a> {
+/// A cursor over one identity's bytes; offsets in errors are relative to them.
+#[derive(Clone)]
+pub(super) struct Reader<'a> {
     bytes: &'a [u8],
     pos: usize,
 }
 
-impl<'a> SliceSource<'a> {
+impl<'a> Reader<'a> {
     pub(super) fn new(bytes: &'a [u8]) -> Self {
-        SliceSource { bytes, pos: 0 }
+        Reader { bytes, pos: 0 }
     }
-}
 
-impl Source for SliceSource<'_> {
+    /// Bytes consumed so far.
     #[inline]
-    fn next(&mut self) -> Result<Option<u8>> {
-        let b = self.bytes.get(self.pos).copied();
-        if b.is_some() {
-            self.pos += 1;
-        }
-        Ok(b)
-    }
-
-    fn offset(&self) -> usize {
+    pub(super) fn offset(&self) -> usize {
         self.pos
     }
-}
 
-/// Unescapes a child identity out of its parent's field payload; ends at the terminator.
-/// With `keep`, the unescaped bytes are collected.
-pub(super) struct UnescapeSource<'p> {
-    parent: &'p mut dyn Source,
-    field: u32,
-    produced: usize,
-    done: bool,
-    keep: Option<Vec<u8>>,
-}
+    /// True when every byte has been consumed.
+    #[inline]
+    pub(super) fn at_end(&self) -> bool {
+        self.pos >= self.bytes.len()
+    }
 
-impl<'p> UnescapeSource<'p> {
-    pub(super) fn new(parent: &'p mut dyn Source, field: u32, keep: bool) -> Self {
-        UnescapeSource {
-            parent,
-            field,
-            produced: 0,
-            done: false,
-            keep: keep.then(Vec::new),
+    /// The bytes from `start` to the cursor.
+    #[inline]
+    pub(super) fn since(&self, start: usize) -> &'a [u8] {
+        self.bytes.get(start..self.pos).unwrap_or_default()
+    }
+
+    /// The next byte; the input may not end here.
+    #[inline]
+    pub(super) fn byte(&mut self) -> Result<u8> {
+        match self.bytes.get(self.pos) {
+            Some(&b) => {
+                self.pos += 1;
+                Ok(b)
+            }
+            None => Err(Error::Truncated { offset: self.pos }),
         }
     }
 
-    /// The unescaped bytes collected (empty when not keeping).
-    pub(super) fn into_bytes(self) -> Vec<u8> {
-        self.keep.unwrap_or_default()
+    /// The next `N` bytes without consuming them, if the input holds them.
+    #[inline]
+    pub(super) fn peek<const N: usize>(&self) -> Option<[u8; N]> {
+        let end = self.pos.checked_add(N)?;
+        self.bytes.get(self.pos..end)?.try_into().ok()
     }
-}
 
-impl Source for UnescapeSource<'_> {
-    fn next(&mut self) -> Result<Option<u8>> {
-        if self.done {
-            return Ok(None);
+    /// Skips `n` bytes; the input may not end before them.
+    #[inline]
+    pub(super) fn skip(&mut self, n: usize) -> Result<()> {
+        let end = self.pos.saturating_add(n);
+        if end > self.bytes.len() {
+            return Err(Error::Truncated {
+                offset: self.bytes.len(),
+            });
         }
-        let at = self.parent.offset();
-        let b = need(self.parent)?;
-        let b = if b != ESCAPE {
-            b
-        } else {
-            match need(self.parent)? {
-                ESCAPED_ZERO => 0,
+        self.pos = end;
+        Ok(())
+    }
+
+    /// The next `N` bytes.
+    #[inline]
+    pub(super) fn array<const N: usize>(&mut self) -> Result<[u8; N]> {
+        let end = self.pos.saturating_add(N);
+        match self
+            .bytes
+            .get(self.pos..end)
+            .and_then(|b| b.try_into().ok())
+        {
+            Some(a) => {
+                self.pos = end;
+                Ok(a)
+            }
+            None => Err(Error::Truncated {
+                offset: self.bytes.len(),
+            }),
+        }
+    }
+
+    /// Reads an escaped, terminated run (spec §2.1) whose raw bytes are complemented with
+    /// `xor` (`0xFF` for a negative numeric's digits). Each escape is found with `memchr`;
+    /// the run is checked completely before anything is returned.
+    pub(super) fn escaped(&mut self, field: u32, xor: u8) -> Result<Escaped<'a>> {
+        let start = self.pos;
+        let escape = ESCAPE ^ xor;
+        let mut escapes = 0usize;
+        let mut at = start;
+        loop {
+            let rest = self.bytes.get(at..).unwrap_or_default();
+            let Some(i) = memchr::memchr(escape, rest) else {
+                return Err(Error::Truncated {
+                    offset: self.bytes.len(),
+                });
+            };
+            let esc = at + i;
+            let Some(&second) = self.bytes.get(esc + 1) else {
+                return Err(Error::Truncated {
+                    offset: self.bytes.len(),
+                });
+            };
+            match second ^ xor {
                 TERMINATOR => {
-                    self.done = true;
-                    return Ok(None);
-                }
-                _ => {
-                    return Err(Error::InvalidEscape {
-                        field: self.field,
-                        offset: at,
+                    self.pos = esc + 2;
+                    return Ok(Escaped {
+                        raw: self.bytes.get(start..esc).unwrap_or_default(),
+                        escapes,
+                        xor,
                     });
                 }
+                ESCAPED_ZERO => {
+                    escapes += 1;
+                    at = esc + 2;
+                }
+                _ => return Err(Error::InvalidEscape { field, offset: esc }),
             }
-        };
-        self.produced += 1;
-        if let Some(k) = self.keep.as_mut() {
-            k.push(b);
         }
-        Ok(Some(b))
-    }
-
-    fn offset(&self) -> usize {
-        self.produced
     }
 }
 
-/// The next byte; the input may not end here.
-#[inline]
-pub(super) fn need(src: &mut dyn Source) -> Result<u8> {
-    let offset = src.offset();
-    src.next()?.ok_or(Error::Truncated { offset })
+/// An escaped run, checked: its raw bytes (the terminator excluded), how many escaped zeros
+/// they hold, and the complement applied to them.
+#[derive(Clone, Copy)]
+pub(super) struct Escaped<'a> {
+    raw: &'a [u8],
+    escapes: usize,
+    xor: u8,
 }
 
-/// The next `N` bytes.
-#[inline]
-pub(super) fn need_array<const N: usize>(src: &mut dyn Source) -> Result<[u8; N]> {
-    let mut out = [0u8; N];
-    for b in &mut out {
-        *b = need(src)?;
+impl<'a> Escaped<'a> {
+    /// True when the run holds an escaped zero.
+    #[inline]
+    pub(super) fn has_zero(&self) -> bool {
+        self.escapes > 0
     }
-    Ok(out)
+
+    /// Number of unescaped bytes.
+    #[inline]
+    pub(super) fn len(&self) -> usize {
+        self.raw.len() - self.escapes
+    }
+
+    /// The last unescaped byte. Every escape byte in a checked run begins a pair (a
+    /// pair's second byte is never the escape byte), so the run ends in an escaped zero
+    /// exactly when its last two raw bytes are one.
+    #[inline]
+    pub(super) fn last(&self) -> Option<u8> {
+        match *self.raw {
+            [.., a, b] if a ^ self.xor == ESCAPE && b ^ self.xor == ESCAPED_ZERO => Some(0),
+            [.., b] => Some(b ^ self.xor),
+            [] => None,
+        }
+    }
+
+    /// The unescaped bytes one at a time, complement undone, without copying the run.
+    pub(super) fn iter(&self) -> impl Iterator<Item = u8> + 'a {
+        let (raw, xor) = (self.raw, self.xor);
+        let mut i = 0;
+        core::iter::from_fn(move || {
+            let b = *raw.get(i)? ^ xor;
+            // In a checked run an escape byte always begins an escaped zero.
+            i += if b == ESCAPE { 2 } else { 1 };
+            Some(b)
+        })
+    }
+
+    /// The unescaped bytes with the complement undone: borrowed when nothing was escaped and
+    /// no complement applies, otherwise copied in runs between escapes.
+    pub(super) fn bytes(&self) -> Cow<'a, [u8]> {
+        if self.escapes == 0 && self.xor == 0 {
+            return Cow::Borrowed(self.raw);
+        }
+        let escape = ESCAPE ^ self.xor;
+        let mut out = Vec::with_capacity(self.len());
+        let mut rest = self.raw;
+        while let Some(i) = memchr::memchr(escape, rest) {
+            out.extend(rest[..i].iter().map(|b| b ^ self.xor));
+            out.push(0);
+            rest = rest.get(i + 2..).unwrap_or_default();
+        }
+        out.extend(rest.iter().map(|b| b ^ self.xor));
+        Cow::Owned(out)
+    }
 }
 
 /// What a payload reader knows about the field it reads: for error messages, and whether the
@@ -139,6 +211,18 @@ pub(super) struct FieldCtx {
 }
 
 impl FieldCtx {
+    /// The context of a value of type `tag` in top-level field `field` whose payload starts
+    /// at `offset`.
+    pub(super) fn new(field: u32, tag: TypeTag, offset: usize, keep: bool) -> Self {
+        FieldCtx {
+            field,
+            tag,
+            offset,
+            keep,
+            child_depth: 0,
+        }
+    }
+
     /// [`Error::NonCanonical`] for this value.
     pub(super) fn non_canonical(&self, reason: &'static str) -> Error {
         Error::NonCanonical {
@@ -150,54 +234,15 @@ impl FieldCtx {
     }
 }
 
-/// Reads an escaped, terminated run (spec §2.1); `xor` is applied to raw bytes first, which
-/// lets the numeric reader read complemented runs. Calls `each` with every unescaped byte.
-pub(super) fn read_escaped(
-    src: &mut dyn Source,
-    ctx: &FieldCtx,
-    xor: u8,
-    mut each: impl FnMut(u8) -> Result<()>,
-) -> Result<()> {
-    loop {
-        let at = src.offset();
-        let b = need(src)? ^ xor;
-        if b != ESCAPE {
-            each(b)?;
-            continue;
-        }
-        match need(src)? ^ xor {
-            TERMINATOR => return Ok(()),
-            ESCAPED_ZERO => each(0)?,
-            _ => {
-                return Err(Error::InvalidEscape {
-                    field: ctx.field,
-                    offset: at,
-                });
-            }
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use alloc::vec;
 
-    fn unescape(input: &[u8]) -> Result<(Vec<u8>, usize)> {
-        let mut src = SliceSource::new(input);
-        let ctx = FieldCtx {
-            field: 0,
-            tag: TypeTag::Bytea,
-            offset: 0,
-            keep: true,
-            child_depth: 0,
-        };
-        let mut out = Vec::new();
-        read_escaped(&mut src, &ctx, 0, |b| {
-            out.push(b);
-            Ok(())
-        })?;
-        Ok((out, src.offset()))
+    fn unescape(input: &[u8], xor: u8) -> Result<(Vec<u8>, usize)> {
+        let mut r = Reader::new(input);
+        let run = r.escaped(0, xor)?;
+        Ok((run.bytes().into_owned(), r.offset()))
     }
 
     /// The reader is the inverse of `put_escaped`: a bad escape and a missing terminator are
@@ -205,13 +250,47 @@ mod tests {
     #[test]
     fn scan_rejects_bad_escape_and_truncation() {
         assert_eq!(
-            unescape(&[0x61, 0x00, 0x01]),
+            unescape(&[0x61, 0x00, 0x01], 0),
             Err(Error::InvalidEscape {
                 field: 0,
                 offset: 1
             })
         );
-        assert_eq!(unescape(&[0x61, 0x00]), Err(Error::Truncated { offset: 2 }));
-        assert_eq!(unescape(&[0x00, 0xFF, 0x00, 0x00, 9]), Ok((vec![0], 4)));
+        assert_eq!(
+            unescape(&[0x61, 0x00], 0),
+            Err(Error::Truncated { offset: 2 })
+        );
+        assert_eq!(unescape(&[0x61], 0), Err(Error::Truncated { offset: 1 }));
+        assert_eq!(unescape(&[0x00, 0xFF, 0x00, 0x00, 9], 0), Ok((vec![0], 4)));
+    }
+
+    /// Runs are borrowed when nothing was escaped and copied otherwise; the last byte and
+    /// the length count an escaped zero as one byte; the complemented form reads the same.
+    #[test]
+    fn runs_borrow_when_unescaped_and_count_escapes_as_bytes() {
+        let mut r = Reader::new(b"abc\x00\x00");
+        let run = r.escaped(0, 0).unwrap_or_else(|_| unreachable!());
+        assert!(matches!(run.bytes(), Cow::Borrowed(b"abc")));
+        assert_eq!(
+            (run.len(), run.last(), run.has_zero()),
+            (3, Some(b'c'), false)
+        );
+
+        let mut r = Reader::new(&[1, 0x00, 0xFF, 2, 0x00, 0xFF, 0x00, 0x00]);
+        let run = r.escaped(0, 0).unwrap_or_else(|_| unreachable!());
+        assert_eq!(run.bytes().as_ref(), &[1, 0, 2, 0]);
+        assert_eq!((run.len(), run.last(), run.has_zero()), (4, Some(0), true));
+
+        // A literal 0xFF after an escaped zero is a byte, not part of an escape.
+        let mut r = Reader::new(&[0x00, 0xFF, 0xFF, 0x00, 0x00]);
+        let run = r.escaped(0, 0).unwrap_or_else(|_| unreachable!());
+        assert_eq!(run.bytes().as_ref(), &[0, 0xFF]);
+        assert_eq!(run.last(), Some(0xFF));
+
+        // Complemented: FF is the escape, FF FF the terminator, FF 00 a zero.
+        let mut r = Reader::new(&[0xFE, 0xFF, 0x00, 0xFF, 0xFF]);
+        let run = r.escaped(0, 0xFF).unwrap_or_else(|_| unreachable!());
+        assert_eq!(run.bytes().as_ref(), &[1, 0]);
+        assert_eq!(r.offset(), 5);
     }
 }
