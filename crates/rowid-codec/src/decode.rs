@@ -61,8 +61,8 @@ pub fn decode(bytes: &[u8]) -> Result<DecodedIdentity> {
 }
 
 /// Checks that `bytes` is one complete, canonical identity without building the decoded
-/// values (spec §8). It allocates nothing for scalar fields; a jsonb object keeps its
-/// previous key to check key order.
+/// values (spec §8). It allocates only to unescape a child identity that holds an escaped
+/// zero; [`fields()`] yields the same checks field by field.
 pub fn validate(bytes: &[u8]) -> Result<Summary> {
     check_len(bytes)?;
     let mut src = Reader::new(bytes);
