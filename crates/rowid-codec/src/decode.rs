@@ -16,7 +16,6 @@ mod source;
 
 pub use self::fields::{FieldRef, Fields, fields};
 
-use alloc::borrow::Cow;
 use alloc::boxed::Box;
 use alloc::vec::Vec;
 
@@ -52,12 +51,20 @@ pub struct Summary {
 pub fn decode(bytes: &[u8]) -> Result<DecodedIdentity> {
     check_len(bytes)?;
     let mut src = Reader::new(bytes);
-    let mut fields = Vec::new();
-    let summary = parse_identity(&mut src, 1, Some(&mut fields))?;
-    Ok(DecodedIdentity {
-        domain: summary.domain,
-        fields,
-    })
+    let (domain, declared) = read_header(&mut src)?;
+    // Sized from the header, but never more than a small input could justify.
+    let mut fields = Vec::with_capacity(declared.min(16) as usize);
+    for field in 0..declared {
+        let (tag, present) = read_field_head(&mut src, declared, field)?;
+        let mut value = None;
+        if present {
+            let mut ctx = FieldCtx::new(field, tag, src.offset(), true);
+            value = parse_payload(&mut src, &mut ctx, 1)?;
+        }
+        fields.push(OwnedField { tag, value });
+    }
+    read_end(&mut src)?;
+    Ok(DecodedIdentity { domain, fields })
 }
 
 /// Checks that `bytes` is one complete, canonical identity without building the decoded
@@ -66,7 +73,7 @@ pub fn decode(bytes: &[u8]) -> Result<DecodedIdentity> {
 pub fn validate(bytes: &[u8]) -> Result<Summary> {
     check_len(bytes)?;
     let mut src = Reader::new(bytes);
-    parse_identity(&mut src, 1, None)
+    parse_identity(&mut src, 1)
 }
 
 impl<'a> ChildIdentity<'a> {
@@ -91,30 +98,14 @@ fn check_len(bytes: &[u8]) -> Result<()> {
     Ok(())
 }
 
-fn parse_identity(
-    src: &mut Reader<'_>,
-    depth: u32,
-    mut out: Option<&mut Vec<OwnedField>>,
-) -> Result<Summary> {
+/// Checks one identity held at `depth` without building its values.
+fn parse_identity(src: &mut Reader<'_>, depth: u32) -> Result<Summary> {
     let (domain, declared) = read_header(src)?;
-    if let Some(fields) = out.as_deref_mut() {
-        fields.reserve_exact(declared.min(16) as usize);
-    }
     let mut max_child = 0u32;
     for field in 0..declared {
         let (tag, present) = read_field_head(src, declared, field)?;
-        match out.as_deref_mut() {
-            Some(fields) => {
-                let mut value = None;
-                if present {
-                    let mut ctx = FieldCtx::new(field, tag, src.offset(), true);
-                    value = parse_payload(src, &mut ctx, depth)?;
-                    max_child = max_child.max(ctx.child_depth);
-                }
-                fields.push(OwnedField { tag, value });
-            }
-            None if present => max_child = max_child.max(check_payload(src, field, tag, depth)?),
-            None => {}
+        if present {
+            max_child = max_child.max(check_payload(src, field, tag, depth)?);
         }
     }
     read_end(src)?;
@@ -198,6 +189,18 @@ fn check_payload(src: &mut Reader<'_>, field: u32, tag: TypeTag, depth: u32) -> 
         return Ok(0);
     }
     let mut ctx = FieldCtx::new(field, tag, src.offset(), false);
+    // The escaped scalar families are checked here, without the payload dispatch.
+    match tag {
+        TypeTag::Text | TypeTag::Varchar | TypeTag::Bpchar | TypeTag::Enum => {
+            read_text(src, &ctx)?;
+            return Ok(0);
+        }
+        TypeTag::Bytea => {
+            src.escaped(field, 0)?;
+            return Ok(0);
+        }
+        _ => {}
+    }
     parse_payload(src, &mut ctx, depth)?;
     Ok(ctx.child_depth)
 }
@@ -251,7 +254,7 @@ fn parse_child(src: &mut Reader<'_>, ctx: &mut FieldCtx, depth: u32) -> Result<O
     // The child's bytes are the unescaped run; it must be exactly one identity.
     let bytes = src.escaped(ctx.field, 0)?.bytes();
     let mut child = Reader::new(&bytes);
-    let summary = parse_identity(&mut child, depth + 1, None)?;
+    let summary = parse_identity(&mut child, depth + 1)?;
     ctx.child_depth = summary.depth;
     Ok(ctx.keep.then(|| {
         OwnedValue::Identity(OwnedChildIdentity::from(ChildIdentity {
@@ -501,11 +504,7 @@ fn read_json(
         jsonb_tag::TRUE => JsonbValue::Bool(true),
         jsonb_tag::STRING => {
             let text = read_text(src, ctx)?;
-            JsonbValue::String(if ctx.keep {
-                text.into_owned()
-            } else {
-                Vec::new()
-            })
+            JsonbValue::String(if ctx.keep { text.to_vec() } else { Vec::new() })
         }
         jsonb_tag::NUMBER => {
             let n = read_numeric(src, ctx)?;
@@ -537,7 +536,7 @@ fn read_json(
             check_depth(level + 1)?;
             *deepest = (*deepest).max(level + 1);
             let mut pairs = Vec::new();
-            let mut previous: Option<Cow<'_, [u8]>> = None;
+            let mut previous: Option<&[u8]> = None;
             let mut count = 0usize;
             loop {
                 if read_marker(src, ctx, &[LIST_END, ITEM_VALUE])? == LIST_END {
@@ -551,10 +550,7 @@ fn read_json(
                     child_depth: 0,
                 };
                 let key = read_text(src, &key_ctx)?;
-                if previous
-                    .as_deref()
-                    .is_some_and(|p| key_order(p, &key).is_ge())
-                {
+                if previous.is_some_and(|p| key_order(p, key).is_ge()) {
                     return Err(ctx.non_canonical(
                         "object keys are not unique and in jsonb order (length, then bytes)",
                     ));

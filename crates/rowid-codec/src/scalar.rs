@@ -90,10 +90,14 @@ pub mod numeric_class {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Digits<'a>(DigitRepr<'a>);
 
+/// How a [`Digits`] holds its groups.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum DigitRepr<'a> {
+pub(crate) enum DigitRepr<'a> {
+    /// Native `u16` groups.
     Native(&'a [u16]),
+    /// Groups as native-endian byte pairs (a Datum's digits, unaligned).
     NativeBytes(&'a [u8]),
+    /// Groups as big-endian byte pairs (the binary send format).
     BigEndian(&'a [u8]),
 }
 
@@ -160,6 +164,12 @@ impl<'a> Digits<'a> {
             DigitRepr::NativeBytes(b) => Digits(DigitRepr::NativeBytes(&b[2 * start..2 * end])),
             DigitRepr::BigEndian(b) => Digits(DigitRepr::BigEndian(&b[2 * start..2 * end])),
         }
+    }
+
+    /// The representation, for loops compiled once per representation.
+    #[inline]
+    pub(crate) const fn repr(&self) -> DigitRepr<'a> {
+        self.0
     }
 
     /// Iterates the groups.

@@ -1,7 +1,6 @@
 //! Strict readers of the scalar payloads (spec/wire-format.md §5, §8): each accepts exactly
 //! the one canonical encoding of its value and names what is wrong otherwise.
 
-use alloc::borrow::Cow;
 use alloc::vec::Vec;
 
 use super::source::{FieldCtx, Reader};
@@ -19,7 +18,7 @@ use crate::value::OwnedValue;
 /// canonical (integers, `oid`, `uuid`, `date`, timestamps, MAC addresses): checking such a
 /// payload is skipping it. `None` for families with a check or a variable width.
 #[inline]
-pub(super) fn any_bytes_width(tag: TypeTag) -> Option<usize> {
+pub(super) const fn any_bytes_width(tag: TypeTag) -> Option<usize> {
     match tag {
         TypeTag::Int2 => Some(2),
         TypeTag::Int4 | TypeTag::Oid | TypeTag::Date => Some(4),
@@ -121,31 +120,27 @@ fn read_float8(r: &mut Reader<'_>, ctx: &FieldCtx) -> Result<f64> {
 /// Reads character data (spec §5.6, §5.7, §5.18): no NUL, no trailing space in a `bpchar`,
 /// an enum label within its limit. Character data has nothing to unescape, so the bytes are
 /// borrowed from the input.
-pub(super) fn read_text<'a>(r: &mut Reader<'a>, ctx: &FieldCtx) -> Result<Cow<'a, [u8]>> {
+pub(super) fn read_text<'a>(r: &mut Reader<'a>, ctx: &FieldCtx) -> Result<&'a [u8]> {
     let run = r.escaped(ctx.field, 0)?;
-    if run.has_zero() {
+    let Some(text) = run.plain() else {
         return Err(ctx.non_canonical("character data contains a NUL byte"));
-    }
-    if ctx.tag == TypeTag::Bpchar && run.last() == Some(b' ') {
+    };
+    if ctx.tag == TypeTag::Bpchar && text.last() == Some(&b' ') {
         return Err(ctx.non_canonical("bpchar payload keeps trailing spaces"));
     }
-    if ctx.tag == TypeTag::Enum && run.len() > MAX_ENUM_LABEL_LEN {
+    if ctx.tag == TypeTag::Enum && text.len() > MAX_ENUM_LABEL_LEN {
         return Err(Error::LimitExceeded {
             limit: Limit::EnumLabelLength,
-            value: run.len(),
+            value: text.len(),
         });
     }
-    Ok(run.bytes())
+    Ok(text)
 }
 
 /// Character data kept as an owned value, or checked only.
 fn owned_text(r: &mut Reader<'_>, ctx: &FieldCtx) -> Result<Vec<u8>> {
     let text = read_text(r, ctx)?;
-    Ok(if ctx.keep {
-        text.into_owned()
-    } else {
-        Vec::new()
-    })
+    Ok(if ctx.keep { text.to_vec() } else { Vec::new() })
 }
 
 /// `bytea` (spec §5.8): any bytes, copied in runs between escapes when kept.

@@ -51,6 +51,27 @@ impl<'a> Reader<'a> {
         }
     }
 
+    /// The `len` bytes that start `skip` bytes past the cursor, without consuming them, if
+    /// the input holds them.
+    #[inline]
+    pub(super) fn ahead(&self, skip: usize, len: usize) -> Option<&'a [u8]> {
+        let start = self.pos.checked_add(skip)?;
+        self.bytes.get(start..start.checked_add(len)?)
+    }
+
+    /// The bytes not consumed yet.
+    #[inline]
+    pub(super) fn rest(&self) -> &'a [u8] {
+        self.bytes.get(self.pos..).unwrap_or_default()
+    }
+
+    /// Consumes `n` bytes that [`ahead`](Self::ahead) or [`rest`](Self::rest) showed are
+    /// there.
+    #[inline]
+    pub(super) fn advance(&mut self, n: usize) {
+        self.pos = (self.pos + n).min(self.bytes.len());
+    }
+
     /// The next `N` bytes without consuming them, if the input holds them.
     #[inline]
     pub(super) fn peek<const N: usize>(&self) -> Option<[u8; N]> {
@@ -140,12 +161,6 @@ pub(super) struct Escaped<'a> {
 }
 
 impl<'a> Escaped<'a> {
-    /// True when the run holds an escaped zero.
-    #[inline]
-    pub(super) fn has_zero(&self) -> bool {
-        self.escapes > 0
-    }
-
     /// Number of unescaped bytes.
     #[inline]
     pub(super) fn len(&self) -> usize {
@@ -162,6 +177,13 @@ impl<'a> Escaped<'a> {
             [.., b] => Some(b ^ self.xor),
             [] => None,
         }
+    }
+
+    /// The bytes as they are, when nothing was escaped and no complement applies (the
+    /// run is then its own unescaped form).
+    #[inline]
+    pub(super) fn plain(&self) -> Option<&'a [u8]> {
+        (self.escapes == 0 && self.xor == 0).then_some(self.raw)
     }
 
     /// The unescaped bytes one at a time, complement undone, without copying the run.
@@ -272,14 +294,14 @@ mod tests {
         let run = r.escaped(0, 0).unwrap_or_else(|_| unreachable!());
         assert!(matches!(run.bytes(), Cow::Borrowed(b"abc")));
         assert_eq!(
-            (run.len(), run.last(), run.has_zero()),
-            (3, Some(b'c'), false)
+            (run.len(), run.last(), run.plain()),
+            (3, Some(b'c'), Some(&b"abc"[..]))
         );
 
         let mut r = Reader::new(&[1, 0x00, 0xFF, 2, 0x00, 0xFF, 0x00, 0x00]);
         let run = r.escaped(0, 0).unwrap_or_else(|_| unreachable!());
         assert_eq!(run.bytes().as_ref(), &[1, 0, 2, 0]);
-        assert_eq!((run.len(), run.last(), run.has_zero()), (4, Some(0), true));
+        assert_eq!((run.len(), run.last(), run.plain()), (4, Some(0), None));
 
         // A literal 0xFF after an escaped zero is a byte, not part of an escape.
         let mut r = Reader::new(&[0x00, 0xFF, 0xFF, 0x00, 0x00]);
