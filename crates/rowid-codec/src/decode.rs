@@ -19,7 +19,7 @@ pub use self::fields::{FieldRef, Fields, fields};
 use alloc::boxed::Box;
 use alloc::vec::Vec;
 
-use self::scalar::{any_bytes_width, read_numeric, read_scalar, read_text};
+use self::scalar::{any_bytes_value, any_bytes_width, read_numeric, read_scalar, read_text};
 use self::source::{FieldCtx, Reader};
 use crate::error::{Error, Limit, Result};
 use crate::limits::{MAX_DEPTH, MAX_FIELDS, MAX_IDENTITY_LEN};
@@ -58,8 +58,20 @@ pub fn decode(bytes: &[u8]) -> Result<DecodedIdentity> {
         let (tag, present) = read_field_head(&mut src, declared, field)?;
         let mut value = None;
         if present {
-            let mut ctx = FieldCtx::new(field, tag, src.offset(), true);
-            value = parse_payload(&mut src, &mut ctx, 1)?;
+            // The families whose every payload is canonical are read in place.
+            let quick = any_bytes_width(tag)
+                .and_then(|w| src.ahead(0, w))
+                .and_then(|bytes| Some((bytes.len(), any_bytes_value(tag, bytes)?)));
+            value = match quick {
+                Some((width, v)) => {
+                    src.advance(width);
+                    Some(v)
+                }
+                None => {
+                    let mut ctx = FieldCtx::new(field, tag, src.offset(), true);
+                    parse_payload(&mut src, &mut ctx, 1)?
+                }
+            };
         }
         fields.push(OwnedField { tag, value });
     }

@@ -29,6 +29,25 @@ pub(super) const fn any_bytes_width(tag: TypeTag) -> Option<usize> {
     }
 }
 
+/// The value of a family every payload of whose width is canonical ([`any_bytes_width`]),
+/// from exactly that many bytes; `None` for any other family or length.
+#[inline]
+pub(super) fn any_bytes_value(tag: TypeTag, bytes: &[u8]) -> Option<OwnedValue> {
+    Some(match tag {
+        TypeTag::Int2 => OwnedValue::Int2(unflip_i16(bytes.try_into().ok()?)),
+        TypeTag::Int4 => OwnedValue::Int4(unflip_i32(bytes.try_into().ok()?)),
+        TypeTag::Int8 => OwnedValue::Int8(unflip_i64(bytes.try_into().ok()?)),
+        TypeTag::Oid => OwnedValue::Oid(u32::from_be_bytes(bytes.try_into().ok()?)),
+        TypeTag::Uuid => OwnedValue::Uuid(bytes.try_into().ok()?),
+        TypeTag::Date => OwnedValue::Date(unflip_i32(bytes.try_into().ok()?)),
+        TypeTag::Timestamp => OwnedValue::Timestamp(unflip_i64(bytes.try_into().ok()?)),
+        TypeTag::Timestamptz => OwnedValue::Timestamptz(unflip_i64(bytes.try_into().ok()?)),
+        TypeTag::Macaddr => OwnedValue::Macaddr(bytes.try_into().ok()?),
+        TypeTag::Macaddr8 => OwnedValue::Macaddr8(bytes.try_into().ok()?),
+        _ => return None,
+    })
+}
+
 /// Reads the payload of scalar family `ctx.tag` (not the child identity, which is framed
 /// like a structure). Returns the value when `ctx.keep`.
 pub(super) fn read_scalar(r: &mut Reader<'_>, ctx: &FieldCtx) -> Result<Option<OwnedValue>> {
@@ -40,12 +59,17 @@ pub(super) fn read_scalar(r: &mut Reader<'_>, ctx: &FieldCtx) -> Result<Option<O
             ctx.keep.then(|| OwnedValue::$variant(v))
         }};
     }
+    if let Some(width) = any_bytes_width(ctx.tag) {
+        let start = r.offset();
+        r.skip(width)?;
+        return Ok(if ctx.keep {
+            any_bytes_value(ctx.tag, r.since(start))
+        } else {
+            None
+        });
+    }
     Ok(match ctx.tag {
         TypeTag::Bool => kept!(Bool, read_bool(r, ctx)?),
-        TypeTag::Int2 => kept!(Int2, unflip_i16(r.array()?)),
-        TypeTag::Int4 => kept!(Int4, unflip_i32(r.array()?)),
-        TypeTag::Int8 => kept!(Int8, unflip_i64(r.array()?)),
-        TypeTag::Oid => kept!(Oid, u32::from_be_bytes(r.array()?)),
         TypeTag::Float4 => kept!(Float4, read_float4(r, ctx)?),
         TypeTag::Float8 => kept!(Float8, read_float8(r, ctx)?),
         TypeTag::Numeric => kept!(Numeric, read_numeric(r, ctx)?),
@@ -54,19 +78,24 @@ pub(super) fn read_scalar(r: &mut Reader<'_>, ctx: &FieldCtx) -> Result<Option<O
         TypeTag::Bpchar => kept!(Bpchar, owned_text(r, ctx)?),
         TypeTag::Enum => kept!(Enum, owned_text(r, ctx)?),
         TypeTag::Bytea => kept!(Bytea, read_bytes(r, ctx)?),
-        TypeTag::Uuid => kept!(Uuid, r.array()?),
-        TypeTag::Date => kept!(Date, unflip_i32(r.array()?)),
         TypeTag::Time => kept!(Time, read_time(r, ctx)?),
-        TypeTag::Timestamp => kept!(Timestamp, unflip_i64(r.array()?)),
-        TypeTag::Timestamptz => kept!(Timestamptz, unflip_i64(r.array()?)),
         TypeTag::Timetz => kept!(Timetz, read_timetz(r, ctx)?),
         TypeTag::Interval => kept!(Interval, read_interval(r, ctx)?),
         TypeTag::Inet => kept!(Inet, read_inet(r, ctx)?),
         TypeTag::Cidr => kept!(Cidr, read_inet(r, ctx)?),
-        TypeTag::Macaddr => kept!(Macaddr, r.array()?),
-        TypeTag::Macaddr8 => kept!(Macaddr8, r.array()?),
         TypeTag::Bit => kept!(Bit, read_bits(r, ctx)?),
         TypeTag::Varbit => kept!(Varbit, read_bits(r, ctx)?),
+        // Read above.
+        TypeTag::Int2
+        | TypeTag::Int4
+        | TypeTag::Int8
+        | TypeTag::Oid
+        | TypeTag::Uuid
+        | TypeTag::Date
+        | TypeTag::Timestamp
+        | TypeTag::Timestamptz
+        | TypeTag::Macaddr
+        | TypeTag::Macaddr8 => return Err(ctx.non_canonical("fixed-width family read twice")),
         TypeTag::ChildIdentity
         | TypeTag::Array
         | TypeTag::Range
