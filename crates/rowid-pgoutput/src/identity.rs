@@ -15,7 +15,7 @@ use rowid_codec::structure::Shape;
 use rowid_codec::{Domain, IdentityEncoder, TypeTag};
 use rowid_registry::{IdentitySchema, ScanKey};
 
-use crate::message::{Column, Relation, Tuple};
+use crate::message::{Column, OldTuple, Relation, RelationColumn, Tuple};
 use crate::relation::FlagBits;
 
 /// One identity column as the catalog snapshot describes it.
@@ -71,10 +71,22 @@ pub enum SchemaMismatch {
         /// OID in the Relation message.
         found: u32,
     },
-    /// A SCAN_KEY column is not part of the replica identity, so old tuples cannot carry it.
-    NotInReplicaIdentity {
-        /// Column name.
-        column: String,
+    /// The stream's replica identity columns are not the identity's key: the key grew,
+    /// shrank or changed since the identity schema was taken, or the replica identity uses
+    /// another index. Old tuples would carry other columns than the key.
+    KeyDiffers {
+        /// The identity schema's key columns.
+        schema: Vec<String>,
+        /// The columns the Relation message flags as replica identity.
+        stream: Vec<String>,
+    },
+    /// REPLICA IDENTITY NOTHING: updates and deletes carry no old key.
+    NoReplicaIdentity,
+    /// A KEYLESS_ROW identity needs REPLICA IDENTITY FULL: only a full old row says which
+    /// row an update or delete removed.
+    KeylessNeedsFull {
+        /// The Relation message's replica identity setting (`d`, `n`, `i`).
+        replica_identity: char,
     },
     /// The stream's primary-key bits disagree with the schema's key.
     PrimaryKeyDiffers {
@@ -99,9 +111,23 @@ impl fmt::Display for SchemaMismatch {
                 f,
                 "identity column {column} has type OID {found} in the stream, {expected} in the schema"
             ),
-            SchemaMismatch::NotInReplicaIdentity { column } => write!(
+            SchemaMismatch::KeyDiffers { schema, stream } => write!(
                 f,
-                "identity column {column} is not part of the replica identity"
+                "the identity schema's key is ({}) but the stream's replica identity is ({}): \
+                 the key changed since the schema was taken, or the replica identity uses \
+                 another index",
+                schema.join(", "),
+                stream.join(", ")
+            ),
+            SchemaMismatch::NoReplicaIdentity => write!(
+                f,
+                "REPLICA IDENTITY NOTHING: updates and deletes carry no old key; set REPLICA \
+                 IDENTITY DEFAULT, USING INDEX or FULL"
+            ),
+            SchemaMismatch::KeylessNeedsFull { replica_identity } => write!(
+                f,
+                "a keyless identity needs REPLICA IDENTITY FULL (the stream says '{replica_identity}'): \
+                 only a full old row names the row an update or delete removed"
             ),
             SchemaMismatch::PrimaryKeyDiffers { column } => write!(
                 f,
@@ -136,6 +162,8 @@ pub enum IdentityError {
     },
     /// The tuple has fewer columns than the relation.
     ShortTuple,
+    /// A keyless identity was asked of a `'K'` old tuple, which lacks the non-key columns.
+    KeylessNeedsFullOldRow,
     /// The codec refused the value (malformed send format or limit).
     Codec {
         /// Column name.
@@ -158,6 +186,11 @@ impl fmt::Display for IdentityError {
                 "identity column {column} is an unchanged TOASTed value the stream did not carry"
             ),
             IdentityError::ShortTuple => write!(f, "tuple has fewer columns than the relation"),
+            IdentityError::KeylessNeedsFullOldRow => write!(
+                f,
+                "a keyless identity needs the full old row, and the stream sent only the key \
+                 (REPLICA IDENTITY is not FULL)"
+            ),
             IdentityError::Codec { column, error } => {
                 write!(f, "identity column {column}: {error}")
             }
@@ -167,11 +200,14 @@ impl fmt::Display for IdentityError {
 
 impl std::error::Error for IdentityError {}
 
-/// A relation identity checked against one Relation message: where each column sits.
+/// A relation identity checked against one Relation message: where each column sits. It
+/// keeps that message: a binding is valid only for the relation description it was bound
+/// against ([`BoundIdentity::is_bound_to`]); after a new Relation message, bind again.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct BoundIdentity {
     domain: Domain,
     positions: Vec<(usize, Shape, String)>,
+    relation: Relation,
 }
 
 impl RelationIdentity {
@@ -201,11 +237,26 @@ impl RelationIdentity {
     }
 
     /// Checks the identity against a Relation message and binds column positions.
+    ///
+    /// A SCAN_KEY needs a replica identity whose old tuples carry exactly its key: under
+    /// `default` and `index` the columns the stream flags as replica identity must be the
+    /// key's columns (a key that grew, shrank or changed is refused, naming both); under
+    /// `full` every column is flagged and the primary-key bits, when the stream has them,
+    /// must agree. A KEYLESS_ROW needs `full` and exactly the relation's columns.
     pub fn bind(
         &self,
         relation: &Relation,
         flags: &FlagBits,
     ) -> Result<BoundIdentity, SchemaMismatch> {
+        match (self.domain, relation.replica_identity) {
+            (_, b'n') => return Err(SchemaMismatch::NoReplicaIdentity),
+            (Domain::KeylessRow, ri) if ri != b'f' => {
+                return Err(SchemaMismatch::KeylessNeedsFull {
+                    replica_identity: char::from(ri),
+                });
+            }
+            _ => {}
+        }
         if self.domain == Domain::KeylessRow && relation.columns.len() != self.columns.len() {
             return Err(SchemaMismatch::ColumnsDiffer);
         }
@@ -228,43 +279,99 @@ impl RelationIdentity {
                     found: rc.type_oid,
                 });
             }
-            if self.domain == Domain::ScanKey {
-                if relation.replica_identity != b'n' && !flags.in_replica_identity(rc) {
-                    return Err(SchemaMismatch::NotInReplicaIdentity {
-                        column: col.name.clone(),
-                    });
-                }
-                if flags
+            if self.domain == Domain::ScanKey
+                && flags
                     .in_primary_key(rc)
                     .is_some_and(|pk| pk != self.key_is_primary)
-                {
-                    return Err(SchemaMismatch::PrimaryKeyDiffers {
-                        column: col.name.clone(),
-                    });
-                }
+            {
+                return Err(SchemaMismatch::PrimaryKeyDiffers {
+                    column: col.name.clone(),
+                });
             }
             positions.push((pos, col.shape.clone(), col.name.clone()));
         }
-        if self.domain == Domain::ScanKey && self.key_is_primary {
+        if self.domain == Domain::ScanKey {
+            self.check_key(relation, flags)?;
+        }
+        Ok(BoundIdentity {
+            domain: self.domain,
+            positions,
+            relation: relation.clone(),
+        })
+    }
+
+    /// The stream's key (replica identity columns, or primary-key bits under FULL) is the
+    /// identity's key.
+    fn check_key(&self, relation: &Relation, flags: &FlagBits) -> Result<(), SchemaMismatch> {
+        let in_key = |name: &str| self.columns.iter().any(|k| k.name == name);
+        if relation.replica_identity != b'f' {
+            let stream: Vec<&RelationColumn> = relation
+                .columns
+                .iter()
+                .filter(|c| flags.in_replica_identity(c))
+                .collect();
+            if stream.len() != self.columns.len() || !stream.iter().all(|c| in_key(&c.name)) {
+                return Err(SchemaMismatch::KeyDiffers {
+                    schema: self.columns.iter().map(|k| k.name.clone()).collect(),
+                    stream: stream.iter().map(|c| c.name.clone()).collect(),
+                });
+            }
+        }
+        if self.key_is_primary {
             // With primary-key bits, no other column may claim to be in the key either.
-            let extra = relation.columns.iter().find(|c| {
-                flags.in_primary_key(c) == Some(true)
-                    && !self.columns.iter().any(|k| k.name == c.name)
-            });
+            let extra = relation
+                .columns
+                .iter()
+                .find(|c| flags.in_primary_key(c) == Some(true) && !in_key(&c.name));
             if let Some(c) = extra {
                 return Err(SchemaMismatch::PrimaryKeyDiffers {
                     column: c.name.clone(),
                 });
             }
         }
-        Ok(BoundIdentity {
-            domain: self.domain,
-            positions,
-        })
+        Ok(())
     }
 }
 
 impl BoundIdentity {
+    /// The identity's domain.
+    pub fn domain(&self) -> Domain {
+        self.domain
+    }
+
+    /// The Relation message this binding was checked against.
+    pub fn relation(&self) -> &Relation {
+        &self.relation
+    }
+
+    /// True when `relation` is the description this binding was checked against.
+    pub fn is_bound_to(&self, relation: &Relation) -> bool {
+        self.relation == *relation
+    }
+
+    /// The identity columns' names, in identity order.
+    pub fn column_names(&self) -> impl Iterator<Item = &str> {
+        self.positions.iter().map(|(_, _, name)| name.as_str())
+    }
+
+    /// The identity columns' positions in the relation's tuples, in identity order.
+    pub fn column_positions(&self) -> impl Iterator<Item = usize> + '_ {
+        self.positions.iter().map(|(pos, _, _)| *pos)
+    }
+
+    /// Appends the identity of the row an UPDATE or DELETE removed. A KEYLESS_ROW identity
+    /// needs the full old row (`'O'`): a `'K'` tuple holds NULL placeholders for the columns
+    /// outside the key, which would yield an identity that matches no row.
+    pub fn encode_old(&self, old: &OldTuple, out: &mut Vec<u8>) -> Result<usize, IdentityError> {
+        match old {
+            OldTuple::Full(row) => self.encode(row, out),
+            OldTuple::Key(_) if self.domain == Domain::KeylessRow => {
+                Err(IdentityError::KeylessNeedsFullOldRow)
+            }
+            OldTuple::Key(row) => self.encode(row, out),
+        }
+    }
+
     /// Appends the identity of `row` (a complete new tuple, or an old `'K'`/`'O'` tuple).
     pub fn encode(&self, row: &Tuple, out: &mut Vec<u8>) -> Result<usize, IdentityError> {
         let start = out.len();

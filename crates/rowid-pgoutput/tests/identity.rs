@@ -8,8 +8,8 @@ use bytes::Bytes;
 use rowid_codec::structure::Shape;
 use rowid_codec::{Digits, Domain, Numeric, TypeTag, Value, encode_identity};
 use rowid_pgoutput::{
-    Column, FlagBits, IdentityColumn, IdentityError, Relation, RelationColumn, RelationIdentity,
-    SchemaMismatch,
+    Column, FlagBits, IdentityColumn, IdentityError, OldTuple, Relation, RelationColumn,
+    RelationIdentity, SchemaMismatch,
 };
 
 fn rel(ri: u8, cols: &[(&str, u32, u8)]) -> Relation {
@@ -180,9 +180,40 @@ fn schema_disagreements_are_refused() {
     );
     assert_eq!(
         schema.bind(&rel(b'i', &[("id", 20, 0), ("other", 20, 1)]), &flags),
-        Err(SchemaMismatch::NotInReplicaIdentity {
-            column: "id".into()
+        Err(SchemaMismatch::KeyDiffers {
+            schema: vec!["id".into()],
+            stream: vec!["other".into()],
         })
+    );
+    // A key that grew since the schema was taken: snapshot key (id), stream key (id, v).
+    let grown = schema
+        .bind(&rel(b'd', &[("id", 20, 1), ("v", 25, 1)]), &flags)
+        .unwrap_err();
+    assert_eq!(
+        grown,
+        SchemaMismatch::KeyDiffers {
+            schema: vec!["id".into()],
+            stream: vec!["id".into(), "v".into()],
+        }
+    );
+    assert!(grown.to_string().contains("(id)") && grown.to_string().contains("(id, v)"));
+    // ... and one that shrank: schema key (id, v), stream key (id).
+    let pair = key(&[("id", 20, TypeTag::Int8), ("v", 25, TypeTag::Text)]);
+    assert_eq!(
+        pair.bind(&rel(b'd', &[("id", 20, 1), ("v", 25, 0)]), &flags),
+        Err(SchemaMismatch::KeyDiffers {
+            schema: vec!["id".into(), "v".into()],
+            stream: vec!["id".into()],
+        })
+    );
+    // A table without a primary key under REPLICA IDENTITY DEFAULT flags nothing.
+    assert!(matches!(
+        schema.bind(&rel(b'd', &[("id", 20, 0)]), &flags),
+        Err(SchemaMismatch::KeyDiffers { .. })
+    ));
+    assert_eq!(
+        schema.bind(&rel(b'n', &[("id", 20, 0)]), &flags),
+        Err(SchemaMismatch::NoReplicaIdentity)
     );
     // With the proposed primary-key bit (say 0x02), a key "from the future" is caught even
     // under REPLICA IDENTITY FULL, where every column has the replica-identity bit.
@@ -205,6 +236,67 @@ fn schema_disagreements_are_refused() {
             column: "id".into()
         })
     );
+}
+
+#[test]
+fn a_binding_belongs_to_its_relation_message() {
+    let schema = key(&[("id", 20, TypeTag::Int8)]);
+    let before = rel(b'd', &[("id", 20, 1), ("v", 25, 0)]);
+    let bound = schema.bind(&before, &FlagBits::default()).unwrap();
+    assert!(bound.is_bound_to(&before));
+    assert_eq!(bound.relation(), &before);
+    // ALTER TABLE ... ADD COLUMN before the key: the positions moved.
+    let after = rel(b'd', &[("w", 25, 0), ("id", 20, 1), ("v", 25, 0)]);
+    assert!(!bound.is_bound_to(&after));
+    let rebound = schema.bind(&after, &FlagBits::default()).unwrap();
+    assert_eq!(rebound.column_positions().collect::<Vec<_>>(), vec![1]);
+    assert_eq!(rebound.column_names().collect::<Vec<_>>(), vec!["id"]);
+}
+
+#[test]
+fn keyless_identities_need_replica_identity_full() {
+    let schema = RelationIdentity {
+        domain: Domain::KeylessRow,
+        columns: vec![
+            IdentityColumn::scalar("a", 20, TypeTag::Int8),
+            IdentityColumn::scalar("b", 25, TypeTag::Text),
+        ],
+        key_is_primary: false,
+    };
+    for ri in [b'd', b'i'] {
+        let err = schema
+            .bind(
+                &rel(ri, &[("a", 20, 1), ("b", 25, 0)]),
+                &FlagBits::default(),
+            )
+            .unwrap_err();
+        assert_eq!(
+            err,
+            SchemaMismatch::KeylessNeedsFull {
+                replica_identity: char::from(ri)
+            }
+        );
+        assert!(err.to_string().contains("REPLICA IDENTITY FULL"));
+    }
+    let full = rel(b'f', &[("a", 20, 1), ("b", 25, 1)]);
+    let bound = schema.bind(&full, &FlagBits::default()).unwrap();
+    let row = vec![b(&1i64.to_be_bytes()), b(b"x")];
+    let (mut from_full, mut from_row) = (Vec::new(), Vec::new());
+    bound
+        .encode_old(&OldTuple::Full(row.clone()), &mut from_full)
+        .unwrap();
+    bound.encode(&row, &mut from_row).unwrap();
+    assert_eq!(from_full, from_row);
+    // A 'K' tuple reads the non-key columns as NULL placeholders: never a keyless identity.
+    let mut out = Vec::new();
+    assert_eq!(
+        bound.encode_old(
+            &OldTuple::Key(vec![b(&1i64.to_be_bytes()), Column::Null]),
+            &mut out
+        ),
+        Err(IdentityError::KeylessNeedsFullOldRow)
+    );
+    assert!(out.is_empty());
 }
 
 #[test]

@@ -1,0 +1,33 @@
+//! # rowid-cdc: live WAL change capture with exact identities
+//!
+//! Follows a logical replication slot (pgoutput, protocol 1, binary values) and emits one
+//! event per committed change with its Row Identity V2 identities, byte-identical to
+//! `pgtrickle.encode_row_id_v2` on the same row. This crate is being built in stages
+//! (issue 12); this stage holds the parts that do no I/O:
+//!
+//! - [`schema`]: identity schema messages (spec/identity-messages.md), the relation's key as
+//!   of a WAL position, carried in-band by a transactional logical message;
+//! - [`capture`]: the state machine from pgoutput messages to [`event::ChangeEvent`]s, with
+//!   the schema authority, bindings checked against every Relation message, and resume
+//!   after the last acknowledged commit;
+//! - [`event`]: change events and their JSON lines;
+//! - [`lsn`]: WAL positions as PostgreSQL writes them.
+//!
+//! Errors ([`error::CaptureError`]) name the relation, key and LSN; identity bytes appear only
+//! in the events themselves, never in a message (design proposal §11.1).
+
+pub mod capture;
+pub mod error;
+pub mod event;
+pub mod lsn;
+pub mod schema;
+
+pub use capture::{Capture, Output};
+pub use error::CaptureError;
+pub use event::{ChangeEvent, Op};
+pub use lsn::Lsn;
+pub use schema::{RelationSchema, ReplicaIdentity, SchemaMessage};
+
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

@@ -1,0 +1,558 @@
+//! Identity schema messages, format 1 (spec/identity-messages.md): what the extension's event
+//! trigger writes into the WAL, what the consumer reads at the consistent point of a new
+//! slot, and what the state file keeps. Parsing is strict: an unknown format, a missing or
+//! unknown member, or a value of the wrong type is an error naming the member.
+
+use std::fmt;
+
+use rowid_codec::structure::Shape;
+use rowid_codec::{Domain, TypeTag};
+use rowid_pgoutput::{IdentityColumn, RelationIdentity};
+use serde_json::{Map, Value, json};
+
+/// The `pg_logical_emit_message` prefix of identity schema messages.
+pub const MESSAGE_PREFIX: &str = "pgtrickle.identity";
+
+/// The format this crate reads and writes.
+pub const FORMAT: u64 = 1;
+
+/// `pg_class.relreplident`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReplicaIdentity {
+    /// `d`: the primary key, if any.
+    Default,
+    /// `n`: nothing.
+    Nothing,
+    /// `f`: every column.
+    Full,
+    /// `i`: a chosen unique index.
+    Index,
+}
+
+impl ReplicaIdentity {
+    /// The setting pgoutput's Relation message sends as one byte.
+    pub fn from_byte(b: u8) -> Option<ReplicaIdentity> {
+        Some(match b {
+            b'd' => ReplicaIdentity::Default,
+            b'n' => ReplicaIdentity::Nothing,
+            b'f' => ReplicaIdentity::Full,
+            b'i' => ReplicaIdentity::Index,
+            _ => return None,
+        })
+    }
+
+    /// The byte of pgoutput's Relation message.
+    pub fn byte(self) -> u8 {
+        match self {
+            ReplicaIdentity::Default => b'd',
+            ReplicaIdentity::Nothing => b'n',
+            ReplicaIdentity::Full => b'f',
+            ReplicaIdentity::Index => b'i',
+        }
+    }
+
+    /// The name in messages: `default`, `nothing`, `full`, `index`.
+    pub fn name(self) -> &'static str {
+        match self {
+            ReplicaIdentity::Default => "default",
+            ReplicaIdentity::Nothing => "nothing",
+            ReplicaIdentity::Full => "full",
+            ReplicaIdentity::Index => "index",
+        }
+    }
+
+    fn from_name(name: &str) -> Option<ReplicaIdentity> {
+        [
+            ReplicaIdentity::Default,
+            ReplicaIdentity::Nothing,
+            ReplicaIdentity::Full,
+            ReplicaIdentity::Index,
+        ]
+        .into_iter()
+        .find(|r| r.name() == name)
+    }
+}
+
+/// One column of the relation.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SchemaColumn {
+    /// `pg_attribute.attnum`.
+    pub attnum: i16,
+    /// Column name.
+    pub name: String,
+    /// `atttypid` (a domain's own OID).
+    pub type_oid: u32,
+    /// `attnotnull`.
+    pub not_null: bool,
+}
+
+/// The identity the registry resolved for a relation.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct IdentityDef {
+    /// `SCAN_KEY` or `KEYLESS_ROW`.
+    pub domain: Domain,
+    /// SCAN_KEY: the index the key comes from.
+    pub index: Option<String>,
+    /// SCAN_KEY: the key is the primary key.
+    pub primary: bool,
+    /// Identity fields in identity order.
+    pub fields: Vec<IdentityColumn>,
+}
+
+/// Why a relation has no identity: the registry's named rejection.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Refusal {
+    /// The rejection's SQLSTATE.
+    pub sqlstate: String,
+    /// The rejection's message.
+    pub message: String,
+}
+
+/// A relation's identity schema as of one WAL position.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RelationSchema {
+    /// `pg_class.oid`.
+    pub relid: u32,
+    /// Schema name.
+    pub namespace: String,
+    /// Relation name.
+    pub relname: String,
+    /// The replica identity setting.
+    pub replica_identity: ReplicaIdentity,
+    /// Non-dropped, non-generated columns in attnum order.
+    pub columns: Vec<SchemaColumn>,
+    /// Primary-key columns in key order (empty: none).
+    pub primary_key: Vec<String>,
+    /// The identity, or why there is none.
+    pub identity: Result<IdentityDef, Refusal>,
+}
+
+impl RelationSchema {
+    /// `namespace.relname`.
+    pub fn qualified_name(&self) -> String {
+        format!("{}.{}", self.namespace, self.relname)
+    }
+
+    /// The identity as `rowid-pgoutput` binds it to Relation messages.
+    pub fn relation_identity(&self) -> Result<RelationIdentity, &Refusal> {
+        let def = self.identity.as_ref()?;
+        Ok(RelationIdentity {
+            domain: def.domain,
+            columns: def.fields.clone(),
+            key_is_primary: def.primary,
+        })
+    }
+}
+
+/// One identity schema message.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SchemaMessage {
+    /// The relation's identity schema from this position on.
+    Schema(RelationSchema),
+    /// The relation was dropped.
+    Dropped {
+        /// `pg_class.oid`.
+        relid: u32,
+        /// Schema name.
+        namespace: String,
+        /// Relation name.
+        relname: String,
+    },
+}
+
+impl SchemaMessage {
+    /// The relation the message is about.
+    pub fn relid(&self) -> u32 {
+        match self {
+            SchemaMessage::Schema(s) => s.relid,
+            SchemaMessage::Dropped { relid, .. } => *relid,
+        }
+    }
+}
+
+/// A message's content is not a valid format-1 identity schema message.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SchemaMessageError {
+    /// Where: a JSON path such as `identity.fields[0].shape`.
+    pub at: String,
+    /// What is wrong there.
+    pub problem: String,
+}
+
+impl fmt::Display for SchemaMessageError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.at.is_empty() {
+            write!(f, "identity schema message: {}", self.problem)
+        } else {
+            write!(
+                f,
+                "identity schema message, at {}: {}",
+                self.at, self.problem
+            )
+        }
+    }
+}
+
+impl std::error::Error for SchemaMessageError {}
+
+type Parsed<T> = Result<T, SchemaMessageError>;
+
+fn err<T>(at: &str, problem: impl Into<String>) -> Parsed<T> {
+    Err(SchemaMessageError {
+        at: at.to_string(),
+        problem: problem.into(),
+    })
+}
+
+/// A JSON object whose members are taken one by one; whatever is left is an error.
+struct Obj<'a> {
+    at: String,
+    map: &'a Map<String, Value>,
+    taken: Vec<&'static str>,
+}
+
+impl<'a> Obj<'a> {
+    fn new(at: &str, v: &'a Value) -> Parsed<Obj<'a>> {
+        match v {
+            Value::Object(map) => Ok(Obj {
+                at: at.to_string(),
+                map,
+                taken: Vec::new(),
+            }),
+            _ => err(at, "expected an object"),
+        }
+    }
+
+    fn path(&self, key: &str) -> String {
+        if self.at.is_empty() {
+            key.to_string()
+        } else {
+            format!("{}.{key}", self.at)
+        }
+    }
+
+    fn get(&mut self, key: &'static str) -> Parsed<&'a Value> {
+        self.taken.push(key);
+        self.map
+            .get(key)
+            .map_or_else(|| err(&self.path(key), "missing"), Ok)
+    }
+
+    fn opt(&mut self, key: &'static str) -> Option<&'a Value> {
+        self.taken.push(key);
+        self.map.get(key)
+    }
+
+    fn str(&mut self, key: &'static str) -> Parsed<String> {
+        match self.get(key)? {
+            Value::String(s) => Ok(s.clone()),
+            _ => err(&self.path(key), "expected a string"),
+        }
+    }
+
+    fn bool(&mut self, key: &'static str) -> Parsed<bool> {
+        match self.get(key)? {
+            Value::Bool(b) => Ok(*b),
+            _ => err(&self.path(key), "expected true or false"),
+        }
+    }
+
+    fn int<T: TryFrom<i64>>(&mut self, key: &'static str) -> Parsed<T> {
+        let path = self.path(key);
+        self.get(key)?
+            .as_i64()
+            .and_then(|i| T::try_from(i).ok())
+            .map_or_else(|| err(&path, "expected an integer in range"), Ok)
+    }
+
+    fn array(&mut self, key: &'static str) -> Parsed<&'a Vec<Value>> {
+        match self.get(key)? {
+            Value::Array(a) => Ok(a),
+            _ => err(&self.path(key), "expected an array"),
+        }
+    }
+
+    /// Fails on any member not taken.
+    fn done(self) -> Parsed<()> {
+        match self.map.keys().find(|k| !self.taken.contains(&k.as_str())) {
+            Some(k) => err(
+                &self.path(k),
+                "unknown member (format 1 defines no such member)",
+            ),
+            None => Ok(()),
+        }
+    }
+}
+
+impl SchemaMessage {
+    /// Parses a message's content (UTF-8 JSON).
+    pub fn parse(content: &[u8]) -> Parsed<SchemaMessage> {
+        let value: Value = match serde_json::from_slice(content) {
+            Ok(v) => v,
+            Err(e) => return err("", format!("not JSON: {e}")),
+        };
+        SchemaMessage::from_json(&value)
+    }
+
+    /// Reads a message from its JSON value.
+    pub fn from_json(value: &Value) -> Parsed<SchemaMessage> {
+        let mut o = Obj::new("", value)?;
+        let format: u64 = o.int("format")?;
+        if format != FORMAT {
+            return err(
+                "format",
+                format!("format {format} is not supported (this reader knows {FORMAT})"),
+            );
+        }
+        let event = o.str("event")?;
+        let relid = o.int("relid")?;
+        let namespace = o.str("namespace")?;
+        let relname = o.str("relname")?;
+        let message = match event.as_str() {
+            "dropped" => SchemaMessage::Dropped {
+                relid,
+                namespace,
+                relname,
+            },
+            "schema" => {
+                let ri = o.str("replica_identity")?;
+                let replica_identity = ReplicaIdentity::from_name(&ri).map_or_else(
+                    || {
+                        err(
+                            "replica_identity",
+                            format!("{ri:?} is not default, nothing, full or index"),
+                        )
+                    },
+                    Ok,
+                )?;
+                let columns = o
+                    .array("columns")?
+                    .iter()
+                    .enumerate()
+                    .map(|(i, c)| column(&format!("columns[{i}]"), c))
+                    .collect::<Parsed<Vec<_>>>()?;
+                let primary_key = o
+                    .array("primary_key")?
+                    .iter()
+                    .enumerate()
+                    .map(|(i, c)| match c {
+                        Value::String(s) => Ok(s.clone()),
+                        _ => err(&format!("primary_key[{i}]"), "expected a string"),
+                    })
+                    .collect::<Parsed<Vec<_>>>()?;
+                let identity = match o.get("identity")? {
+                    Value::Null => {
+                        let r = o.get("refusal")?;
+                        let mut r = Obj::new("refusal", r)?;
+                        let refusal = Refusal {
+                            sqlstate: r.str("sqlstate")?,
+                            message: r.str("message")?,
+                        };
+                        r.done()?;
+                        Err(refusal)
+                    }
+                    v => {
+                        if o.opt("refusal").is_some() {
+                            return err("refusal", "present although identity is not null");
+                        }
+                        Ok(identity(v)?)
+                    }
+                };
+                SchemaMessage::Schema(RelationSchema {
+                    relid,
+                    namespace,
+                    relname,
+                    replica_identity,
+                    columns,
+                    primary_key,
+                    identity,
+                })
+            }
+            other => {
+                return err(
+                    "event",
+                    format!("{other:?} is not \"schema\" or \"dropped\""),
+                );
+            }
+        };
+        o.done()?;
+        Ok(message)
+    }
+
+    /// The message as JSON (the form [`SchemaMessage::parse`] reads).
+    pub fn to_json(&self) -> Value {
+        match self {
+            SchemaMessage::Dropped {
+                relid,
+                namespace,
+                relname,
+            } => json!({
+                "format": FORMAT,
+                "event": "dropped",
+                "relid": relid,
+                "namespace": namespace,
+                "relname": relname,
+            }),
+            SchemaMessage::Schema(s) => {
+                let mut v = json!({
+                    "format": FORMAT,
+                    "event": "schema",
+                    "relid": s.relid,
+                    "namespace": s.namespace,
+                    "relname": s.relname,
+                    "replica_identity": s.replica_identity.name(),
+                    "columns": s.columns.iter().map(|c| json!({
+                        "attnum": c.attnum,
+                        "name": c.name,
+                        "type_oid": c.type_oid,
+                        "not_null": c.not_null,
+                    })).collect::<Vec<_>>(),
+                    "primary_key": s.primary_key,
+                });
+                match &s.identity {
+                    Ok(def) => {
+                        let mut id = Map::new();
+                        id.insert("domain".into(), def.domain.name().into());
+                        if def.domain == Domain::ScanKey {
+                            id.insert("index".into(), def.index.clone().into());
+                            id.insert("primary".into(), def.primary.into());
+                        }
+                        id.insert(
+                            "fields".into(),
+                            def.fields
+                                .iter()
+                                .map(|f| {
+                                    json!({
+                                        "column": f.name,
+                                        "type_oid": f.type_oid,
+                                        "shape": shape_to_json(&f.shape),
+                                    })
+                                })
+                                .collect::<Vec<_>>()
+                                .into(),
+                        );
+                        v["identity"] = Value::Object(id);
+                    }
+                    Err(r) => {
+                        v["identity"] = Value::Null;
+                        v["refusal"] = json!({"sqlstate": r.sqlstate, "message": r.message});
+                    }
+                }
+                v
+            }
+        }
+    }
+}
+
+fn column(at: &str, v: &Value) -> Parsed<SchemaColumn> {
+    let mut o = Obj::new(at, v)?;
+    let c = SchemaColumn {
+        attnum: o.int("attnum")?,
+        name: o.str("name")?,
+        type_oid: o.int("type_oid")?,
+        not_null: o.bool("not_null")?,
+    };
+    o.done()?;
+    Ok(c)
+}
+
+fn identity(v: &Value) -> Parsed<IdentityDef> {
+    let mut o = Obj::new("identity", v)?;
+    let d = o.str("domain")?;
+    let domain = match Domain::from_name(&d) {
+        Some(dom @ (Domain::ScanKey | Domain::KeylessRow)) => dom,
+        _ => {
+            return err(
+                "identity.domain",
+                format!("{d:?} is not SCAN_KEY or KEYLESS_ROW"),
+            );
+        }
+    };
+    let (index, primary) = if domain == Domain::ScanKey {
+        (Some(o.str("index")?), o.bool("primary")?)
+    } else {
+        (None, false)
+    };
+    let fields = o
+        .array("fields")?
+        .iter()
+        .enumerate()
+        .map(|(i, f)| {
+            let at = format!("identity.fields[{i}]");
+            let mut fo = Obj::new(&at, f)?;
+            let name = fo.str("column")?;
+            let type_oid = fo.int("type_oid")?;
+            let shape = shape_from_json(&format!("{at}.shape"), fo.get("shape")?)?;
+            fo.done()?;
+            Ok(IdentityColumn {
+                name,
+                type_oid,
+                shape,
+            })
+        })
+        .collect::<Parsed<Vec<_>>>()?;
+    if fields.is_empty() {
+        return err("identity.fields", "an identity has at least one field");
+    }
+    o.done()?;
+    Ok(IdentityDef {
+        domain,
+        index,
+        primary,
+        fields,
+    })
+}
+
+/// A shape as JSON: a tag name for a scalar, `{"array": s}`, `{"range": s}`,
+/// `{"multirange": s}`, `"jsonb"`, `{"record": [s, ...]}`.
+pub fn shape_to_json(shape: &Shape) -> Value {
+    match shape {
+        Shape::Scalar(t) => t.name().into(),
+        Shape::Jsonb => "jsonb".into(),
+        Shape::Array(s) => json!({ "array": shape_to_json(s) }),
+        Shape::Range(s) => json!({ "range": shape_to_json(s) }),
+        Shape::Multirange(s) => json!({ "multirange": shape_to_json(s) }),
+        Shape::Record(fields) => {
+            json!({ "record": fields.iter().map(shape_to_json).collect::<Vec<_>>() })
+        }
+    }
+}
+
+/// Reads a shape written by [`shape_to_json`].
+pub fn shape_from_json(at: &str, v: &Value) -> Parsed<Shape> {
+    match v {
+        Value::String(name) => match TypeTag::from_name(name) {
+            Some(TypeTag::Jsonb) => Ok(Shape::Jsonb),
+            Some(t) if t.is_scalar() || t == TypeTag::ChildIdentity => Ok(Shape::Scalar(t)),
+            Some(_) => err(
+                at,
+                format!("{name:?} is a structure: write it as an object"),
+            ),
+            None => err(at, format!("{name:?} is not a type tag name")),
+        },
+        Value::Object(map) if map.len() == 1 => {
+            let (kind, inner) = map.iter().next().map_or_else(|| err(at, "empty"), Ok)?;
+            let sub = |v: &Value| shape_from_json(&format!("{at}.{kind}"), v).map(Box::new);
+            match kind.as_str() {
+                "array" => Ok(Shape::Array(sub(inner)?)),
+                "range" => Ok(Shape::Range(sub(inner)?)),
+                "multirange" => Ok(Shape::Multirange(sub(inner)?)),
+                "record" => match inner {
+                    Value::Array(items) => Ok(Shape::Record(
+                        items
+                            .iter()
+                            .enumerate()
+                            .map(|(i, s)| shape_from_json(&format!("{at}.record[{i}]"), s))
+                            .collect::<Parsed<Vec<_>>>()?,
+                    )),
+                    _ => err(&format!("{at}.record"), "expected an array of shapes"),
+                },
+                other => err(
+                    at,
+                    format!("{other:?} is not array, range, multirange or record"),
+                ),
+            }
+        }
+        _ => err(at, "expected a type tag name or a one-member object"),
+    }
+}

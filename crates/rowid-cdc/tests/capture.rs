@@ -1,0 +1,712 @@
+//! The capture state machine on synthetic pgoutput streams: identities equal the codec's,
+//! schema messages take effect at their position and only at commit, bindings follow
+//! Relation messages, every hazard of issue 12 is refused by name, and a resumed stream
+//! delivers nothing twice.
+
+// Test code: a failed expectation is a panic by design.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use bytes::Bytes;
+use rowid_cdc::capture::{Capture, Output};
+use rowid_cdc::schema::{IdentityDef, MESSAGE_PREFIX, Refusal, SchemaColumn};
+use rowid_cdc::{
+    CaptureError, ChangeEvent, Lsn, Op, RelationSchema, ReplicaIdentity, SchemaMessage,
+};
+use rowid_codec::{Domain, TypeTag, Value, encode_identity};
+use rowid_pgoutput::{
+    Column, CommitInfo, FlagBits, IdentityColumn, IdentityError, Message, OldTuple, Relation,
+    RelationColumn, SchemaMismatch,
+};
+
+const T: u32 = 16385;
+
+fn int8(v: i64) -> Column {
+    Column::Binary(Bytes::copy_from_slice(&v.to_be_bytes()))
+}
+
+fn text(s: &str) -> Column {
+    Column::Binary(Bytes::copy_from_slice(s.as_bytes()))
+}
+
+/// A Relation message for table `t`: (name, type OID, replica-identity flag).
+fn relation(ri: u8, cols: &[(&str, u32, bool)]) -> Message {
+    Message::Relation {
+        xid: None,
+        relation: Relation {
+            relid: T,
+            namespace: "public".into(),
+            name: "t".into(),
+            replica_identity: ri,
+            columns: cols
+                .iter()
+                .map(|&(name, type_oid, ri)| RelationColumn {
+                    flags: u8::from(ri),
+                    name: name.into(),
+                    type_oid,
+                    typmod: -1,
+                })
+                .collect(),
+        },
+    }
+}
+
+/// The identity schema of `t` with columns `cols` and identity `key` (SCAN_KEY on the
+/// primary key; empty: KEYLESS_ROW over every column).
+fn schema(ri: ReplicaIdentity, cols: &[(&str, u32, TypeTag)], key: &[&str]) -> RelationSchema {
+    let field = |&(name, oid, tag): &(&str, u32, TypeTag)| IdentityColumn::scalar(name, oid, tag);
+    let identity = if key.is_empty() {
+        IdentityDef {
+            domain: Domain::KeylessRow,
+            index: None,
+            primary: false,
+            fields: cols.iter().map(field).collect(),
+        }
+    } else {
+        IdentityDef {
+            domain: Domain::ScanKey,
+            index: Some("t_pkey".into()),
+            primary: true,
+            fields: key
+                .iter()
+                .map(|k| field(cols.iter().find(|c| c.0 == *k).unwrap()))
+                .collect(),
+        }
+    };
+    RelationSchema {
+        relid: T,
+        namespace: "public".into(),
+        relname: "t".into(),
+        replica_identity: ri,
+        columns: cols
+            .iter()
+            .enumerate()
+            .map(|(i, c)| SchemaColumn {
+                attnum: i as i16 + 1,
+                name: c.0.into(),
+                type_oid: c.1,
+                not_null: key.contains(&c.0),
+            })
+            .collect(),
+        primary_key: key.iter().map(|k| k.to_string()).collect(),
+        identity: Ok(identity),
+    }
+}
+
+fn schema_message(s: &RelationSchema) -> Message {
+    Message::Message {
+        xid: None,
+        transactional: true,
+        lsn: 0,
+        prefix: MESSAGE_PREFIX.into(),
+        content: Bytes::from(SchemaMessage::Schema(s.clone()).to_json().to_string()),
+    }
+}
+
+fn begin(commit: u64, xid: u32) -> Message {
+    Message::Begin {
+        final_lsn: commit,
+        commit_ts: 1_000_000,
+        xid,
+    }
+}
+
+fn commit(commit: u64) -> Message {
+    Message::Commit(CommitInfo {
+        flags: 0,
+        commit_lsn: commit,
+        end_lsn: commit + 8,
+        commit_ts: 1_000_000,
+    })
+}
+
+fn insert(row: Vec<Column>) -> Message {
+    Message::Insert {
+        xid: None,
+        relid: T,
+        new: row,
+    }
+}
+
+fn update(old: Option<OldTuple>, new: Vec<Column>) -> Message {
+    Message::Update {
+        xid: None,
+        relid: T,
+        old,
+        new,
+    }
+}
+
+fn delete(old: OldTuple) -> Message {
+    Message::Delete {
+        xid: None,
+        relid: T,
+        old,
+    }
+}
+
+fn id(domain: Domain, fields: &[(TypeTag, Option<Value<'_>>)]) -> Vec<u8> {
+    let mut out = Vec::new();
+    encode_identity(&mut out, domain, fields).unwrap();
+    out
+}
+
+fn key1(v: i64) -> Vec<u8> {
+    id(Domain::ScanKey, &[(TypeTag::Int8, Some(Value::Int8(v)))])
+}
+
+/// Feeds `msgs` at LSNs 100, 200, ...; returns every output, or the first error.
+fn run(cap: &mut Capture, msgs: Vec<Message>) -> Result<Vec<Output>, CaptureError> {
+    let mut out = Vec::new();
+    for (i, m) in msgs.into_iter().enumerate() {
+        cap.apply(Lsn(100 * (i as u64 + 1)), m, &mut out)?;
+    }
+    Ok(out)
+}
+
+fn changes(out: &[Output]) -> Vec<&ChangeEvent> {
+    out.iter()
+        .filter_map(|o| match o {
+            Output::Change(e) => Some(e),
+            _ => None,
+        })
+        .collect()
+}
+
+fn keyed() -> Capture {
+    Capture::new(
+        [schema(
+            ReplicaIdentity::Default,
+            &[("id", 20, TypeTag::Int8), ("v", 25, TypeTag::Text)],
+            &["id"],
+        )],
+        Lsn::ZERO,
+        FlagBits::default(),
+    )
+}
+
+#[test]
+fn identities_equal_the_codec_and_follow_key_changes() {
+    let mut cap = keyed();
+    let out = run(
+        &mut cap,
+        vec![
+            begin(1000, 7),
+            relation(b'd', &[("id", 20, true), ("v", 25, false)]),
+            insert(vec![int8(1), text("a")]),
+            update(None, vec![int8(1), text("b")]),
+            update(
+                Some(OldTuple::Key(vec![int8(1), Column::Null])),
+                vec![int8(2), text("b")],
+            ),
+            delete(OldTuple::Key(vec![int8(2), Column::Null])),
+            commit(1000),
+        ],
+    )
+    .unwrap();
+    assert_eq!(
+        out.first(),
+        Some(&Output::Begin {
+            xid: 7,
+            commit_lsn: Lsn(1000)
+        })
+    );
+    let c = changes(&out);
+    let ops: Vec<_> = c
+        .iter()
+        .map(|e| (e.op, e.old_id.clone(), e.new_id.clone()))
+        .collect();
+    assert_eq!(
+        ops,
+        vec![
+            (Op::Insert, None, Some(key1(1))),
+            (Op::Update, Some(key1(1)), Some(key1(1))),
+            (Op::Update, Some(key1(1)), Some(key1(2))),
+            (Op::Delete, Some(key1(2)), None),
+        ]
+    );
+    assert!(
+        c.iter()
+            .all(|e| e.key == ["id"] && e.domain == Some(Domain::ScanKey))
+    );
+    assert_eq!(c[0].lsn, Lsn(300), "each change carries its own LSN");
+    assert_eq!(c[0].commit_lsn, Lsn(1000));
+    assert_eq!(c[0].relation, "public.t");
+    assert_eq!(
+        out.last(),
+        Some(&Output::Commit {
+            xid: 7,
+            commit_lsn: Lsn(1000),
+            end_lsn: Lsn(1008),
+            changes: 4,
+            schema_changes: vec![],
+        })
+    );
+}
+
+#[test]
+fn a_schema_message_takes_effect_at_its_position() {
+    let mut cap = keyed();
+    let cols = [("id", 20, TypeTag::Int8), ("v", 25, TypeTag::Text)];
+    let widened = schema(ReplicaIdentity::Default, &cols, &["id", "v"]);
+    let out = run(
+        &mut cap,
+        vec![
+            begin(1000, 7),
+            relation(b'd', &[("id", 20, true), ("v", 25, false)]),
+            insert(vec![int8(1), text("a")]),
+            // ALTER TABLE t DROP CONSTRAINT t_pkey, ADD PRIMARY KEY (id, v) in the same
+            // transaction: the message, then pgoutput re-sends the relation.
+            schema_message(&widened),
+            relation(b'd', &[("id", 20, true), ("v", 25, true)]),
+            insert(vec![int8(2), text("b")]),
+            commit(1000),
+        ],
+    )
+    .unwrap();
+    let c = changes(&out);
+    assert_eq!(c[0].new_id, Some(key1(1)), "before the DDL: the old key");
+    assert_eq!(
+        c[1].new_id,
+        Some(id(
+            Domain::ScanKey,
+            &[
+                (TypeTag::Int8, Some(Value::Int8(2))),
+                (TypeTag::Text, Some(Value::Text(b"b")))
+            ]
+        )),
+        "after it: the new key"
+    );
+    assert_eq!(c[1].key, ["id", "v"]);
+    assert!(
+        matches!(out.last(), Some(Output::Commit { schema_changes, .. }) if schema_changes == &[T])
+    );
+    assert_eq!(
+        cap.schemas().next(),
+        Some(&widened),
+        "committed: the new authority"
+    );
+}
+
+#[test]
+fn schemas_of_an_unfinished_transaction_never_become_the_authority() {
+    let mut cap = keyed();
+    let before: Vec<RelationSchema> = cap.schemas().cloned().collect();
+    let widened = schema(
+        ReplicaIdentity::Default,
+        &[("id", 20, TypeTag::Int8), ("v", 25, TypeTag::Text)],
+        &["id", "v"],
+    );
+    run(&mut cap, vec![begin(1000, 7), schema_message(&widened)]).unwrap();
+    assert!(cap.in_transaction());
+    let now: Vec<RelationSchema> = cap.schemas().cloned().collect();
+    assert_eq!(now, before, "the connection may drop before Commit");
+}
+
+#[test]
+fn a_key_that_changed_in_the_stream_is_refused_naming_both() {
+    // Snapshot key (id); the stream's replica identity is (id, v): a key "from the future".
+    let mut cap = keyed();
+    let err = run(
+        &mut cap,
+        vec![
+            begin(1000, 7),
+            relation(b'd', &[("id", 20, true), ("v", 25, true)]),
+            insert(vec![int8(1), text("a")]),
+        ],
+    )
+    .unwrap_err();
+    assert_eq!(
+        err,
+        CaptureError::Schema {
+            lsn: Lsn(300),
+            relation: "public.t".into(),
+            mismatch: SchemaMismatch::KeyDiffers {
+                schema: vec!["id".into()],
+                stream: vec!["id".into(), "v".into()],
+            },
+        }
+    );
+    let text = err.to_string();
+    assert!(
+        text.contains("public.t") && text.contains("(id)") && text.contains("(id, v)"),
+        "{text}"
+    );
+}
+
+#[test]
+fn keyless_identities_need_full_old_rows() {
+    let cols = [("a", 20, TypeTag::Int8), ("b", 25, TypeTag::Text)];
+    // The schema says DEFAULT while keyless: refused at binding.
+    let mut cap = Capture::new(
+        [schema(ReplicaIdentity::Default, &cols, &[])],
+        Lsn::ZERO,
+        FlagBits::default(),
+    );
+    let err = run(
+        &mut cap,
+        vec![
+            begin(1000, 7),
+            relation(b'd', &[("a", 20, false), ("b", 25, false)]),
+            insert(vec![int8(1), text("x")]),
+        ],
+    )
+    .unwrap_err();
+    assert!(matches!(
+        err,
+        CaptureError::Schema {
+            mismatch: SchemaMismatch::KeylessNeedsFull {
+                replica_identity: 'd'
+            },
+            ..
+        }
+    ));
+
+    // FULL: the old row is complete; the identity is every column's.
+    let mut cap = Capture::new(
+        [schema(ReplicaIdentity::Full, &cols, &[])],
+        Lsn::ZERO,
+        FlagBits::default(),
+    );
+    let row = vec![int8(1), text("x")];
+    let out = run(
+        &mut cap,
+        vec![
+            begin(1000, 7),
+            relation(b'f', &[("a", 20, true), ("b", 25, true)]),
+            delete(OldTuple::Full(row.clone())),
+            commit(1000),
+        ],
+    )
+    .unwrap();
+    let want = id(
+        Domain::KeylessRow,
+        &[
+            (TypeTag::Int8, Some(Value::Int8(1))),
+            (TypeTag::Text, Some(Value::Text(b"x"))),
+        ],
+    );
+    assert_eq!(changes(&out)[0].old_id, Some(want));
+
+    // A 'K' old tuple under a keyless identity reads non-key columns as NULL: refused.
+    let mut cap = Capture::new(
+        [schema(ReplicaIdentity::Full, &cols, &[])],
+        Lsn::ZERO,
+        FlagBits::default(),
+    );
+    let err = run(
+        &mut cap,
+        vec![
+            begin(1000, 7),
+            relation(b'f', &[("a", 20, true), ("b", 25, true)]),
+            delete(OldTuple::Key(vec![int8(1), Column::Null])),
+        ],
+    )
+    .unwrap_err();
+    assert!(matches!(
+        err,
+        CaptureError::Identity {
+            error: IdentityError::KeylessNeedsFullOldRow,
+            ..
+        }
+    ));
+}
+
+#[test]
+fn a_new_relation_message_rebinds() {
+    let mut cap = keyed();
+    let out = run(
+        &mut cap,
+        vec![
+            begin(1000, 7),
+            relation(b'd', &[("id", 20, true), ("v", 25, false)]),
+            insert(vec![int8(1), text("a")]),
+            // The stream now sends the columns in another order (a column dropped and added
+            // again gets a new attnum at the end): bindings are by name, positions follow.
+            relation(b'd', &[("v", 25, false), ("id", 20, true)]),
+            insert(vec![text("b"), int8(2)]),
+            commit(1000),
+        ],
+    )
+    .unwrap();
+    let c = changes(&out);
+    assert_eq!(c[0].new_id, Some(key1(1)));
+    assert_eq!(
+        c[1].new_id,
+        Some(key1(2)),
+        "read from the column's new position"
+    );
+}
+
+#[test]
+fn a_column_type_change_is_refused() {
+    let mut cap = keyed();
+    let err = run(
+        &mut cap,
+        vec![
+            begin(1000, 7),
+            relation(b'd', &[("id", 23, true), ("v", 25, false)]),
+            insert(vec![int8(1), text("a")]),
+        ],
+    )
+    .unwrap_err();
+    assert!(matches!(
+        err,
+        CaptureError::Schema {
+            mismatch: SchemaMismatch::TypeChanged {
+                expected: 20,
+                found: 23,
+                ..
+            },
+            ..
+        }
+    ));
+}
+
+#[test]
+fn toasted_key_values_are_backfilled_from_the_old_key() {
+    let mut cap = Capture::new(
+        [schema(
+            ReplicaIdentity::Default,
+            &[("k", 25, TypeTag::Text), ("v", 20, TypeTag::Int8)],
+            &["k"],
+        )],
+        Lsn::ZERO,
+        FlagBits::default(),
+    );
+    let out = run(
+        &mut cap,
+        vec![
+            begin(1000, 7),
+            relation(b'd', &[("k", 25, true), ("v", 20, false)]),
+            update(
+                Some(OldTuple::Key(vec![text("long"), Column::Null])),
+                vec![Column::UnchangedToast, int8(5)],
+            ),
+            commit(1000),
+        ],
+    )
+    .unwrap();
+    let e = changes(&out)[0];
+    let want = id(
+        Domain::ScanKey,
+        &[(TypeTag::Text, Some(Value::Text(b"long")))],
+    );
+    assert_eq!(
+        (e.old_id.clone(), e.new_id.clone(), e.backfilled),
+        (Some(want.clone()), Some(want), true)
+    );
+
+    // Without an old key the value is unknown: refused by name, never NULL.
+    let err = run(
+        &mut cap,
+        vec![
+            begin(2000, 8),
+            update(None, vec![Column::UnchangedToast, int8(6)]),
+        ],
+    )
+    .unwrap_err();
+    let CaptureError::Incomplete { error, .. } = err else {
+        panic!("{err}")
+    };
+    assert_eq!(error.columns, ["k"]);
+}
+
+#[test]
+fn truncate_is_one_event_per_relation() {
+    let mut cap = keyed();
+    let other = Message::Relation {
+        xid: None,
+        relation: Relation {
+            relid: T + 1,
+            namespace: "public".into(),
+            name: "u".into(),
+            replica_identity: b'd',
+            columns: vec![],
+        },
+    };
+    let out = run(
+        &mut cap,
+        vec![
+            begin(1000, 7),
+            relation(b'd', &[("id", 20, true), ("v", 25, false)]),
+            other,
+            Message::Truncate {
+                xid: None,
+                flags: 0,
+                relids: vec![T, T + 1],
+            },
+            commit(1000),
+        ],
+    )
+    .unwrap();
+    let c = changes(&out);
+    assert_eq!(
+        c.iter()
+            .map(|e| (
+                e.op,
+                e.relation.as_str(),
+                e.old_id.is_none() && e.new_id.is_none()
+            ))
+            .collect::<Vec<_>>(),
+        vec![
+            (Op::Truncate, "public.t", true),
+            (Op::Truncate, "public.u", true)
+        ]
+    );
+}
+
+#[test]
+fn resumed_streams_skip_what_was_delivered() {
+    let mut cap = Capture::new(
+        keyed().schemas().cloned().collect::<Vec<_>>(),
+        Lsn(1000),
+        FlagBits::default(),
+    );
+    let out = run(
+        &mut cap,
+        vec![
+            begin(1000, 7),
+            relation(b'd', &[("id", 20, true), ("v", 25, false)]),
+            insert(vec![int8(1), text("a")]),
+            commit(1000),
+            begin(2000, 8),
+            insert(vec![int8(2), text("b")]),
+            commit(2000),
+        ],
+    )
+    .unwrap();
+    assert_eq!(
+        changes(&out).len(),
+        1,
+        "the transaction at 0/3E8 was acknowledged before"
+    );
+    assert_eq!(
+        changes(&out)[0].new_id,
+        Some(key1(2)),
+        "its Relation message still counts"
+    );
+    assert!(matches!(out.first(), Some(Output::Begin { xid: 8, .. })));
+}
+
+#[test]
+fn missing_or_refused_identities_are_named() {
+    let mut cap = Capture::new([], Lsn::ZERO, FlagBits::default());
+    let err = run(
+        &mut cap,
+        vec![
+            begin(1000, 7),
+            relation(b'd', &[("id", 20, true)]),
+            insert(vec![int8(1)]),
+        ],
+    )
+    .unwrap_err();
+    assert!(matches!(err, CaptureError::NoSchema { relid: T, .. }));
+    assert!(err.to_string().contains("enable_identity_messages"));
+
+    let mut refused = schema(
+        ReplicaIdentity::Default,
+        &[("id", 20, TypeTag::Int8)],
+        &["id"],
+    );
+    refused.identity = Err(Refusal {
+        sqlstate: "42P16".into(),
+        message: "no eligible source key".into(),
+    });
+    let mut cap = Capture::new([refused], Lsn::ZERO, FlagBits::default());
+    let err = run(
+        &mut cap,
+        vec![
+            begin(1000, 7),
+            relation(b'd', &[("id", 20, true)]),
+            insert(vec![int8(1)]),
+        ],
+    )
+    .unwrap_err();
+    assert!(
+        err.to_string().contains("42P16") && err.to_string().contains("public.t"),
+        "{err}"
+    );
+
+    // The replica identity was changed without a schema message.
+    let mut cap = keyed();
+    let err = run(
+        &mut cap,
+        vec![
+            begin(1000, 7),
+            relation(b'f', &[("id", 20, true), ("v", 25, true)]),
+            insert(vec![int8(1), text("a")]),
+        ],
+    )
+    .unwrap_err();
+    assert!(matches!(
+        err,
+        CaptureError::ReplicaIdentityDiffers {
+            schema: "default",
+            stream: "full",
+            ..
+        }
+    ));
+}
+
+#[test]
+fn out_of_order_and_unsupported_messages_are_errors() {
+    let mut cap = keyed();
+    assert!(matches!(
+        run(&mut cap, vec![insert(vec![int8(1), text("a")])]),
+        Err(CaptureError::Protocol { .. })
+    ));
+    assert!(matches!(
+        run(&mut keyed(), vec![commit(5)]),
+        Err(CaptureError::Protocol { .. })
+    ));
+    assert!(matches!(
+        run(&mut keyed(), vec![begin(5, 1), begin(6, 2)]),
+        Err(CaptureError::Protocol { .. })
+    ));
+    assert!(matches!(
+        run(&mut keyed(), vec![begin(5, 1), commit(6)]),
+        Err(CaptureError::Protocol { .. })
+    ));
+    assert!(matches!(
+        run(
+            &mut keyed(),
+            vec![Message::StreamStart {
+                xid: 1,
+                first_segment: true
+            }]
+        ),
+        Err(CaptureError::Unsupported {
+            message: "Stream Start",
+            ..
+        })
+    ));
+    let loose = Message::Message {
+        xid: None,
+        transactional: false,
+        lsn: 0,
+        prefix: MESSAGE_PREFIX.into(),
+        content: Bytes::from_static(b"{}"),
+    };
+    assert!(matches!(
+        run(&mut keyed(), vec![loose]),
+        Err(CaptureError::Protocol { .. })
+    ));
+    let garbled = Message::Message {
+        xid: None,
+        transactional: true,
+        lsn: 0,
+        prefix: MESSAGE_PREFIX.into(),
+        content: Bytes::from_static(b"{\"format\": 2}"),
+    };
+    let err = run(&mut keyed(), vec![begin(5, 1), garbled]).unwrap_err();
+    assert!(err.to_string().contains("format 2"), "{err}");
+    // Other prefixes are someone else's messages.
+    let foreign = Message::Message {
+        xid: None,
+        transactional: true,
+        lsn: 0,
+        prefix: "other".into(),
+        content: Bytes::from_static(b"x"),
+    };
+    assert!(run(&mut keyed(), vec![begin(5, 1), foreign, commit(5)]).is_ok());
+}

@@ -1,0 +1,154 @@
+//! Identity schema messages, format 1: the spec's example parses, every shape round-trips,
+//! and the reader is strict about everything else.
+
+// Test code: a failed expectation is a panic by design.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use rowid_cdc::schema::{SchemaMessage, shape_from_json, shape_to_json};
+use rowid_cdc::{ReplicaIdentity, SchemaMessage as Msg};
+use rowid_codec::Domain;
+use rowid_codec::TypeTag;
+use rowid_codec::structure::Shape;
+use serde_json::{Value, json};
+
+/// The example of spec/identity-messages.md §3, read from the spec itself.
+fn spec_example() -> String {
+    let spec = include_str!("../../../spec/identity-messages.md");
+    let start = spec.find("```json\n").unwrap() + "```json\n".len();
+    let end = start + spec[start..].find("```").unwrap();
+    spec[start..end].to_string()
+}
+
+#[test]
+fn the_spec_example_parses() {
+    let msg = SchemaMessage::parse(spec_example().as_bytes()).unwrap();
+    let Msg::Schema(s) = &msg else {
+        panic!("{msg:?}")
+    };
+    assert_eq!(
+        (s.relid, s.qualified_name().as_str()),
+        (16385, "public.orders")
+    );
+    assert_eq!(s.replica_identity, ReplicaIdentity::Default);
+    assert_eq!(s.primary_key, ["id"]);
+    let def = s.identity.as_ref().unwrap();
+    assert_eq!(
+        (def.domain, def.index.as_deref(), def.primary),
+        (Domain::ScanKey, Some("orders_pkey"), true)
+    );
+    assert_eq!(def.fields[0].shape, Shape::Scalar(TypeTag::Int8));
+    // Written back, it reads the same.
+    assert_eq!(
+        SchemaMessage::parse(msg.to_json().to_string().as_bytes()).unwrap(),
+        msg
+    );
+}
+
+#[test]
+fn every_shape_round_trips() {
+    let shapes = [
+        Shape::Scalar(TypeTag::Enum),
+        Shape::Scalar(TypeTag::ChildIdentity),
+        Shape::Jsonb,
+        Shape::Array(Box::new(Shape::Scalar(TypeTag::Int4))),
+        Shape::Range(Box::new(Shape::Scalar(TypeTag::Timestamptz))),
+        Shape::Multirange(Box::new(Shape::Scalar(TypeTag::Numeric))),
+        Shape::Record(vec![
+            Shape::Scalar(TypeTag::Text),
+            Shape::Array(Box::new(Shape::Record(vec![Shape::Jsonb]))),
+        ]),
+    ];
+    for s in shapes {
+        let v = shape_to_json(&s);
+        assert_eq!(shape_from_json("shape", &v).unwrap(), s, "{v}");
+    }
+    assert_eq!(
+        shape_to_json(&Shape::Array(Box::new(Shape::Scalar(TypeTag::Int8)))),
+        json!({"array": "int8"})
+    );
+}
+
+fn mutated(f: impl FnOnce(&mut Value)) -> String {
+    let mut v: Value = serde_json::from_str(&spec_example()).unwrap();
+    f(&mut v);
+    v.to_string()
+}
+
+#[test]
+fn the_reader_is_strict_and_says_where() {
+    let cases: Vec<(String, &str)> = vec![
+        (mutated(|v| v["format"] = json!(2)), "format"),
+        (mutated(|v| v["surprise"] = json!(1)), "surprise"),
+        (
+            mutated(|v| v["identity"]["fields"][0]["shape"] = json!("no_such_type")),
+            "identity.fields[0].shape",
+        ),
+        (
+            mutated(|v| v["identity"]["fields"][0]["shape"] = json!("array")),
+            "identity.fields[0].shape",
+        ),
+        (
+            mutated(|v| v["identity"]["domain"] = json!("GROUP_KEY")),
+            "identity.domain",
+        ),
+        (
+            mutated(|v| v["identity"]["fields"] = json!([])),
+            "identity.fields",
+        ),
+        (
+            mutated(|v| v["columns"][1]["attnum"] = json!(1_000_000)),
+            "columns[1].attnum",
+        ),
+        (
+            mutated(|v| v["columns"][0]["not_null"] = json!("yes")),
+            "columns[0].not_null",
+        ),
+        (
+            mutated(|v| v["replica_identity"] = json!("d")),
+            "replica_identity",
+        ),
+        (mutated(|v| v["event"] = json!("renamed")), "event"),
+        (mutated(|v| v["relid"] = json!(-1)), "relid"),
+        (
+            mutated(|v| {
+                v.as_object_mut().unwrap().remove("primary_key");
+            }),
+            "primary_key",
+        ),
+        (
+            mutated(|v| v["refusal"] = json!({"sqlstate": "x", "message": "y"})),
+            "refusal",
+        ),
+        ("[1, 2]".into(), "expected an object"),
+        ("{".into(), "not JSON"),
+    ];
+    for (text, at) in cases {
+        let err = SchemaMessage::parse(text.as_bytes()).unwrap_err();
+        assert!(err.to_string().contains(at), "{at}: {err}");
+    }
+}
+
+#[test]
+fn refusals_and_drops_round_trip() {
+    let refused = mutated(|v| {
+        v["identity"] = Value::Null;
+        v["refusal"] = json!({"sqlstate": "42P16", "message": "no eligible source key"});
+    });
+    let msg = SchemaMessage::parse(refused.as_bytes()).unwrap();
+    let Msg::Schema(s) = &msg else { panic!() };
+    assert_eq!(s.identity.as_ref().unwrap_err().sqlstate, "42P16");
+    assert!(s.relation_identity().is_err());
+    assert_eq!(
+        SchemaMessage::parse(msg.to_json().to_string().as_bytes()).unwrap(),
+        msg
+    );
+
+    let dropped =
+        json!({"format": 1, "event": "dropped", "relid": 5, "namespace": "s", "relname": "t"});
+    let msg = SchemaMessage::parse(dropped.to_string().as_bytes()).unwrap();
+    assert_eq!(msg.relid(), 5);
+    assert_eq!(msg.to_json(), dropped);
+    // A drop carries nothing else.
+    let extra = json!({"format": 1, "event": "dropped", "relid": 5, "namespace": "s", "relname": "t", "columns": []});
+    assert!(SchemaMessage::parse(extra.to_string().as_bytes()).is_err());
+}
