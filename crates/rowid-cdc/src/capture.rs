@@ -18,13 +18,16 @@ use std::collections::{BTreeMap, HashMap};
 
 use bytes::Bytes;
 use rowid_pgoutput::{
-    BoundIdentity, Column, Decoder, FlagBits, Message, OldTuple, Options, Relation, Tuple, complete,
+    BoundIdentity, Column, Decoder, FlagBits, Message, OldTuple, Options, Relation,
+    RelationIdentity, Tuple, complete,
 };
 
 use crate::error::CaptureError;
 use crate::event::{ChangeEvent, Op};
 use crate::lsn::Lsn;
-use crate::schema::{MESSAGE_PREFIX, RelationSchema, ReplicaIdentity, SchemaMessage};
+use rowid_registry::schema_message::{
+    MESSAGE_PREFIX, RelationSchema, ReplicaIdentity, SchemaMessage,
+};
 
 /// What [`Capture::apply`] emits, in stream order.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -317,14 +320,16 @@ impl Capture {
                     stream: stream_ri.map_or("unknown", ReplicaIdentity::name),
                 });
             }
-            let identity =
-                schema
-                    .relation_identity()
-                    .map_err(|refusal| CaptureError::NoIdentity {
+            let identity = match &schema.identity {
+                Ok(def) => RelationIdentity::from_identity_def(def),
+                Err(refusal) => {
+                    return Err(CaptureError::NoIdentity {
                         lsn,
-                        relation: name.clone(),
+                        relation: name,
                         refusal: refusal.clone(),
-                    })?;
+                    });
+                }
+            };
             let bound =
                 identity
                     .bind(relation, &self.flags)

@@ -6,7 +6,7 @@ use std::fmt;
 use rowid_pgoutput::{DecodeError, IdentityError, IncompleteAfterImage, SchemaMismatch};
 
 use crate::lsn::Lsn;
-use crate::schema::{Refusal, SchemaMessageError};
+use rowid_registry::schema_message::{Refusal, SchemaMessageError};
 
 /// What stopped capture. Nothing of the transaction it happened in has been committed.
 #[derive(Clone, Debug, PartialEq, Eq)]

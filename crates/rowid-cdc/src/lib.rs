@@ -5,8 +5,9 @@
 //! `pgtrickle.encode_row_id_v2` on the same row. This crate is being built in stages
 //! (issue 12); this stage holds the parts that do no I/O:
 //!
-//! - [`schema`]: identity schema messages (spec/identity-messages.md), the relation's key as
-//!   of a WAL position, carried in-band by a transactional logical message;
+//! - identity schema messages (spec/identity-messages.md, implemented in
+//!   `rowid_registry::schema_message` and shared with the extension that writes them): the
+//!   relation's key as of a WAL position, carried in-band by a transactional logical message;
 //! - [`capture`]: the state machine from pgoutput messages to [`event::ChangeEvent`]s, with
 //!   the schema authority, bindings checked against every Relation message, and resume
 //!   after the last acknowledged commit;
@@ -20,13 +21,12 @@ pub mod capture;
 pub mod error;
 pub mod event;
 pub mod lsn;
-pub mod schema;
 
 pub use capture::{Capture, Output};
 pub use error::CaptureError;
 pub use event::{ChangeEvent, Op};
 pub use lsn::Lsn;
-pub use schema::{RelationSchema, ReplicaIdentity, SchemaMessage};
+pub use rowid_registry::schema_message::{RelationSchema, ReplicaIdentity, SchemaMessage};
 
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]

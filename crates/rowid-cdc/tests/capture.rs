@@ -8,14 +8,17 @@
 
 use bytes::Bytes;
 use rowid_cdc::capture::{Capture, Output};
-use rowid_cdc::schema::{IdentityDef, MESSAGE_PREFIX, Refusal, SchemaColumn};
 use rowid_cdc::{
     CaptureError, ChangeEvent, Lsn, Op, RelationSchema, ReplicaIdentity, SchemaMessage,
 };
+use rowid_codec::structure::Shape;
 use rowid_codec::{Domain, TypeTag, Value, encode_identity};
 use rowid_pgoutput::{
-    Column, CommitInfo, FlagBits, IdentityColumn, IdentityError, Message, OldTuple, Relation,
-    RelationColumn, SchemaMismatch,
+    Column, CommitInfo, FlagBits, IdentityError, Message, OldTuple, Relation, RelationColumn,
+    SchemaMismatch,
+};
+use rowid_registry::schema_message::{
+    IdentityDef, IdentityField, MESSAGE_PREFIX, Refusal, SchemaColumn,
 };
 
 const T: u32 = 16385;
@@ -53,7 +56,11 @@ fn relation(ri: u8, cols: &[(&str, u32, bool)]) -> Message {
 /// The identity schema of `t` with columns `cols` and identity `key` (SCAN_KEY on the
 /// primary key; empty: KEYLESS_ROW over every column).
 fn schema(ri: ReplicaIdentity, cols: &[(&str, u32, TypeTag)], key: &[&str]) -> RelationSchema {
-    let field = |&(name, oid, tag): &(&str, u32, TypeTag)| IdentityColumn::scalar(name, oid, tag);
+    let field = |&(name, oid, tag): &(&str, u32, TypeTag)| IdentityField {
+        column: name.into(),
+        type_oid: oid,
+        shape: Shape::Scalar(tag),
+    };
     let identity = if key.is_empty() {
         IdentityDef {
             domain: Domain::KeylessRow,

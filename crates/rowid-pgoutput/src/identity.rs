@@ -13,6 +13,7 @@ use std::fmt;
 use rowid_codec::send::{owned_from_send, value_from_send};
 use rowid_codec::structure::Shape;
 use rowid_codec::{Domain, IdentityEncoder, TypeTag};
+use rowid_registry::schema_message::IdentityDef;
 use rowid_registry::{IdentitySchema, ScanKey};
 
 use crate::message::{Column, OldTuple, Relation, RelationColumn, Tuple};
@@ -233,6 +234,23 @@ impl RelationIdentity {
                 })
                 .collect(),
             key_is_primary,
+        }
+    }
+
+    /// The identity an identity schema message carries (spec/identity-messages.md).
+    pub fn from_identity_def(def: &IdentityDef) -> RelationIdentity {
+        RelationIdentity {
+            domain: def.domain,
+            columns: def
+                .fields
+                .iter()
+                .map(|f| IdentityColumn {
+                    name: f.column.clone(),
+                    type_oid: f.type_oid,
+                    shape: f.shape.clone(),
+                })
+                .collect(),
+            key_is_primary: def.primary,
         }
     }
 

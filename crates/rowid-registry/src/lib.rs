@@ -20,12 +20,16 @@
 //! | §3.3 | index plan | [`plan_index`] |
 //! | §5 | SQL shapes | [`sql`] |
 //! | §6 | SCAN_KEY eligibility | [`choose_scan_key`] |
+//!
+//! Identity schema messages (spec/identity-messages.md), the in-band form of a relation's
+//! identity schema for WAL consumers: [`schema_message`].
 
 pub mod catalog;
 pub mod entry;
 pub mod error;
 pub mod plan;
 pub mod resolve;
+pub mod schema_message;
 pub mod size;
 pub mod source_key;
 pub mod sql;

@@ -1,14 +1,18 @@
-//! Identity schema messages, format 1 (spec/identity-messages.md): what the extension's event
-//! trigger writes into the WAL, what the consumer reads at the consistent point of a new
-//! slot, and what the state file keeps. Parsing is strict: an unknown format, a missing or
-//! unknown member, or a value of the wrong type is an error naming the member.
+//! Identity schema messages, format 1 (spec/identity-messages.md): a relation's identity
+//! schema as of one WAL position. The extension's event trigger writes them into the WAL,
+//! a WAL consumer reads them (and keeps them in its state); both use this one
+//! implementation. Parsing is strict: an unknown format, a missing or unknown member, or a
+//! value of the wrong type is an error naming the member.
 
 use std::fmt;
 
 use rowid_codec::structure::Shape;
 use rowid_codec::{Domain, TypeTag};
-use rowid_pgoutput::{IdentityColumn, RelationIdentity};
 use serde_json::{Map, Value, json};
+
+use crate::error::Rejection;
+use crate::resolve::IdentitySchema;
+use crate::source_key::ScanKey;
 
 /// The `pg_logical_emit_message` prefix of identity schema messages.
 pub const MESSAGE_PREFIX: &str = "pgtrickle.identity";
@@ -86,6 +90,17 @@ pub struct SchemaColumn {
     pub not_null: bool,
 }
 
+/// One field of an identity: the column it reads and the column's resolved type.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct IdentityField {
+    /// Column name.
+    pub column: String,
+    /// `atttypid` (a domain's own OID: what pgoutput's Relation message sends).
+    pub type_oid: u32,
+    /// The registry's shape of the column's type ([`crate::ResolvedField::shape`]).
+    pub shape: Shape,
+}
+
 /// The identity the registry resolved for a relation.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct IdentityDef {
@@ -96,7 +111,42 @@ pub struct IdentityDef {
     /// SCAN_KEY: the key is the primary key.
     pub primary: bool,
     /// Identity fields in identity order.
-    pub fields: Vec<IdentityColumn>,
+    pub fields: Vec<IdentityField>,
+}
+
+fn fields_of(schema: &IdentitySchema) -> Vec<IdentityField> {
+    schema
+        .fields
+        .iter()
+        .map(|f| IdentityField {
+            column: f.expr.clone(),
+            type_oid: f.type_oid,
+            shape: f.shape.clone(),
+        })
+        .collect()
+}
+
+impl IdentityDef {
+    /// The SCAN_KEY [`crate::choose_scan_key`] chose.
+    pub fn scan_key(key: &ScanKey) -> IdentityDef {
+        IdentityDef {
+            domain: Domain::ScanKey,
+            index: Some(key.index.clone()),
+            primary: key.primary,
+            fields: fields_of(&key.schema),
+        }
+    }
+
+    /// A KEYLESS_ROW identity over a relation's columns, resolved by
+    /// [`crate::resolve_schema`] with field expressions that are the column names.
+    pub fn keyless(schema: &IdentitySchema) -> IdentityDef {
+        IdentityDef {
+            domain: Domain::KeylessRow,
+            index: None,
+            primary: false,
+            fields: fields_of(schema),
+        }
+    }
 }
 
 /// Why a relation has no identity: the registry's named rejection.
@@ -106,6 +156,15 @@ pub struct Refusal {
     pub sqlstate: String,
     /// The rejection's message.
     pub message: String,
+}
+
+impl From<&Rejection> for Refusal {
+    fn from(r: &Rejection) -> Refusal {
+        Refusal {
+            sqlstate: r.sqlstate().to_string(),
+            message: r.to_string(),
+        }
+    }
 }
 
 /// A relation's identity schema as of one WAL position.
@@ -131,16 +190,6 @@ impl RelationSchema {
     /// `namespace.relname`.
     pub fn qualified_name(&self) -> String {
         format!("{}.{}", self.namespace, self.relname)
-    }
-
-    /// The identity as `rowid-pgoutput` binds it to Relation messages.
-    pub fn relation_identity(&self) -> Result<RelationIdentity, &Refusal> {
-        let def = self.identity.as_ref()?;
-        Ok(RelationIdentity {
-            domain: def.domain,
-            columns: def.fields.clone(),
-            key_is_primary: def.primary,
-        })
     }
 }
 
@@ -423,7 +472,7 @@ impl SchemaMessage {
                                 .iter()
                                 .map(|f| {
                                     json!({
-                                        "column": f.name,
+                                        "column": f.column,
                                         "type_oid": f.type_oid,
                                         "shape": shape_to_json(&f.shape),
                                     })
@@ -480,12 +529,12 @@ fn identity(v: &Value) -> Parsed<IdentityDef> {
         .map(|(i, f)| {
             let at = format!("identity.fields[{i}]");
             let mut fo = Obj::new(&at, f)?;
-            let name = fo.str("column")?;
+            let column = fo.str("column")?;
             let type_oid = fo.int("type_oid")?;
             let shape = shape_from_json(&format!("{at}.shape"), fo.get("shape")?)?;
             fo.done()?;
-            Ok(IdentityColumn {
-                name,
+            Ok(IdentityField {
+                column,
                 type_oid,
                 shape,
             })

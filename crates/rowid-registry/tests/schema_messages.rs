@@ -4,11 +4,12 @@
 // Test code: a failed expectation is a panic by design.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use rowid_cdc::schema::{SchemaMessage, shape_from_json, shape_to_json};
-use rowid_cdc::{ReplicaIdentity, SchemaMessage as Msg};
 use rowid_codec::Domain;
 use rowid_codec::TypeTag;
 use rowid_codec::structure::Shape;
+use rowid_registry::schema_message::{
+    ReplicaIdentity, SchemaMessage, SchemaMessage as Msg, shape_from_json, shape_to_json,
+};
 use serde_json::{Value, json};
 
 /// The example of spec/identity-messages.md §3, read from the spec itself.
@@ -137,7 +138,6 @@ fn refusals_and_drops_round_trip() {
     let msg = SchemaMessage::parse(refused.as_bytes()).unwrap();
     let Msg::Schema(s) = &msg else { panic!() };
     assert_eq!(s.identity.as_ref().unwrap_err().sqlstate, "42P16");
-    assert!(s.relation_identity().is_err());
     assert_eq!(
         SchemaMessage::parse(msg.to_json().to_string().as_bytes()).unwrap(),
         msg
@@ -151,4 +151,62 @@ fn refusals_and_drops_round_trip() {
     // A drop carries nothing else.
     let extra = json!({"format": 1, "event": "dropped", "relid": 5, "namespace": "s", "relname": "t", "columns": []});
     assert!(SchemaMessage::parse(extra.to_string().as_bytes()).is_err());
+}
+
+#[test]
+fn identities_come_from_the_registry_rules() {
+    use rowid_registry::catalog::oid;
+    use rowid_registry::schema_message::{IdentityDef, Refusal};
+    use rowid_registry::{
+        FieldSpec, IndexCandidate, KeyColumn, ServerContext, TypeRef, choose_scan_key,
+        resolve_schema,
+    };
+    let ctx = ServerContext::default_pg18();
+    let int8 = |name: &str| FieldSpec::new(name, TypeRef::builtin(oid::INT8, "int8"), -1);
+    let pk = IndexCandidate {
+        name: "orders_pkey".into(),
+        primary: true,
+        unique: true,
+        valid: true,
+        partial: false,
+        expressions: false,
+        deferrable: false,
+        nulls_not_distinct: false,
+        columns: vec![KeyColumn {
+            name: "id".into(),
+            not_null: true,
+            field: int8("id"),
+        }],
+    };
+    let def = IdentityDef::scan_key(&choose_scan_key(std::slice::from_ref(&pk), &ctx).unwrap());
+    assert_eq!(
+        (def.domain, def.index.as_deref(), def.primary),
+        (Domain::ScanKey, Some("orders_pkey"), true)
+    );
+    assert_eq!(
+        (def.fields[0].column.as_str(), def.fields[0].type_oid),
+        ("id", oid::INT8)
+    );
+    assert_eq!(def.fields[0].shape, Shape::Scalar(TypeTag::Int8));
+
+    let keyless = resolve_schema(Domain::KeylessRow, &[int8("a"), int8("b")], &ctx).unwrap();
+    let def = IdentityDef::keyless(&keyless);
+    assert_eq!(
+        (def.domain, def.index.clone(), def.fields.len()),
+        (Domain::KeylessRow, None, 2)
+    );
+
+    // No eligible key: the refusal carries the registry's SQLSTATE and names the index.
+    let partial = IndexCandidate {
+        partial: true,
+        ..pk
+    };
+    let none = choose_scan_key(&[partial], &ctx).unwrap_err();
+    let refusal = Refusal::from(&none.rejection);
+    assert_eq!(refusal.sqlstate, none.rejection.sqlstate());
+    assert!(
+        refusal.message.contains("orders_pkey"),
+        "{}",
+        refusal.message
+    );
 }
