@@ -12,6 +12,9 @@
 //!   the schema authority, bindings checked against every Relation message, and resume
 //!   after the last acknowledged commit;
 //! - [`event`]: change events and their JSON lines;
+//! - [`sink`], [`state`], [`pipeline`]: JSON lines made durable at each commit, the state file
+//!   written atomically after the sink, and the order between them that makes a restart
+//!   neither lose nor repeat a change;
 //! - [`lsn`]: WAL positions as PostgreSQL writes them.
 //!
 //! Errors ([`error::CaptureError`]) name the relation, key and LSN; identity bytes appear only
@@ -21,6 +24,9 @@ pub mod capture;
 pub mod error;
 pub mod event;
 pub mod lsn;
+pub mod pipeline;
+pub mod sink;
+pub mod state;
 
 pub use capture::{Capture, Output};
 pub use error::CaptureError;

@@ -17,6 +17,7 @@
 
 pub mod after_image;
 pub mod decode;
+pub mod encode;
 pub mod error;
 pub mod identity;
 pub mod message;
@@ -25,6 +26,7 @@ pub mod relation;
 
 pub use after_image::{AfterImage, IncompleteAfterImage, complete};
 pub use decode::{Decoder, Options};
+pub use encode::encode;
 pub use error::DecodeError;
 pub use identity::{
     BoundIdentity, IdentityColumn, IdentityError, RelationIdentity, SchemaMismatch,

@@ -1,0 +1,149 @@
+//! The pipeline: capture into a sink, and the state that makes a restart exact. For every
+//! committed transaction, in this order: its events reach the sink, the sink makes them
+//! durable, the state file records the transaction (and the schemas as of it), and only then
+//! is its end position returned to be acknowledged to the server. A crash between any two of
+//! these steps loses nothing and repeats nothing: the server resends from the last
+//! acknowledgement, the capture skips what the state says was delivered, and a file sink
+//! cuts off what the state does not account for.
+
+use std::fmt;
+use std::io;
+use std::path::PathBuf;
+
+use bytes::Bytes;
+
+use crate::capture::{Capture, Output};
+use crate::error::CaptureError;
+use crate::lsn::Lsn;
+use crate::sink::Sink;
+use crate::state::{State, StateError};
+
+/// Why the pipeline stopped.
+#[derive(Debug)]
+pub enum PipelineError {
+    /// The stream could not be captured.
+    Capture(CaptureError),
+    /// The sink failed.
+    Sink(io::Error),
+    /// The state file could not be written.
+    State(StateError),
+}
+
+impl fmt::Display for PipelineError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PipelineError::Capture(e) => write!(f, "{e}"),
+            PipelineError::Sink(e) => write!(f, "sink: {e}"),
+            PipelineError::State(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+impl std::error::Error for PipelineError {}
+
+/// Counters for progress reports.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Progress {
+    /// Changes delivered to the sink.
+    pub changes: u64,
+    /// Transactions made durable.
+    pub transactions: u64,
+    /// End LSN of the last durable transaction.
+    pub durable: Lsn,
+}
+
+/// Capture, sink and state together.
+#[derive(Debug)]
+pub struct Pipeline<S: Sink> {
+    capture: Capture,
+    sink: S,
+    state: State,
+    state_path: Option<PathBuf>,
+    outputs: Vec<Output>,
+    progress: Progress,
+}
+
+impl<S: Sink> Pipeline<S> {
+    /// A pipeline resuming from `state`, written back to `state_path` (when given) at every
+    /// commit, and once here, before anything reaches the sink: from the first change on,
+    /// the state file accounts for everything the sink holds. The capture must have been
+    /// created from the same state.
+    pub fn new(
+        capture: Capture,
+        sink: S,
+        mut state: State,
+        state_path: Option<PathBuf>,
+    ) -> Result<Self, PipelineError> {
+        state.sink_len = sink.durable().len;
+        if let Some(path) = &state_path {
+            state.save(path).map_err(PipelineError::State)?;
+        }
+        let durable = state.end_lsn;
+        Ok(Pipeline {
+            capture,
+            sink,
+            state,
+            state_path,
+            outputs: Vec::new(),
+            progress: Progress {
+                durable,
+                ..Progress::default()
+            },
+        })
+    }
+
+    /// Applies one pgoutput message starting at `lsn`. Returns the position to acknowledge
+    /// when the message committed a transaction that is now durable.
+    pub fn message(&mut self, lsn: Lsn, bytes: Bytes) -> Result<Option<Lsn>, PipelineError> {
+        self.outputs.clear();
+        self.capture
+            .apply_bytes(lsn, bytes, &mut self.outputs)
+            .map_err(PipelineError::Capture)?;
+        let mut ack = None;
+        for output in self.outputs.drain(..) {
+            match output {
+                Output::Begin { .. } => {}
+                Output::Change(event) => {
+                    self.sink.change(&event).map_err(PipelineError::Sink)?;
+                    self.progress.changes += 1;
+                }
+                Output::Commit {
+                    commit_lsn,
+                    end_lsn,
+                    schema_changes,
+                    ..
+                } => {
+                    let durable = self.sink.commit().map_err(PipelineError::Sink)?;
+                    self.state.commit_lsn = commit_lsn;
+                    self.state.end_lsn = end_lsn;
+                    self.state.sink_len = durable.len;
+                    if !schema_changes.is_empty() {
+                        self.state.schemas = self.capture.schemas().cloned().collect();
+                    }
+                    if let Some(path) = &self.state_path {
+                        self.state.save(path).map_err(PipelineError::State)?;
+                    }
+                    self.progress.transactions += 1;
+                    self.progress.durable = end_lsn;
+                    ack = Some(end_lsn);
+                }
+            }
+        }
+        Ok(ack)
+    }
+
+    /// The counters so far.
+    pub fn progress(&self) -> Progress {
+        self.progress
+    }
+
+    /// The state as of the last durable transaction.
+    pub fn state(&self) -> &State {
+        &self.state
+    }
+
+    /// The sink.
+    pub fn sink(&self) -> &S {
+        &self.sink
+    }
+}

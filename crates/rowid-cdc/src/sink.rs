@@ -1,0 +1,260 @@
+//! Sinks for change events. A sink receives a transaction's events between `begin` and
+//! `commit`; when `commit` returns, everything up to that transaction is durable, and only
+//! then may its position be acknowledged to the server.
+
+use std::fs::{File, OpenOptions};
+use std::io::{self, BufWriter, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+
+use crate::event::ChangeEvent;
+
+/// Where a committed transaction left the sink (recorded in the state file).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Durable {
+    /// For a file: its length after the transaction.
+    pub len: Option<u64>,
+}
+
+/// Receives change events, transaction by transaction.
+pub trait Sink {
+    /// One change of the open transaction.
+    fn change(&mut self, event: &ChangeEvent) -> io::Result<()>;
+    /// Makes every change written so far durable.
+    fn commit(&mut self) -> io::Result<Durable>;
+    /// Where the last commit (or the opening) left the sink.
+    fn durable(&self) -> Durable;
+}
+
+/// JSON lines into a file: written through a buffer, fsynced at every commit. At open, bytes
+/// past the length the state file recorded (a transaction that never committed) are cut off,
+/// so a restart neither loses nor repeats a line.
+#[derive(Debug)]
+pub struct JsonlFile {
+    path: PathBuf,
+    out: BufWriter<File>,
+    /// Bytes written.
+    len: u64,
+    /// Bytes made durable.
+    committed: u64,
+    line: String,
+}
+
+impl JsonlFile {
+    /// Opens `path` for appending. `committed_len` is the length the state file recorded
+    /// (`None`: no state, so the file must be empty or absent: appending to lines no state
+    /// accounts for could repeat them).
+    pub fn open(path: &Path, committed_len: Option<u64>) -> io::Result<JsonlFile> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(path)?;
+        let actual = file.metadata()?.len();
+        let len = match committed_len {
+            Some(len) if len <= actual => len,
+            Some(len) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!(
+                        "{} has {actual} bytes, less than the {len} the state file says were \
+                         made durable: it was truncated or replaced",
+                        path.display()
+                    ),
+                ));
+            }
+            None if actual == 0 => 0,
+            None => {
+                return Err(io::Error::new(
+                    io::ErrorKind::AlreadyExists,
+                    format!(
+                        "{} already holds {actual} bytes that no state file accounts for: give \
+                         the state file that wrote it (--state), or another output file",
+                        path.display()
+                    ),
+                ));
+            }
+        };
+        if actual > len {
+            // The tail is a transaction that was written but never committed.
+            file.set_len(len)?;
+            file.sync_all()?;
+        }
+        let mut file = file;
+        file.seek(SeekFrom::Start(len))?;
+        Ok(JsonlFile {
+            path: path.to_path_buf(),
+            out: BufWriter::with_capacity(1 << 16, file),
+            len,
+            committed: len,
+            line: String::with_capacity(512),
+        })
+    }
+
+    /// The file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl Sink for JsonlFile {
+    fn change(&mut self, event: &ChangeEvent) -> io::Result<()> {
+        self.line.clear();
+        event.write_json_line(&mut self.line);
+        self.out.write_all(self.line.as_bytes())?;
+        self.len += self.line.len() as u64;
+        Ok(())
+    }
+
+    fn commit(&mut self) -> io::Result<Durable> {
+        self.out.flush()?;
+        self.out.get_ref().sync_data()?;
+        self.committed = self.len;
+        Ok(Durable {
+            len: Some(self.len),
+        })
+    }
+
+    fn durable(&self) -> Durable {
+        Durable {
+            len: Some(self.committed),
+        }
+    }
+}
+
+/// JSON lines to standard output, flushed at every commit. Durable only as far as the reader
+/// of the pipe makes it: after a crash the last transactions may be repeated (at least once).
+#[derive(Debug)]
+pub struct JsonlStdout {
+    out: BufWriter<io::Stdout>,
+    line: String,
+}
+
+impl JsonlStdout {
+    /// Standard output.
+    pub fn new() -> JsonlStdout {
+        JsonlStdout {
+            out: BufWriter::with_capacity(1 << 16, io::stdout()),
+            line: String::with_capacity(512),
+        }
+    }
+}
+
+impl Default for JsonlStdout {
+    fn default() -> Self {
+        JsonlStdout::new()
+    }
+}
+
+impl Sink for JsonlStdout {
+    fn change(&mut self, event: &ChangeEvent) -> io::Result<()> {
+        self.line.clear();
+        event.write_json_line(&mut self.line);
+        self.out.write_all(self.line.as_bytes())
+    }
+
+    fn commit(&mut self) -> io::Result<Durable> {
+        self.out.flush()?;
+        Ok(Durable { len: None })
+    }
+
+    fn durable(&self) -> Durable {
+        Durable { len: None }
+    }
+}
+
+/// Counts and drops (the throughput benchmark's sink).
+#[derive(Debug, Default)]
+pub struct Null {
+    /// Changes received.
+    pub changes: u64,
+}
+
+impl Sink for Null {
+    fn change(&mut self, _event: &ChangeEvent) -> io::Result<()> {
+        self.changes += 1;
+        Ok(())
+    }
+
+    fn commit(&mut self) -> io::Result<Durable> {
+        Ok(Durable { len: None })
+    }
+
+    fn durable(&self) -> Durable {
+        Durable { len: None }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::Op;
+    use crate::lsn::Lsn;
+
+    fn event(xid: u32) -> ChangeEvent {
+        ChangeEvent {
+            commit_lsn: Lsn(u64::from(xid) * 100),
+            lsn: Lsn(u64::from(xid) * 100 - 1),
+            xid,
+            commit_ts: 0,
+            relid: 1,
+            relation: "public.t".into(),
+            op: Op::Insert,
+            domain: None,
+            key: vec![],
+            old_id: None,
+            new_id: Some(vec![2, 1]),
+            backfilled: false,
+        }
+    }
+
+    fn path(name: &str) -> PathBuf {
+        let p = std::env::temp_dir().join(format!("rowid-cdc-sink-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_file(&p);
+        p
+    }
+
+    fn lines(p: &Path) -> Vec<u32> {
+        std::fs::read_to_string(p)
+            .unwrap_or_default()
+            .lines()
+            .map(|l| {
+                let v: serde_json::Value = serde_json::from_str(l).unwrap_or_default();
+                v["xid"].as_u64().unwrap_or(0) as u32
+            })
+            .collect()
+    }
+
+    #[test]
+    fn an_unfinished_transaction_is_cut_off_at_restart() {
+        let p = path("restart");
+        let mut sink = JsonlFile::open(&p, None).unwrap_or_else(|e| panic!("{e}"));
+        sink.change(&event(1)).unwrap_or_else(|e| panic!("{e}"));
+        let durable = sink.commit().unwrap_or_else(|e| panic!("{e}"));
+        // Transaction 2 is written, then the process dies before its commit.
+        sink.change(&event(2)).unwrap_or_else(|e| panic!("{e}"));
+        sink.out.flush().unwrap_or_else(|e| panic!("{e}"));
+        drop(sink);
+        assert_eq!(lines(&p), [1, 2]);
+        // The restart resumes at the recorded length; transaction 2 is sent again.
+        let mut sink = JsonlFile::open(&p, durable.len).unwrap_or_else(|e| panic!("{e}"));
+        sink.change(&event(2)).unwrap_or_else(|e| panic!("{e}"));
+        sink.commit().unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(lines(&p), [1, 2], "once each");
+        let _ = std::fs::remove_file(&p);
+    }
+
+    #[test]
+    fn files_no_state_accounts_for_are_refused() {
+        let p = path("foreign");
+        std::fs::write(&p, "{}\n").unwrap_or_else(|e| panic!("{e}"));
+        let err = JsonlFile::open(&p, None).expect_err("a file with lines and no state");
+        assert!(
+            err.to_string().contains("no state file accounts for"),
+            "{err}"
+        );
+        let err = JsonlFile::open(&p, Some(100)).expect_err("shorter than recorded");
+        assert!(err.to_string().contains("truncated or replaced"), "{err}");
+        let _ = std::fs::remove_file(&p);
+    }
+}

@@ -1,0 +1,255 @@
+//! The state file: where a restart resumes. It holds the slot, the last commit whose changes
+//! the sink made durable (its commit LSN, to skip it when the server sends it again, and its
+//! end LSN, the position acknowledged to the server), the sink's committed length when the
+//! sink is a file, and the identity schemas as of that commit. No password, no DSN.
+//!
+//! Written atomically: a temporary file beside it is written and fsynced, renamed over the
+//! state file, and the directory is fsynced, so a crash leaves the old state or the new one,
+//! never a mix.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+
+use rowid_registry::schema_message::{RelationSchema, SchemaMessage};
+use serde_json::{Value, json};
+
+use crate::lsn::Lsn;
+
+/// The state file's format.
+pub const STATE_FORMAT: u64 = 1;
+
+/// Where capture stands.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct State {
+    /// The replication slot.
+    pub slot: String,
+    /// The publication.
+    pub publication: String,
+    /// Commit LSN of the last transaction the sink made durable (`0/0`: none yet).
+    pub commit_lsn: Lsn,
+    /// End LSN of that transaction: the position acknowledged to the server.
+    pub end_lsn: Lsn,
+    /// A file sink's length after that transaction (bytes past it are an unfinished
+    /// transaction and are cut off at restart).
+    pub sink_len: Option<u64>,
+    /// The identity schemas as of that transaction.
+    pub schemas: Vec<RelationSchema>,
+}
+
+/// The state file could not be read or written.
+#[derive(Debug)]
+pub enum StateError {
+    /// An I/O error on `path`.
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The error.
+        error: io::Error,
+    },
+    /// The file is not a state file of this format.
+    Invalid {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        problem: String,
+    },
+}
+
+impl std::fmt::Display for StateError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StateError::Io { path, error } => write!(f, "state file {}: {error}", path.display()),
+            StateError::Invalid { path, problem } => write!(
+                f,
+                "state file {}: {problem} (it was not written by this version of rowid-cdc, or \
+                 was edited; nothing was changed)",
+                path.display()
+            ),
+        }
+    }
+}
+
+impl std::error::Error for StateError {}
+
+impl State {
+    /// The state as JSON.
+    pub fn to_json(&self) -> Value {
+        json!({
+            "format": STATE_FORMAT,
+            "slot": self.slot,
+            "publication": self.publication,
+            "commit_lsn": self.commit_lsn.to_string(),
+            "end_lsn": self.end_lsn.to_string(),
+            "sink_len": self.sink_len,
+            "schemas": self.schemas.iter()
+                .map(|s| SchemaMessage::Schema(s.clone()).to_json())
+                .collect::<Vec<_>>(),
+        })
+    }
+
+    /// Reads a state written by [`State::to_json`].
+    pub fn from_json(v: &Value) -> Result<State, String> {
+        let obj = v.as_object().ok_or("not a JSON object")?;
+        let known = [
+            "format",
+            "slot",
+            "publication",
+            "commit_lsn",
+            "end_lsn",
+            "sink_len",
+            "schemas",
+        ];
+        if let Some(k) = obj.keys().find(|k| !known.contains(&k.as_str())) {
+            return Err(format!("unknown member {k:?}"));
+        }
+        let str_of = |k: &str| {
+            obj.get(k)
+                .and_then(Value::as_str)
+                .ok_or_else(|| format!("{k}: missing or not a string"))
+        };
+        match obj.get("format").and_then(Value::as_u64) {
+            Some(STATE_FORMAT) => {}
+            other => return Err(format!("format {other:?} is not {STATE_FORMAT}")),
+        }
+        let lsn_of = |k: &str| str_of(k)?.parse::<Lsn>().map_err(|e| format!("{k}: {e}"));
+        let sink_len = match obj.get("sink_len") {
+            None | Some(Value::Null) => None,
+            Some(v) => Some(v.as_u64().ok_or("sink_len: not a length")?),
+        };
+        let schemas = obj
+            .get("schemas")
+            .and_then(Value::as_array)
+            .ok_or("schemas: missing or not an array")?
+            .iter()
+            .map(|s| match SchemaMessage::from_json(s) {
+                Ok(SchemaMessage::Schema(s)) => Ok(s),
+                Ok(SchemaMessage::Dropped { .. }) => Err("schemas: a dropped relation".to_string()),
+                Err(e) => Err(format!("schemas: {e}")),
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(State {
+            slot: str_of("slot")?.to_string(),
+            publication: str_of("publication")?.to_string(),
+            commit_lsn: lsn_of("commit_lsn")?,
+            end_lsn: lsn_of("end_lsn")?,
+            sink_len,
+            schemas,
+        })
+    }
+
+    /// Reads the state file; `None` when it does not exist.
+    pub fn load(path: &Path) -> Result<Option<State>, StateError> {
+        let text = match fs::read(path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(error) => {
+                return Err(StateError::Io {
+                    path: path.to_path_buf(),
+                    error,
+                });
+            }
+        };
+        let invalid = |problem: String| StateError::Invalid {
+            path: path.to_path_buf(),
+            problem,
+        };
+        let value: Value =
+            serde_json::from_slice(&text).map_err(|e| invalid(format!("not JSON: {e}")))?;
+        State::from_json(&value).map(Some).map_err(invalid)
+    }
+
+    /// Writes the state file atomically (temporary file, fsync, rename, directory fsync).
+    pub fn save(&self, path: &Path) -> Result<(), StateError> {
+        let io = |error| StateError::Io {
+            path: path.to_path_buf(),
+            error,
+        };
+        let mut tmp_name = path.as_os_str().to_owned();
+        tmp_name.push(".tmp");
+        let tmp = PathBuf::from(tmp_name);
+        let mut text = self.to_json().to_string();
+        text.push('\n');
+        {
+            let mut f = OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .open(&tmp)
+                .map_err(io)?;
+            f.write_all(text.as_bytes()).map_err(io)?;
+            f.sync_all().map_err(io)?;
+        }
+        fs::rename(&tmp, path).map_err(io)?;
+        let dir = match path.parent() {
+            Some(d) if !d.as_os_str().is_empty() => d,
+            _ => Path::new("."),
+        };
+        File::open(dir).and_then(|d| d.sync_all()).map_err(io)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dir() -> PathBuf {
+        let d = std::env::temp_dir().join(format!(
+            "rowid-cdc-state-{}-{:?}",
+            std::process::id(),
+            std::thread::current().id()
+        ));
+        let _ = fs::remove_dir_all(&d);
+        fs::create_dir_all(&d).unwrap_or_else(|e| panic!("{e}"));
+        d
+    }
+
+    #[test]
+    fn state_round_trips_atomically() {
+        let d = dir();
+        let path = d.join("cdc.state");
+        assert!(matches!(State::load(&path), Ok(None)));
+        let s = State {
+            slot: "s".into(),
+            publication: "p".into(),
+            commit_lsn: Lsn(0x16_B374_D848),
+            end_lsn: Lsn(0x16_B374_D850),
+            sink_len: Some(1234),
+            schemas: vec![],
+        };
+        s.save(&path).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(State::load(&path).ok().flatten(), Some(s.clone()));
+        assert!(
+            !d.join("cdc.state.tmp").exists(),
+            "the temporary file was renamed"
+        );
+        // A later state replaces it whole.
+        let later = State {
+            commit_lsn: Lsn(0x17_0000_0000),
+            sink_len: None,
+            ..s
+        };
+        later.save(&path).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(State::load(&path).ok().flatten(), Some(later));
+        let _ = fs::remove_dir_all(&d);
+    }
+
+    #[test]
+    fn foreign_or_damaged_files_are_refused() {
+        let d = dir();
+        let path = d.join("cdc.state");
+        for text in [
+            "",
+            "{",
+            "[]",
+            r#"{"format": 2}"#,
+            r#"{"format": 1, "slot": "s", "publication": "p", "commit_lsn": "0/0", "end_lsn": "x", "schemas": []}"#,
+            r#"{"format": 1, "slot": "s", "publication": "p", "commit_lsn": "0/0", "end_lsn": "0/0", "schemas": [], "password": "x"}"#,
+        ] {
+            fs::write(&path, text).unwrap_or_else(|e| panic!("{e}"));
+            let err = State::load(&path).expect_err(text);
+            assert!(err.to_string().contains("cdc.state"), "{err}");
+        }
+        let _ = fs::remove_dir_all(&d);
+    }
+}
