@@ -47,6 +47,8 @@ fn server_checks(major: u32, source: pg::Source) -> Result<Counts, String> {
         tests.push(("rowid-vectors", "structural_oracle"));
         // WAL identities against SQL identities (needs the extension and wal_level=logical).
         tests.push(("rowid-pgoutput", "cross_path"));
+        // Identity schemas in-band: the event trigger's messages read back from a slot.
+        tests.push(("rowid-cdc", "in_band"));
     }
     for (krate, test) in tests {
         let mut c = cargo();

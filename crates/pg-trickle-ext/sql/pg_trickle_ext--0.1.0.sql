@@ -20,13 +20,6 @@ CREATE SCHEMA IF NOT EXISTS pgtrickle; /* pg_trickle_ext::pgtrickle */
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- pg_trickle_ext::pgtrickle::encode_row_id_v2
-
-CREATE FUNCTION pgtrickle.encode_row_id_v2(domain text, fields record) RETURNS bytea
-STABLE PARALLEL SAFE LANGUAGE c AS 'MODULE_PATHNAME', 'encode_row_id_v2_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
 -- pg_trickle_ext::pgtrickle::row_id_describe
 CREATE  FUNCTION pgtrickle."row_id_describe"(
 	"id" bytea /* & [u8] */
@@ -34,6 +27,13 @@ CREATE  FUNCTION pgtrickle."row_id_describe"(
 IMMUTABLE STRICT PARALLEL SAFE
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', 'row_id_describe_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- pg_trickle_ext::pgtrickle::encode_row_id_v2
+
+CREATE FUNCTION pgtrickle.encode_row_id_v2(domain text, fields record) RETURNS bytea
+STABLE PARALLEL SAFE LANGUAGE c AS 'MODULE_PATHNAME', 'encode_row_id_v2_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
@@ -68,13 +68,15 @@ AS 'MODULE_PATHNAME', 'validate_identity_fields_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- pg_trickle_ext::pgtrickle::row_id_fingerprint
-CREATE  FUNCTION pgtrickle."row_id_fingerprint"(
-	"id" bytea /* & [u8] */
+-- pg_trickle_ext::pgtrickle::identity_dropped_message
+CREATE  FUNCTION pgtrickle."identity_dropped_message"(
+	"relid" oid, /* pg_sys :: Oid */
+	"namespace" TEXT, /* & str */
+	"relname" TEXT /* & str */
 ) RETURNS TEXT /* String */
 IMMUTABLE STRICT PARALLEL SAFE
 LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'row_id_fingerprint_wrapper';
+AS 'MODULE_PATHNAME', 'identity_dropped_message_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
@@ -95,6 +97,122 @@ CREATE  FUNCTION pgtrickle."validate_source_identity"(
 STRICT STABLE 
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', 'validate_source_identity_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- pg_trickle_ext::pgtrickle::identity_schema
+CREATE  FUNCTION pgtrickle."identity_schema"(
+	"rel" oid /* pg_sys :: Oid */
+) RETURNS TEXT /* String */
+STRICT STABLE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'identity_schema_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- requires:
+--   pgtrickle::identity_schema
+--   pgtrickle::identity_dropped_message
+
+
+-- Identity schema messages (spec/identity-messages.md). The event-trigger functions run as
+-- the extension's owner: any role's DDL must be able to write the message.
+CREATE FUNCTION pgtrickle.identity_messages_on_ddl() RETURNS event_trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
+DECLARE
+  rel oid;
+BEGIN
+  FOR rel IN
+    WITH cmd AS (SELECT classid, objid FROM pg_event_trigger_ddl_commands()),
+    touched(relid) AS (
+      -- tables, and the table of an index
+      SELECT CASE WHEN c.relkind IN ('i', 'I') THEN i.indrelid ELSE c.oid END
+      FROM cmd JOIN pg_class c ON cmd.classid = 'pg_class'::regclass AND c.oid = cmd.objid
+      LEFT JOIN pg_index i ON i.indexrelid = c.oid
+      UNION
+      -- constraints (primary keys, unique constraints)
+      SELECT con.conrelid FROM cmd
+      JOIN pg_constraint con ON cmd.classid = 'pg_constraint'::regclass AND con.oid = cmd.objid
+      UNION
+      -- a table added to a publication
+      SELECT pr.prrelid FROM cmd
+      JOIN pg_publication_rel pr ON cmd.classid = 'pg_publication_rel'::regclass AND pr.oid = cmd.objid
+      UNION
+      -- ALTER TYPE / ALTER DOMAIN: tables with a column of the type, its array or a domain over it
+      SELECT a.attrelid FROM cmd
+      JOIN pg_type t ON cmd.classid = 'pg_type'::regclass
+        AND (t.oid = cmd.objid OR t.typelem = cmd.objid OR t.typbasetype = cmd.objid)
+      JOIN pg_attribute a ON a.atttypid = t.oid AND a.attnum > 0 AND NOT a.attisdropped
+    )
+    SELECT DISTINCT t.relid FROM touched t
+    JOIN pg_class c ON c.oid = t.relid AND c.relkind IN ('r', 'p')
+    WHERE EXISTS (SELECT 1 FROM pg_publication_tables p
+                  WHERE format('%I.%I', p.schemaname, p.tablename)::regclass = t.relid)
+    ORDER BY 1
+  LOOP
+    PERFORM pg_logical_emit_message(true, 'pgtrickle.identity', pgtrickle.identity_schema(rel));
+  END LOOP;
+END
+$fn$;
+
+CREATE FUNCTION pgtrickle.identity_messages_on_drop() RETURNS event_trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
+DECLARE
+  o record;
+  rel oid;
+BEGIN
+  FOR o IN SELECT objid, schema_name, object_name FROM pg_event_trigger_dropped_objects()
+           WHERE classid = 'pg_class'::regclass AND object_type = 'table'
+  LOOP
+    PERFORM pg_logical_emit_message(true, 'pgtrickle.identity',
+      pgtrickle.identity_dropped_message(o.objid, o.schema_name, o.object_name));
+  END LOOP;
+  -- A standalone DROP INDEX names no table once the index is gone: every published table's
+  -- schema is written again (the consumer keeps what did not change).
+  IF EXISTS (SELECT 1 FROM pg_event_trigger_dropped_objects()
+             WHERE object_type IN ('index', 'table constraint')) THEN
+    FOR rel IN SELECT DISTINCT format('%I.%I', schemaname, tablename)::regclass::oid
+               FROM pg_publication_tables ORDER BY 1
+    LOOP
+      PERFORM pg_logical_emit_message(true, 'pgtrickle.identity', pgtrickle.identity_schema(rel));
+    END LOOP;
+  END IF;
+END
+$fn$;
+
+CREATE FUNCTION pgtrickle.enable_identity_messages() RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $fn$
+BEGIN
+  IF NOT EXISTS (SELECT 1 FROM pg_event_trigger WHERE evtname = 'pgtrickle_identity_ddl') THEN
+    CREATE EVENT TRIGGER pgtrickle_identity_ddl ON ddl_command_end
+      EXECUTE FUNCTION pgtrickle.identity_messages_on_ddl();
+  END IF;
+  IF NOT EXISTS (SELECT 1 FROM pg_event_trigger WHERE evtname = 'pgtrickle_identity_drop') THEN
+    CREATE EVENT TRIGGER pgtrickle_identity_drop ON sql_drop
+      EXECUTE FUNCTION pgtrickle.identity_messages_on_drop();
+  END IF;
+END
+$fn$;
+COMMENT ON FUNCTION pgtrickle.enable_identity_messages() IS
+  'Writes each published table''s identity schema into the WAL at the end of every DDL that can change it (superuser; run disable_identity_messages() before DROP EXTENSION)';
+
+CREATE FUNCTION pgtrickle.disable_identity_messages() RETURNS void
+LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $fn$
+  DROP EVENT TRIGGER IF EXISTS pgtrickle_identity_ddl;
+  DROP EVENT TRIGGER IF EXISTS pgtrickle_identity_drop;
+$fn$;
+REVOKE EXECUTE ON FUNCTION pgtrickle.enable_identity_messages() FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION pgtrickle.disable_identity_messages() FROM PUBLIC;
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- pg_trickle_ext::pgtrickle::row_id_fingerprint
+CREATE  FUNCTION pgtrickle."row_id_fingerprint"(
+	"id" bytea /* & [u8] */
+) RETURNS TEXT /* String */
+IMMUTABLE STRICT PARALLEL SAFE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'row_id_fingerprint_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */

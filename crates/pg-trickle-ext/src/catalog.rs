@@ -172,6 +172,53 @@ pub fn all_columns(rel: pg_sys::Oid) -> Vec<FieldSpec> {
     }))
 }
 
+/// A table's namespace, name and `relreplident`, through SPI (so, inside a transaction
+/// that imported a snapshot, as of that snapshot); `None` when no table (plain or
+/// partitioned) has that OID.
+pub fn relation_facts(rel: pg_sys::Oid) -> Option<(String, String, u8)> {
+    let query = format!(
+        "SELECT n.nspname::text, c.relname::text, c.relreplident::text FROM pg_class c \
+         JOIN pg_namespace n ON n.oid = c.relnamespace \
+         WHERE c.oid = {} AND c.relkind IN ('r', 'p')",
+        u32::from(rel)
+    );
+    spi(Spi::connect(|c| {
+        let mut rows = c.select(&query, Some(1), &[])?;
+        let Some(row) = rows.next() else {
+            return Ok(None);
+        };
+        let ri = row.get::<String>(3)?.unwrap_or_default();
+        Ok(Some((
+            row.get::<String>(1)?.unwrap_or_default(),
+            row.get::<String>(2)?.unwrap_or_default(),
+            ri.bytes().next().unwrap_or(b'd'),
+        )))
+    }))
+}
+
+/// A table's columns as pgoutput publishes them (not dropped, not generated), in attnum
+/// order: attnum, name, type OID, NOT NULL.
+pub fn published_columns(rel: pg_sys::Oid) -> Vec<(i16, String, u32, bool)> {
+    let query = format!(
+        "SELECT attnum, attname::text, atttypid, attnotnull FROM pg_attribute \
+         WHERE attrelid = {} AND attnum > 0 AND NOT attisdropped AND attgenerated = '' \
+         ORDER BY attnum",
+        u32::from(rel)
+    );
+    spi(Spi::connect(|c| {
+        let mut out = Vec::new();
+        for row in c.select(&query, None, &[])? {
+            out.push((
+                row.get::<i16>(1)?.unwrap_or(0),
+                row.get::<String>(2)?.unwrap_or_default(),
+                u32::from(row.get::<pg_sys::Oid>(3)?.unwrap_or(pg_sys::InvalidOid)),
+                row.get::<bool>(4)?.unwrap_or(false),
+            ));
+        }
+        Ok(out)
+    }))
+}
+
 /// `rel`'s name as `regclass` prints it (schema-qualified when not on the search path).
 pub fn relation_name(rel: pg_sys::Oid) -> String {
     spi(Spi::get_one::<String>(&format!(

@@ -10,6 +10,8 @@
 //! - [`call_site`]: the per-call-site cache of `encode_row_id_v2`;
 //! - [`catalog`]: every catalog read (types, collations, index candidates, columns);
 //! - [`validate`]: the validation functions;
+//! - [`identity_messages`]: a table's identity schema as JSON, written into the WAL by an
+//!   opt-in event trigger (spec/identity-messages.md);
 //! - [`errors`]: every error that reaches SQL, with its SQLSTATE.
 //!
 //! SQL surface (schema `pgtrickle`):
@@ -19,7 +21,10 @@
 //! - `row_id_fingerprint(bytea) RETURNS text` (length and a short digest, safe for logs);
 //! - `row_id_describe(bytea) RETURNS text` (decoded fields; EXECUTE revoked from PUBLIC,
 //!   because identities carry reversible source values);
-//! - the domain `row_id` over `bytea`, which marks child identities inside derived ones.
+//! - the domain `row_id` over `bytea`, which marks child identities inside derived ones;
+//! - `identity_schema(regclass) RETURNS text` (the table's identity schema message, JSON),
+//!   `enable_identity_messages()` / `disable_identity_messages()` (the event triggers that
+//!   write it into the WAL at the end of every DDL that can change it; superuser).
 
 use pgrx::prelude::*;
 
@@ -29,6 +34,7 @@ pub mod call_site;
 pub mod catalog;
 pub mod datum;
 pub mod errors;
+pub mod identity_messages;
 pub mod reader;
 pub mod validate;
 
@@ -141,6 +147,22 @@ STABLE PARALLEL SAFE LANGUAGE c AS 'MODULE_PATHNAME', 'encode_row_id_v2_wrapper'
         out
     }
 
+    /// The identity schema of a table as a format-1 identity schema message (JSON text,
+    /// spec/identity-messages.md): its key as the registry chooses it (or the keyless
+    /// identity, or why it has none), columns, primary key and replica identity. What the
+    /// identity-message event trigger writes into the WAL, and what a WAL consumer reads at
+    /// its slot's consistent point.
+    #[pg_extern(stable, strict)]
+    fn identity_schema(rel: pg_sys::Oid) -> String {
+        crate::identity_messages::schema_json(rel)
+    }
+
+    /// The identity schema message saying table `relid` was dropped (JSON text).
+    #[pg_extern(immutable, parallel_safe, strict)]
+    fn identity_dropped_message(relid: pg_sys::Oid, namespace: &str, relname: &str) -> String {
+        crate::identity_messages::dropped_json(relid, namespace, relname)
+    }
+
     /// Length and a 32-bit digest prefix: identifies an identity in logs without revealing it.
     #[pg_extern(immutable, parallel_safe, strict)]
     fn row_id_fingerprint(id: &[u8]) -> String {
@@ -160,6 +182,104 @@ extension_sql!(
     "REVOKE EXECUTE ON FUNCTION pgtrickle.row_id_describe(bytea) FROM PUBLIC;",
     name = "revoke_describe",
     finalize
+);
+
+extension_sql!(
+    r#"
+-- Identity schema messages (spec/identity-messages.md). The event-trigger functions run as
+-- the extension's owner: any role's DDL must be able to write the message.
+CREATE FUNCTION pgtrickle.identity_messages_on_ddl() RETURNS event_trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
+DECLARE
+  rel oid;
+BEGIN
+  FOR rel IN
+    WITH cmd AS (SELECT classid, objid FROM pg_event_trigger_ddl_commands()),
+    touched(relid) AS (
+      -- tables, and the table of an index
+      SELECT CASE WHEN c.relkind IN ('i', 'I') THEN i.indrelid ELSE c.oid END
+      FROM cmd JOIN pg_class c ON cmd.classid = 'pg_class'::regclass AND c.oid = cmd.objid
+      LEFT JOIN pg_index i ON i.indexrelid = c.oid
+      UNION
+      -- constraints (primary keys, unique constraints)
+      SELECT con.conrelid FROM cmd
+      JOIN pg_constraint con ON cmd.classid = 'pg_constraint'::regclass AND con.oid = cmd.objid
+      UNION
+      -- a table added to a publication
+      SELECT pr.prrelid FROM cmd
+      JOIN pg_publication_rel pr ON cmd.classid = 'pg_publication_rel'::regclass AND pr.oid = cmd.objid
+      UNION
+      -- ALTER TYPE / ALTER DOMAIN: tables with a column of the type, its array or a domain over it
+      SELECT a.attrelid FROM cmd
+      JOIN pg_type t ON cmd.classid = 'pg_type'::regclass
+        AND (t.oid = cmd.objid OR t.typelem = cmd.objid OR t.typbasetype = cmd.objid)
+      JOIN pg_attribute a ON a.atttypid = t.oid AND a.attnum > 0 AND NOT a.attisdropped
+    )
+    SELECT DISTINCT t.relid FROM touched t
+    JOIN pg_class c ON c.oid = t.relid AND c.relkind IN ('r', 'p')
+    WHERE EXISTS (SELECT 1 FROM pg_publication_tables p
+                  WHERE format('%I.%I', p.schemaname, p.tablename)::regclass = t.relid)
+    ORDER BY 1
+  LOOP
+    PERFORM pg_logical_emit_message(true, 'pgtrickle.identity', pgtrickle.identity_schema(rel));
+  END LOOP;
+END
+$fn$;
+
+CREATE FUNCTION pgtrickle.identity_messages_on_drop() RETURNS event_trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
+DECLARE
+  o record;
+  rel oid;
+BEGIN
+  FOR o IN SELECT objid, schema_name, object_name FROM pg_event_trigger_dropped_objects()
+           WHERE classid = 'pg_class'::regclass AND object_type = 'table'
+  LOOP
+    PERFORM pg_logical_emit_message(true, 'pgtrickle.identity',
+      pgtrickle.identity_dropped_message(o.objid, o.schema_name, o.object_name));
+  END LOOP;
+  -- A standalone DROP INDEX names no table once the index is gone: every published table's
+  -- schema is written again (the consumer keeps what did not change).
+  IF EXISTS (SELECT 1 FROM pg_event_trigger_dropped_objects()
+             WHERE object_type IN ('index', 'table constraint')) THEN
+    FOR rel IN SELECT DISTINCT format('%I.%I', schemaname, tablename)::regclass::oid
+               FROM pg_publication_tables ORDER BY 1
+    LOOP
+      PERFORM pg_logical_emit_message(true, 'pgtrickle.identity', pgtrickle.identity_schema(rel));
+    END LOOP;
+  END IF;
+END
+$fn$;
+
+CREATE FUNCTION pgtrickle.enable_identity_messages() RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $fn$
+BEGIN
+  IF NOT EXISTS (SELECT 1 FROM pg_event_trigger WHERE evtname = 'pgtrickle_identity_ddl') THEN
+    CREATE EVENT TRIGGER pgtrickle_identity_ddl ON ddl_command_end
+      EXECUTE FUNCTION pgtrickle.identity_messages_on_ddl();
+  END IF;
+  IF NOT EXISTS (SELECT 1 FROM pg_event_trigger WHERE evtname = 'pgtrickle_identity_drop') THEN
+    CREATE EVENT TRIGGER pgtrickle_identity_drop ON sql_drop
+      EXECUTE FUNCTION pgtrickle.identity_messages_on_drop();
+  END IF;
+END
+$fn$;
+COMMENT ON FUNCTION pgtrickle.enable_identity_messages() IS
+  'Writes each published table''s identity schema into the WAL at the end of every DDL that can change it (superuser; run disable_identity_messages() before DROP EXTENSION)';
+
+CREATE FUNCTION pgtrickle.disable_identity_messages() RETURNS void
+LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $fn$
+  DROP EVENT TRIGGER IF EXISTS pgtrickle_identity_ddl;
+  DROP EVENT TRIGGER IF EXISTS pgtrickle_identity_drop;
+$fn$;
+REVOKE EXECUTE ON FUNCTION pgtrickle.enable_identity_messages() FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION pgtrickle.disable_identity_messages() FROM PUBLIC;
+"#,
+    name = "identity_messages",
+    requires = [
+        pgtrickle::identity_schema,
+        pgtrickle::identity_dropped_message
+    ]
 );
 
 #[cfg(any(test, feature = "pg_test"))]

@@ -635,3 +635,108 @@ fn structural_fields_are_validated() {
     );
     assert_eq!(doc.map(|(bytes, _)| bytes), Ok(None));
 }
+
+/// The identity schema message of a table, parsed back with the registry's strict reader.
+fn identity_schema_of(table: &str) -> rowid_registry::schema_message::RelationSchema {
+    use rowid_registry::schema_message::SchemaMessage;
+    let json = Spi::get_one::<String>(&format!(
+        "SELECT pgtrickle.identity_schema('{table}'::regclass)"
+    ))
+    .expect("identity_schema runs")
+    .expect("not NULL");
+    match SchemaMessage::parse(json.as_bytes()).expect("a valid format-1 message") {
+        SchemaMessage::Schema(s) => s,
+        other => panic!("{other:?}"),
+    }
+}
+
+/// identity_schema gives the key validate_source_identity chooses, with the shapes of user
+/// types resolved, the columns pgoutput publishes and the replica identity.
+#[pg_test]
+fn identity_schema_messages_describe_the_key() {
+    use rowid_codec::structure::Shape;
+    use rowid_codec::{Domain, TypeTag};
+    use rowid_registry::schema_message::ReplicaIdentity;
+    Spi::run(
+        "CREATE TYPE im_mood AS ENUM ('sad', 'happy');
+         CREATE DOMAIN im_pos AS int4 CHECK (VALUE > 0);
+         CREATE TABLE im_keyed (region text COLLATE \"C\", id im_pos, mood im_mood[],
+                                note text, g int GENERATED ALWAYS AS (1) STORED,
+                                PRIMARY KEY (region, id));
+         CREATE TABLE im_keyless (a int8, b text);
+         ALTER TABLE im_keyless REPLICA IDENTITY FULL;",
+    )
+    .expect("setup");
+    let s = identity_schema_of("im_keyed");
+    let namespace = Spi::get_one::<String>(
+        "SELECT relnamespace::regnamespace::text FROM pg_class WHERE oid = 'im_keyed'::regclass",
+    )
+    .expect("runs")
+    .expect("a schema");
+    assert_eq!((s.namespace.as_str(), s.relname.as_str()), (namespace.as_str(), "im_keyed"));
+    assert_eq!(s.replica_identity, ReplicaIdentity::Default);
+    assert_eq!(s.primary_key, ["region", "id"]);
+    let cols: Vec<&str> = s.columns.iter().map(|c| c.name.as_str()).collect();
+    assert_eq!(cols, ["region", "id", "mood", "note"], "generated columns are not published");
+    assert!(s.columns[0].not_null && !s.columns[3].not_null);
+    let def = s.identity.expect("a key");
+    assert_eq!((def.domain, def.primary), (Domain::ScanKey, true));
+    assert_eq!(def.index.as_deref(), Some("im_keyed_pkey"));
+    let domain_oid = Spi::get_one::<pg_sys::Oid>("SELECT 'im_pos'::regtype::oid")
+        .expect("runs")
+        .expect("oid");
+    assert_eq!(def.fields[1].type_oid, u32::from(domain_oid), "a domain's own OID, as pgoutput sends");
+    assert_eq!(def.fields[1].shape, Shape::Scalar(TypeTag::Int4));
+
+    let s = identity_schema_of("im_keyless");
+    assert_eq!(s.replica_identity, ReplicaIdentity::Full);
+    let def = s.identity.expect("keyless");
+    assert_eq!(def.domain, Domain::KeylessRow);
+    assert_eq!(def.fields.len(), 2);
+}
+
+/// A table with no usable identity carries the registry's refusal, and a non-table is an
+/// error naming the function.
+#[pg_test]
+fn identity_schema_messages_carry_refusals() {
+    // No index, and a column type without a proven encoder: neither a key nor a keyless
+    // identity.
+    Spi::run("CREATE TABLE im_point (x int8, y point);").expect("setup");
+    let s = identity_schema_of("im_point");
+    let refusal = s.identity.expect_err("no identity");
+    assert_eq!(refusal.sqlstate, "0A000");
+    assert!(refusal.message.contains("point"), "{}", refusal.message);
+}
+
+#[pg_test]
+#[should_panic(expected = "pgtrickle.identity_schema: OID")]
+fn identity_schema_of_a_non_table_is_an_error() {
+    Spi::run("CREATE SEQUENCE im_seq;").expect("setup");
+    let _ = identity_schema_of("im_seq");
+}
+
+/// enable_identity_messages installs both event triggers once; disable removes them.
+#[pg_test]
+fn identity_message_triggers_are_installed_and_removed() {
+    let count = || {
+        Spi::get_one::<i64>(
+            "SELECT count(*) FROM pg_event_trigger WHERE evtname LIKE 'pgtrickle_identity_%'",
+        )
+        .expect("runs")
+        .expect("count")
+    };
+    Spi::run("SELECT pgtrickle.enable_identity_messages(); SELECT pgtrickle.enable_identity_messages();")
+        .expect("enable twice");
+    assert_eq!(count(), 2);
+    // DDL with the triggers in place runs (the message itself is checked from the WAL by
+    // rowid-cdc's tests against a logical slot).
+    Spi::run(
+        "CREATE PUBLICATION im_pub FOR ALL TABLES;
+         CREATE TABLE im_ddl (id int8 PRIMARY KEY);
+         ALTER TABLE im_ddl DROP CONSTRAINT im_ddl_pkey;
+         DROP TABLE im_ddl;",
+    )
+    .expect("DDL with the triggers");
+    Spi::run("SELECT pgtrickle.disable_identity_messages();").expect("disable");
+    assert_eq!(count(), 0);
+}
