@@ -49,6 +49,8 @@ fn server_checks(major: u32, source: pg::Source) -> Result<Counts, String> {
         tests.push(("rowid-pgoutput", "cross_path"));
         // Identity schemas in-band: the event trigger's messages read back from a slot.
         tests.push(("rowid-cdc", "in_band"));
+        // The rowid-cdc command on a live slot, killed and restarted during a workload.
+        tests.push(("rowid-cdc", "live"));
     }
     for (krate, test) in tests {
         let mut c = cargo();

@@ -2,8 +2,8 @@
 //!
 //! Follows a logical replication slot (pgoutput, protocol 1, binary values) and emits one
 //! event per committed change with its Row Identity V2 identities, byte-identical to
-//! `pgtrickle.encode_row_id_v2` on the same row. This crate is being built in stages
-//! (issue 12); this stage holds the parts that do no I/O:
+//! `pgtrickle.encode_row_id_v2` on the same row. The `rowid-cdc` command ([`follow`], with
+//! the connection string in [`dsn`]) runs the parts below against a server:
 //!
 //! - identity schema messages (spec/identity-messages.md, implemented in
 //!   `rowid_registry::schema_message` and shared with the extension that writes them): the
@@ -21,8 +21,10 @@
 //! in the events themselves, never in a message (design proposal §11.1).
 
 pub mod capture;
+pub mod dsn;
 pub mod error;
 pub mod event;
+pub mod follow;
 pub mod lsn;
 pub mod pipeline;
 pub mod sink;

@@ -11,6 +11,7 @@ use std::io;
 use std::path::PathBuf;
 
 use bytes::Bytes;
+use rowid_pgoutput::Message;
 
 use crate::capture::{Capture, Output};
 use crate::error::CaptureError;
@@ -99,6 +100,25 @@ impl<S: Sink> Pipeline<S> {
         self.capture
             .apply_bytes(lsn, bytes, &mut self.outputs)
             .map_err(PipelineError::Capture)?;
+        self.deliver()
+    }
+
+    /// Applies one message a transport already decoded (Begin, Commit and logical messages
+    /// arrive that way from some clients); otherwise as [`Pipeline::message`].
+    pub fn apply(&mut self, lsn: Lsn, msg: Message) -> Result<Option<Lsn>, PipelineError> {
+        self.outputs.clear();
+        self.capture
+            .apply(lsn, msg, &mut self.outputs)
+            .map_err(PipelineError::Capture)?;
+        self.deliver()
+    }
+
+    /// True between a Begin and its Commit.
+    pub fn in_transaction(&self) -> bool {
+        self.capture.in_transaction()
+    }
+
+    fn deliver(&mut self) -> Result<Option<Lsn>, PipelineError> {
         let mut ack = None;
         for output in self.outputs.drain(..) {
             match output {

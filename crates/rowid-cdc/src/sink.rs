@@ -25,6 +25,20 @@ pub trait Sink {
     fn durable(&self) -> Durable;
 }
 
+impl<S: Sink + ?Sized> Sink for Box<S> {
+    fn change(&mut self, event: &ChangeEvent) -> io::Result<()> {
+        (**self).change(event)
+    }
+
+    fn commit(&mut self) -> io::Result<Durable> {
+        (**self).commit()
+    }
+
+    fn durable(&self) -> Durable {
+        (**self).durable()
+    }
+}
+
 /// JSON lines into a file: written through a buffer, fsynced at every commit. At open, bytes
 /// past the length the state file recorded (a transaction that never committed) are cut off,
 /// so a restart neither loses nor repeats a line.

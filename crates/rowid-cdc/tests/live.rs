@@ -1,0 +1,246 @@
+//! The `rowid-cdc` command against a live slot: a workload of inserts, key-changing updates,
+//! deletes and TOASTed keyless rows runs while the consumer is killed with SIGKILL again and
+//! again and restarted from its state file. The JSON lines it leaves equal, change for change,
+//! what an audit trigger recorded with `encode_row_id_v2` in the same transactions: nothing
+//! lost, nothing twice.
+//!
+//! Needs a server with `wal_level = logical` and the extension: run through `cargo xtask test`.
+
+// Test code: a failed expectation is a panic by design.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use rowid_testkit::psql::{ARGS_ENV, Psql};
+
+const DB: &str = "rowid_cdc_live";
+
+/// psql for the test database, and the DSN of the same server.
+fn connect() -> (Psql, String) {
+    let args = std::env::var(ARGS_ENV).unwrap_or_else(|_| panic!("{ARGS_ENV} is not set"));
+    let postgres = Psql::new("psql", &args);
+    postgres
+        .run(&format!(
+            "DROP DATABASE IF EXISTS {DB} WITH (FORCE); CREATE DATABASE {DB};"
+        ))
+        .unwrap();
+    let mut words = args.split_whitespace();
+    let (mut host, mut port, mut user) = (String::new(), String::new(), String::new());
+    let mut rest = Vec::new();
+    while let Some(w) = words.next() {
+        match w {
+            "-h" => host = words.next().unwrap().into(),
+            "-p" => port = words.next().unwrap().into(),
+            "-U" => user = words.next().unwrap().into(),
+            "-d" => {
+                words.next();
+            }
+            other => rest.push(other.to_string()),
+        }
+    }
+    let psql = Psql::new("psql", &format!("-h {host} -p {port} -U {user} -d {DB}"));
+    (
+        psql,
+        format!("host={host} port={port} user={user} dbname={DB}"),
+    )
+}
+
+struct Consumer {
+    dsn: String,
+    dir: PathBuf,
+}
+
+impl Consumer {
+    fn start(&self, create: bool) -> Child {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_rowid-cdc"));
+        c.args([
+            "--dsn",
+            &self.dsn,
+            "--slot",
+            "rowid_cdc_live_slot",
+            "--publication",
+            "live",
+        ])
+        .arg("--state")
+        .arg(self.dir.join("cdc.state"))
+        .arg("--sink")
+        .arg(format!(
+            "jsonl:{}",
+            self.dir.join("changes.jsonl").display()
+        ))
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit());
+        if create {
+            c.arg("--create-slot");
+        }
+        c.spawn().unwrap()
+    }
+
+    fn lines(&self) -> Vec<String> {
+        std::fs::read_to_string(self.dir.join("changes.jsonl"))
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_string)
+            .collect()
+    }
+}
+
+/// Waits until the slot has no walsender (a killed consumer's session ends on the server a
+/// moment later).
+fn wait_slot_free(psql: &Psql) {
+    let t = Instant::now();
+    while psql
+        .run("SELECT active FROM pg_replication_slots WHERE slot_name = 'rowid_cdc_live_slot';")
+        .unwrap()
+        .trim()
+        == "t"
+    {
+        assert!(t.elapsed() < Duration::from_secs(30), "slot stays active");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// (op, old, new) of a JSON line.
+fn change(line: &str) -> (String, String, String) {
+    let v: serde_json::Value = serde_json::from_str(line).unwrap();
+    let s = |k: &str| v[k].as_str().unwrap_or("").to_string();
+    (s("op"), s("old_id"), s("new_id"))
+}
+
+fn setup(psql: &Psql) {
+    psql.run(
+        "CREATE EXTENSION pg_trickle_ext;
+         SELECT pgtrickle.enable_identity_messages();
+         CREATE TABLE lv_k (id int8 PRIMARY KEY, v int);
+         CREATE TABLE lv_full (a int4, big text, n int);
+         ALTER TABLE lv_full ALTER COLUMN big SET STORAGE EXTERNAL;
+         ALTER TABLE lv_full REPLICA IDENTITY FULL;
+         CREATE PUBLICATION live FOR TABLE lv_k, lv_full;
+         -- The audit: each change's identities, computed in its own transaction.
+         CREATE TABLE lv_audit (seq bigserial, op text, old_id bytea, new_id bytea);
+         CREATE FUNCTION lv_audit_k() RETURNS trigger LANGUAGE plpgsql AS $$
+         BEGIN
+           INSERT INTO lv_audit (op, old_id, new_id) VALUES (lower(TG_OP),
+             CASE WHEN TG_OP <> 'INSERT' THEN pgtrickle.encode_row_id_v2('SCAN_KEY', ROW(OLD.id)) END,
+             CASE WHEN TG_OP <> 'DELETE' THEN pgtrickle.encode_row_id_v2('SCAN_KEY', ROW(NEW.id)) END);
+           RETURN NULL;
+         END $$;
+         CREATE FUNCTION lv_audit_full() RETURNS trigger LANGUAGE plpgsql AS $$
+         BEGIN
+           INSERT INTO lv_audit (op, old_id, new_id) VALUES (lower(TG_OP),
+             CASE WHEN TG_OP <> 'INSERT' THEN pgtrickle.encode_row_id_v2('KEYLESS_ROW', OLD) END,
+             CASE WHEN TG_OP <> 'DELETE' THEN pgtrickle.encode_row_id_v2('KEYLESS_ROW', NEW) END);
+           RETURN NULL;
+         END $$;
+         CREATE TRIGGER lv_k_audit AFTER INSERT OR UPDATE OR DELETE ON lv_k
+           FOR EACH ROW EXECUTE FUNCTION lv_audit_k();
+         CREATE TRIGGER lv_full_audit AFTER INSERT OR UPDATE OR DELETE ON lv_full
+           FOR EACH ROW EXECUTE FUNCTION lv_audit_full();",
+    )
+    .unwrap();
+}
+
+/// One round of the workload: 50 small transactions and one of 200 rows.
+fn workload(round: i64) -> String {
+    let mut w = String::new();
+    let base = round * 1000;
+    for i in 0..50 {
+        let id = base + i;
+        w.push_str(&format!("INSERT INTO lv_k VALUES ({id}, 0);\n"));
+        if i % 3 == 0 {
+            w.push_str(&format!(
+                "UPDATE lv_k SET id = {} WHERE id = {id};\n",
+                id + 500
+            ));
+        } else if i % 3 == 1 {
+            w.push_str(&format!("UPDATE lv_k SET v = v + 1 WHERE id = {id};\n"));
+        } else {
+            w.push_str(&format!("DELETE FROM lv_k WHERE id = {id};\n"));
+        }
+    }
+    w.push_str(&format!(
+        "INSERT INTO lv_k SELECT g, 1 FROM generate_series({}, {}) g;\n",
+        base + 600,
+        base + 799
+    ));
+    // A keyless row with a TOASTed value, updated through a sibling column.
+    w.push_str(&format!(
+        "INSERT INTO lv_full VALUES ({round}, (SELECT string_agg(md5(g::text), '') FROM generate_series(1, 100) g), 0);
+         UPDATE lv_full SET n = n + 1 WHERE a = {round};\n"
+    ));
+    w
+}
+
+#[test]
+#[ignore = "needs a PostgreSQL server with wal_level=logical and the extension: run through `cargo xtask test`"]
+fn nothing_is_lost_or_repeated_across_kills() {
+    let (psql, dsn) = connect();
+    setup(&psql);
+    let dir = std::env::temp_dir().join(format!("rowid-cdc-live-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let consumer = Consumer {
+        dsn,
+        dir: dir.clone(),
+    };
+
+    let mut child = consumer.start(true);
+    // Wait for the slot before writing anything.
+    let t = Instant::now();
+    while psql
+        .run("SELECT count(*) FROM pg_replication_slots WHERE slot_name = 'rowid_cdc_live_slot';")
+        .unwrap()
+        .trim()
+        != "1"
+    {
+        assert!(t.elapsed() < Duration::from_secs(30), "no slot");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let rounds = 8;
+    for round in 0..rounds {
+        psql.run(&workload(round)).unwrap();
+        // Kill it wherever it is, restart it from its state file.
+        std::thread::sleep(Duration::from_millis(30 * (round as u64 % 4)));
+        child.kill().unwrap();
+        child.wait().unwrap();
+        wait_slot_free(&psql);
+        child = consumer.start(false);
+    }
+    let expected: Vec<(String, String, String)> = psql
+        .run("SELECT op, coalesce(encode(old_id, 'hex'), ''), coalesce(encode(new_id, 'hex'), '') FROM lv_audit ORDER BY seq;")
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let mut p = l.split('|');
+            let mut next = || p.next().unwrap_or("").to_string();
+            (next(), next(), next())
+        })
+        .collect();
+    let t = Instant::now();
+    while consumer.lines().len() < expected.len() {
+        assert!(
+            t.elapsed() < Duration::from_secs(120),
+            "only {} of {} changes arrived",
+            consumer.lines().len(),
+            expected.len()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let got: Vec<_> = consumer.lines().iter().map(|l| change(l)).collect();
+    assert_eq!(got.len(), expected.len(), "no change twice");
+    for (i, (g, e)) in got.iter().zip(&expected).enumerate() {
+        assert_eq!(g, e, "change {i}");
+    }
+    assert!(
+        got.iter().any(|(op, o, n)| op == "update" && o != n),
+        "key changes were captured"
+    );
+    wait_slot_free(&psql);
+    psql.run("SELECT pg_drop_replication_slot('rowid_cdc_live_slot');")
+        .unwrap();
+    let _ = std::fs::remove_dir_all(Path::new(&dir));
+}
