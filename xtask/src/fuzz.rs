@@ -1,4 +1,5 @@
-//! `cargo xtask fuzz`: runs the `decode` fuzz target, seeded with every vector.
+//! `cargo xtask fuzz`: runs the fuzz targets (`decode` seeded with every vector, `pgoutput`,
+//! `capture`).
 
 use std::path::Path;
 
@@ -29,15 +30,15 @@ fn seed_corpus(dir: &Path) -> Result<usize, String> {
     Ok(n)
 }
 
-/// Fuzzes each target for `seconds`: the identity decoder (seeded with every vector) and
-/// the pgoutput decoder.
+/// Fuzzes each target for `seconds`: the identity decoder (seeded with every vector), the
+/// pgoutput decoder and the capture state machine.
 pub fn run(seconds: u32) -> Result<(), String> {
     setup::fuzzing()?;
     let fuzz_dir = root().join("fuzz");
     let corpus = fuzz_dir.join("corpus").join("decode");
     let seeded = seed_corpus(&corpus)?;
     println!("corpus: {seeded} seed inputs from vectors/");
-    for target in ["decode", "pgoutput"] {
+    for target in ["decode", "pgoutput", "capture"] {
         let mut c = cmd("cargo");
         c.current_dir(&fuzz_dir).args([
             "+nightly",

@@ -194,7 +194,7 @@ pub fn run() -> Result<(), String> {
     counts.add(run_tests(&mut be)?);
 
     step(&format!(
-        "fuzzing: identity and pgoutput decoders ({FUZZ_SMOKE_SECONDS} s each)"
+        "fuzzing: identity and pgoutput decoders, capture ({FUZZ_SMOKE_SECONDS} s each)"
     ));
     fuzz::run(FUZZ_SMOKE_SECONDS)?;
 

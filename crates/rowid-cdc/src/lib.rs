@@ -21,9 +21,11 @@
 //! in the events themselves, never in a message (design proposal §11.1).
 
 pub mod capture;
+#[cfg(feature = "cli")]
 pub mod dsn;
 pub mod error;
 pub mod event;
+#[cfg(feature = "cli")]
 pub mod follow;
 pub mod lsn;
 pub mod pipeline;
