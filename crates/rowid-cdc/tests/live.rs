@@ -1,6 +1,7 @@
 //! The `rowid-cdc` command against a live slot: a workload of inserts, key-changing updates,
 //! deletes and TOASTed keyless rows runs while the consumer is killed with SIGKILL again and
-//! again and restarted from its state file. The JSON lines it leaves equal, change for change,
+//! again and restarted from its state file, and while the server crashes under it twice
+//! (it reconnects on its own). The JSON lines it leaves equal, change for change,
 //! what an audit trigger recorded with `encode_row_id_v2` in the same transactions: nothing
 //! lost, nothing twice.
 //!
@@ -99,6 +100,39 @@ fn wait_slot_free(psql: &Psql) {
     {
         assert!(t.elapsed() < Duration::from_secs(30), "slot stays active");
         std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Crashes the server under the consumer: SIGKILL to the walsender serving the slot makes the
+/// postmaster end every session and recover from the WAL, as after `pg_ctl -m immediate`.
+/// Returns once the server accepts connections again; the consumer keeps running and must
+/// reconnect by itself.
+fn crash_server(psql: &Psql) {
+    let t = Instant::now();
+    let pid = loop {
+        let pid = psql
+            .run("SELECT active_pid FROM pg_replication_slots WHERE slot_name = 'rowid_cdc_live_slot';")
+            .unwrap();
+        if !pid.trim().is_empty() {
+            break pid.trim().to_string();
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "the consumer never connected"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let status = Command::new("kill").args(["-9", &pid]).status().unwrap();
+    assert!(status.success(), "kill -9 {pid}");
+    let t = Instant::now();
+    // Crash recovery: refused until the server is back.
+    std::thread::sleep(Duration::from_millis(200));
+    while psql.run("SELECT 1;").is_err() {
+        assert!(
+            t.elapsed() < Duration::from_secs(60),
+            "the server did not come back"
+        );
+        std::thread::sleep(Duration::from_millis(100));
     }
 }
 
@@ -201,12 +235,21 @@ fn nothing_is_lost_or_repeated_across_kills() {
     let rounds = 8;
     for round in 0..rounds {
         psql.run(&workload(round)).unwrap();
-        // Kill it wherever it is, restart it from its state file.
         std::thread::sleep(Duration::from_millis(30 * (round as u64 % 4)));
-        child.kill().unwrap();
-        child.wait().unwrap();
-        wait_slot_free(&psql);
-        child = consumer.start(false);
+        if round == 2 || round == 5 {
+            // The server crashes under it: it reconnects with backoff on its own.
+            crash_server(&psql);
+            assert!(
+                child.try_wait().unwrap().is_none(),
+                "the consumer survives a server crash"
+            );
+        } else {
+            // Kill it wherever it is, restart it from its state file.
+            child.kill().unwrap();
+            child.wait().unwrap();
+            wait_slot_free(&psql);
+            child = consumer.start(false);
+        }
     }
     let expected: Vec<(String, String, String)> = psql
         .run("SELECT op, coalesce(encode(old_id, 'hex'), ''), coalesce(encode(new_id, 'hex'), '') FROM lv_audit ORDER BY seq;")
