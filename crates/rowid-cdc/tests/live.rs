@@ -1,7 +1,7 @@
 //! The `rowid-cdc` command against a live slot: a workload of inserts, key-changing updates,
 //! deletes and TOASTed keyless rows runs while the consumer is killed with SIGKILL again and
-//! again and restarted from its state file, and while the server crashes under it twice
-//! (it reconnects on its own). The JSON lines it leaves equal, change for change,
+//! again (18 times) and restarted from its state file, and while the server crashes under it
+//! twice (it reconnects on its own): 10^5 changes. The JSON lines it leaves equal, change for change,
 //! what an audit trigger recorded with `encode_row_id_v2` in the same transactions: nothing
 //! lost, nothing twice.
 //!
@@ -176,10 +176,11 @@ fn setup(psql: &Psql) {
     .unwrap();
 }
 
-/// One round of the workload: 50 small transactions and one of 200 rows.
+/// One round of the workload: 50 small transactions, one of 4,900 rows, and a TOASTed
+/// keyless row inserted and updated.
 fn workload(round: i64) -> String {
     let mut w = String::new();
-    let base = round * 1000;
+    let base = round * 10_000;
     for i in 0..50 {
         let id = base + i;
         w.push_str(&format!("INSERT INTO lv_k VALUES ({id}, 0);\n"));
@@ -196,8 +197,8 @@ fn workload(round: i64) -> String {
     }
     w.push_str(&format!(
         "INSERT INTO lv_k SELECT g, 1 FROM generate_series({}, {}) g;\n",
-        base + 600,
-        base + 799
+        base + 1000,
+        base + 5899
     ));
     // A keyless row with a TOASTed value, updated through a sibling column.
     w.push_str(&format!(
@@ -232,11 +233,12 @@ fn nothing_is_lost_or_repeated_across_kills() {
         assert!(t.elapsed() < Duration::from_secs(30), "no slot");
         std::thread::sleep(Duration::from_millis(50));
     }
-    let rounds = 8;
+    // 20 rounds of about 5,000 changes: 10^5 changes, 18 kills, 2 server crashes.
+    let rounds = 20;
     for round in 0..rounds {
         psql.run(&workload(round)).unwrap();
         std::thread::sleep(Duration::from_millis(30 * (round as u64 % 4)));
-        if round == 2 || round == 5 {
+        if round == 6 || round == 13 {
             // The server crashes under it: it reconnects with backoff on its own.
             crash_server(&psql);
             assert!(
@@ -274,6 +276,11 @@ fn nothing_is_lost_or_repeated_across_kills() {
     child.kill().unwrap();
     child.wait().unwrap();
     let got: Vec<_> = consumer.lines().iter().map(|l| change(l)).collect();
+    eprintln!(
+        "live: {} changes captured across 18 kills and 2 server crashes, {} expected",
+        got.len(),
+        expected.len()
+    );
     assert_eq!(got.len(), expected.len(), "no change twice");
     for (i, (g, e)) in got.iter().zip(&expected).enumerate() {
         assert_eq!(g, e, "change {i}");
