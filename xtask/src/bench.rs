@@ -314,6 +314,157 @@ fn probe(cluster: &Cluster, sizes: &Sizes, report: &mut String) -> Result<(), St
     )
 }
 
+/// Seconds `c` takes to run to success.
+fn timed(c: &mut std::process::Command) -> Result<(f64, String), String> {
+    let started = std::time::Instant::now();
+    let out = c.output().map_err(|e| format!("{c:?}: {e}"))?;
+    let secs = started.elapsed().as_secs_f64();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    if !out.status.success() {
+        return Err(format!("{c:?} failed: {stderr}"));
+    }
+    Ok((secs, stderr))
+}
+
+/// `rowid-cdc` reading one large UPDATE from a slot, against `pg_recvlogical` reading the same
+/// transaction from a pgoutput slot with binary values (what the server can decode: the
+/// ceiling), with the null sink and the JSON-lines file sink; peak RSS as the command reports it.
+fn wal_capture(
+    cluster: &Cluster,
+    sizes: &Sizes,
+    quick: bool,
+    report: &mut String,
+) -> Result<(), String> {
+    let n = sizes.rows;
+    step(&format!(
+        "5. WAL capture throughput (one UPDATE of {n} rows)"
+    ));
+    let mut build = cargo();
+    build.args(["build", "-p", "rowid-cdc"]);
+    if !quick {
+        build.arg("--release");
+    }
+    exec(&mut build)?;
+    let binary = root()
+        .join("target")
+        .join(if quick { "debug" } else { "release" })
+        .join("rowid-cdc");
+    let dir = root().join("target").join("bench").join("cdc");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let psql = cluster.psql();
+    psql.run("DROP DATABASE IF EXISTS cdcbench; CREATE DATABASE cdcbench;")?;
+    let args = cluster.psql_args().replace("-d postgres", "-d cdcbench");
+    let db = rowid_testkit::psql::Psql::new(cluster.bindir().join("psql"), &args);
+    db.run(&format!(
+        "CREATE EXTENSION pg_trickle_ext;
+         SELECT pgtrickle.enable_identity_messages();
+         CREATE TABLE t (id int8 PRIMARY KEY, v int4);
+         INSERT INTO t SELECT g, 0 FROM generate_series(1, {n}) g;
+         CREATE PUBLICATION p FOR TABLE t;
+         SELECT pg_create_logical_replication_slot('bench_recv1', 'pgoutput');
+         SELECT pg_create_logical_replication_slot('bench_recv2', 'pgoutput');"
+    ))?;
+    let mut words = args.split_whitespace();
+    let (mut host, mut port) = (String::new(), String::new());
+    while let Some(w) = words.next() {
+        match w {
+            "-h" => host = words.next().unwrap_or_default().to_string(),
+            "-p" => port = words.next().unwrap_or_default().to_string(),
+            _ => {}
+        }
+    }
+    let dsn = format!("host={host} port={port} user=postgres dbname=cdcbench");
+    let cdc = |slot: &str, sink: &str, extra: &[&str]| {
+        let mut c = std::process::Command::new(&binary);
+        c.args([
+            "--dsn",
+            &dsn,
+            "--slot",
+            slot,
+            "--publication",
+            "p",
+            "--sink",
+            sink,
+        ])
+        .arg("--state")
+        .arg(dir.join(format!("{slot}.state")))
+        .args(extra);
+        c
+    };
+    // The consumers' slots exist before the workload; `--stop-after 0` only creates them.
+    let file = format!("jsonl:{}", dir.join("changes.jsonl").display());
+    for (slot, sink) in [("bench_null", "null"), ("bench_file", file.as_str())] {
+        timed(&mut cdc(
+            slot,
+            sink,
+            &["--create-slot", "--stop-after", "0"],
+        ))?;
+    }
+    db.run("UPDATE t SET v = v + 1;")?;
+    let end = db.run("SELECT pg_current_wal_lsn();")?.trim().to_string();
+    let recv = |slot: &str| {
+        timed(
+            std::process::Command::new(cluster.bindir().join("pg_recvlogical"))
+                .args(["-d", &dsn, "--slot", slot, "--start", "--no-loop"])
+                .args(["-o", "proto_version=1", "-o", "publication_names=p"])
+                .args(["-o", "binary=true", "--endpos", &end, "-f", "/dev/null"]),
+        )
+        .map(|(secs, _)| secs)
+    };
+    // The baseline runs first and last (the first reader finds the WAL colder); the faster
+    // of its two runs is the ceiling.
+    let recv_first = recv("bench_recv1")?;
+    let stop = n.to_string();
+    let (null, null_err) = timed(&mut cdc(
+        "bench_null",
+        "null",
+        &["--stop-after", &stop, "--progress"],
+    ))?;
+    let (file_s, file_err) = timed(&mut cdc(
+        "bench_file",
+        &file,
+        &["--stop-after", &stop, "--progress"],
+    ))?;
+    let recv_last = recv("bench_recv2")?;
+    let recv = recv_first.min(recv_last);
+    let rss = |err: &str| {
+        err.lines()
+            .rev()
+            .find_map(|l| l.split("peak RSS ").nth(1))
+            .and_then(|v| v.trim_end_matches(" KiB").trim().parse::<f64>().ok())
+            .map_or("-".to_string(), |k| format!("{:.1}", k / 1024.0))
+    };
+    let lines = std::fs::read_to_string(dir.join("changes.jsonl"))
+        .map_err(|e| e.to_string())?
+        .lines()
+        .count();
+    if lines as u64 != n {
+        return Err(format!("the file sink holds {lines} changes, expected {n}"));
+    }
+    report.push_str(&format!(
+        "## 5. WAL capture throughput (one UPDATE of {n} rows, one transaction)\n\n\
+         Each reader has its own slot, created before the UPDATE; times include connecting. \
+         `pg_recvlogical` reads the pgoutput stream with binary values into /dev/null (the \
+         ceiling: what the server can decode and send); it runs before and after rowid-cdc \
+         ({recv_first:.2} s and {recv_last:.2} s) and the faster run is the baseline.\n\n\
+         | reader | seconds | changes/s | / pg_recvlogical | peak RSS MB |\n|---|---|---|---|---|\n\
+         | pg_recvlogical (pgoutput, binary) | {recv:.2} | {:.0} | 1.00 | - |\n\
+         | rowid-cdc, null sink | {null:.2} | {:.0} | {:.2} | {} |\n\
+         | rowid-cdc, JSON lines file (fsync per commit) | {file_s:.2} | {:.0} | {:.2} | {} |\n\n\
+         Target: rowid-cdc / pg_recvlogical >= 0.8 (throughput ratio = pg_recvlogical seconds / \
+         rowid-cdc seconds); peak RSS under 100 MB for the one large transaction.\n\n",
+        n as f64 / recv,
+        n as f64 / null,
+        recv / null,
+        rss(&null_err),
+        n as f64 / file_s,
+        recv / file_s,
+        rss(&file_err),
+    ));
+    Ok(())
+}
+
 pub fn run(quick: bool) -> Result<(), String> {
     let sizes = if quick {
         Sizes {
@@ -355,6 +506,7 @@ pub fn run(quick: bool) -> Result<(), String> {
     per_row(&cluster, &sizes, &mut report)?;
     physical(&cluster, &sizes, &mut report)?;
     probe(&cluster, &sizes, &mut report)?;
+    wal_capture(&cluster, &sizes, quick, &mut report)?;
 
     let dir = root().join("target").join("bench");
     std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;

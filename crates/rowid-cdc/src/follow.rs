@@ -585,8 +585,13 @@ impl Progress {
         }
         let p = pipe.progress();
         let rate = (p.changes - self.last_changes) as f64 / elapsed.as_secs_f64().max(1e-3);
+        let peak = if last {
+            peak_rss_kib().map_or(String::new(), |k| format!(", peak RSS {} KiB", k))
+        } else {
+            String::new()
+        };
         eprintln!(
-            "rowid-cdc: {} changes ({rate:.0}/s), {} transactions durable up to {}, lag {} bytes",
+            "rowid-cdc: {} changes ({rate:.0}/s), {} transactions durable up to {}, lag {} bytes{peak}",
             p.changes,
             p.transactions,
             p.durable,
@@ -595,4 +600,13 @@ impl Progress {
         self.last = Instant::now();
         self.last_changes = p.changes;
     }
+}
+
+/// The process's peak resident set size (`VmHWM`), where /proc has it.
+fn peak_rss_kib() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
 }
