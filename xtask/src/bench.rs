@@ -365,16 +365,7 @@ fn wal_capture(
          SELECT pg_create_logical_replication_slot('bench_recv1', 'pgoutput');
          SELECT pg_create_logical_replication_slot('bench_recv2', 'pgoutput');"
     ))?;
-    let mut words = args.split_whitespace();
-    let (mut host, mut port) = (String::new(), String::new());
-    while let Some(w) = words.next() {
-        match w {
-            "-h" => host = words.next().unwrap_or_default().to_string(),
-            "-p" => port = words.next().unwrap_or_default().to_string(),
-            _ => {}
-        }
-    }
-    let dsn = format!("host={host} port={port} user=postgres dbname=cdcbench");
+    let dsn = cluster.dsn("cdcbench");
     let cdc = |slot: &str, sink: &str, extra: &[&str]| {
         let mut c = std::process::Command::new(&binary);
         c.args([

@@ -217,16 +217,6 @@ pub fn run() -> Result<(), String> {
 fn follow_with_rowid_cdc(cluster: &Cluster) -> Result<(), String> {
     step("rowid-cdc: live change capture with identities, the key taken at each change's position");
     exec(cargo().args(["build", "-p", "rowid-cdc"]))?;
-    let args = cluster.psql_args();
-    let mut words = args.split_whitespace();
-    let (mut host, mut port) = (String::new(), String::new());
-    while let Some(w) = words.next() {
-        match w {
-            "-h" => host = words.next().unwrap_or_default().to_string(),
-            "-p" => port = words.next().unwrap_or_default().to_string(),
-            _ => {}
-        }
-    }
     let dir = root().join("target").join("demo");
     let (state, out) = (dir.join("cdc.state"), dir.join("changes.jsonl"));
     let _ = std::fs::remove_file(&state);
@@ -244,7 +234,7 @@ fn follow_with_rowid_cdc(cluster: &Cluster) -> Result<(), String> {
         SELECT pgtrickle.identity_schema('docs'::regclass) AS docs_identity_schema",
     )?;
     let binary = root().join("target").join("debug").join("rowid-cdc");
-    let dsn = format!("host={host} port={port} user=postgres dbname=postgres");
+    let dsn = cluster.dsn("postgres");
     println!(
         "\n$ rowid-cdc --dsn '{dsn}' --slot demo_cdc --publication demo_cdc --create-slot \\\n    --state target/demo/cdc.state --sink jsonl:target/demo/changes.jsonl --stop-after 5"
     );

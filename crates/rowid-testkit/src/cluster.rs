@@ -129,6 +129,15 @@ impl Cluster {
         )
     }
 
+    /// A libpq connection string for database `dbname` on this cluster (as `postgres`).
+    pub fn dsn(&self, dbname: &str) -> String {
+        format!(
+            "host={} port={} user=postgres dbname={dbname}",
+            self.socket.display(),
+            self.port
+        )
+    }
+
     /// This cluster's own psql.
     pub fn psql(&self) -> Psql {
         Psql::new(self.bindir.join("psql"), &self.psql_args())
