@@ -7,7 +7,9 @@
 //! cargo xtask sql [--check]      regenerate the extension's install script, or fail if stale
 //! cargo xtask package [--debug]  an installable tree of the extension (target/package)
 //! cargo xtask fuzz [--seconds N] fuzz the identity and pgoutput decoders (nightly)
-//! cargo xtask bench [--quick]    benchmarks with their baselines (report in target/bench)
+//! cargo xtask bench [--quick]    benchmarks with their baselines (report in target/bench);
+//!   [--only codec|sql|wal]        one part: criterion codec benches, the SQL sections
+//!                                 (per-row, physical, probe), or WAL capture
 //! ```
 
 mod bench;
@@ -25,7 +27,8 @@ mod vectors;
 use std::process::ExitCode;
 
 const USAGE: &str = "usage: cargo xtask <test | demo | vectors [--check] | sql [--check] | \
-                     package [--debug] | fuzz [--seconds N] | bench [--quick]>";
+                     package [--debug] | fuzz [--seconds N] | \
+                     bench [--quick] [--only codec|sql|wal]>";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -44,8 +47,10 @@ fn main() -> ExitCode {
             Err(_) => Err(format!("--seconds needs a number, got {n:?}")),
         },
         ["demo"] => demo::run(),
-        ["bench"] => bench::run(false),
-        ["bench", "--quick"] => bench::run(true),
+        ["bench"] => bench::run(false, None),
+        ["bench", "--quick"] => bench::run(true, None),
+        ["bench", "--only", part] => bench::run(false, Some(part)),
+        ["bench", "--quick", "--only", part] => bench::run(true, Some(part)),
         _ => Err(USAGE.to_string()),
     };
     match result {

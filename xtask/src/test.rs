@@ -40,6 +40,10 @@ fn server_checks(major: u32, source: pg::Source) -> Result<Counts, String> {
     let mut tests = vec![
         ("rowid-codec", "server_oracle"),
         ("rowid-vectors", "vectors_on_server"),
+        // The PostgreSQL sink: the registry's buffer DDL, its checks and refusals.
+        ("rowid-cdc", "pg_sink"),
+        // A pipeline into a change buffer killed at every message: nothing lost or twice.
+        ("rowid-cdc", "restart"),
     ];
     if with_extension(major) {
         // Structural families: generated pairs through the server's operators and the
@@ -201,7 +205,7 @@ pub fn run() -> Result<(), String> {
     step(
         "benchmark smoke test (cargo xtask bench --quick: every benchmark runs, no ratio is judged)",
     );
-    crate::bench::run(true)?;
+    crate::bench::run(true, None)?;
 
     println!(
         "\nxtask test: all checks passed in {:.0} s",

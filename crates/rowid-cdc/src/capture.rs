@@ -13,6 +13,11 @@
 //!   transaction size. A transaction whose commit is at or below the resume position was
 //!   already delivered: its changes are skipped (its Relation messages still update the
 //!   relation cache).
+//! - **A sink can be ahead of the state file** (a PostgreSQL sink commits the changes and its
+//!   position in one transaction; the process can die before the state file records it).
+//!   Transactions after the resume position and at or below the sink's delivered position
+//!   are replayed silently: their schema messages are applied, their changes are not emitted,
+//!   and their Commit is emitted marked `delivered` so the state catches up.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -54,6 +59,9 @@ pub enum Output {
         changes: u64,
         /// Identity schemas it changed (relation OIDs).
         schema_changes: Vec<u32>,
+        /// The sink already holds this transaction (see [`Capture::with_delivered`]): record
+        /// it in the state, do not commit the sink again.
+        delivered: bool,
     },
 }
 
@@ -63,8 +71,10 @@ struct Txn {
     xid: u32,
     commit_lsn: Lsn,
     commit_ts: i64,
-    /// Already delivered before a restart.
+    /// Already delivered before a restart, and its schemas are in the state.
     skip: bool,
+    /// Already in the sink, not yet in the state: schemas applied, changes not emitted.
+    replay: bool,
     changes: u64,
     /// Schemas written by this transaction so far (`None`: dropped).
     schemas: BTreeMap<u32, Option<RelationSchema>>,
@@ -89,6 +99,8 @@ pub struct Capture {
     txn: Option<Txn>,
     /// Transactions whose commit is at or below this were already delivered.
     resume_after: Lsn,
+    /// Transactions whose commit is at or below this are in the sink already.
+    delivered_through: Lsn,
 }
 
 impl Capture {
@@ -110,7 +122,16 @@ impl Capture {
             bindings: HashMap::new(),
             txn: None,
             resume_after,
+            delivered_through: resume_after,
         }
+    }
+
+    /// Tells the capture that the sink itself recorded every transaction committing at or
+    /// below `delivered` (a position the state file may not have caught up with). Those
+    /// above the resume position are replayed without emitting their changes.
+    pub fn with_delivered(mut self, delivered: Lsn) -> Capture {
+        self.delivered_through = self.delivered_through.max(delivered);
+        self
     }
 
     /// The committed identity schemas (what the state file keeps).
@@ -159,7 +180,8 @@ impl Capture {
                 }
                 let commit_lsn = Lsn(final_lsn);
                 let skip = commit_lsn <= self.resume_after;
-                if !skip {
+                let replay = !skip && commit_lsn <= self.delivered_through;
+                if !skip && !replay {
                     out.push(Output::Begin { xid, commit_lsn });
                 }
                 self.txn = Some(Txn {
@@ -167,6 +189,7 @@ impl Capture {
                     commit_lsn,
                     commit_ts,
                     skip,
+                    replay,
                     changes: 0,
                     schemas: BTreeMap::new(),
                 });
@@ -200,6 +223,7 @@ impl Capture {
                     end_lsn: Lsn(info.end_lsn),
                     changes: txn.changes,
                     schema_changes,
+                    delivered: txn.replay,
                 });
             }
             Message::Origin { .. } | Message::Type { .. } => {}
@@ -292,13 +316,13 @@ impl Capture {
             })
     }
 
-    /// The transaction a change belongs to; `None` when it is skipped.
+    /// The transaction a change belongs to; `None` when it is skipped or replayed.
     fn live_txn(&self, lsn: Lsn) -> Result<Option<&Txn>, CaptureError> {
         let txn = self.txn.as_ref().ok_or_else(|| CaptureError::Protocol {
             lsn,
             detail: "change outside a transaction".into(),
         })?;
-        Ok((!txn.skip).then_some(txn))
+        Ok((!txn.skip && !txn.replay).then_some(txn))
     }
 
     /// Binds the schema in force to the current Relation message, unless already bound.

@@ -10,17 +10,19 @@ use pgwire_replication::{PgWireError, ReplicationClient, ReplicationEvent};
 use rowid_codec::Domain;
 use rowid_pgoutput::{CommitInfo, FlagBits, Message};
 use rowid_registry::schema_message::{RelationSchema, ReplicaIdentity, SchemaMessage};
+use rowid_registry::sql::QualifiedName;
 use tokio_postgres::{Client, GenericClient, NoTls};
 
 use crate::capture::Capture;
 use crate::dsn::Dsn;
 use crate::lsn::Lsn;
+use crate::pg_sink::{PostgresSink, Target};
 use crate::pipeline::{Pipeline, PipelineError};
 use crate::sink::{JsonlFile, JsonlStdout, Null, Sink};
 use crate::state::{State, StateError};
 
 /// Where events go.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug)]
 pub enum SinkSpec {
     /// JSON lines on standard output.
     Stdout,
@@ -28,6 +30,13 @@ pub enum SinkSpec {
     File(PathBuf),
     /// Counted and dropped (benchmarks).
     Null,
+    /// Change rows into a PostgreSQL change buffer (`None`: the source's database).
+    Postgres {
+        /// The sink's database.
+        dsn: Option<Box<Dsn>>,
+        /// The buffer.
+        buffer: QualifiedName,
+    },
 }
 
 /// What to follow and where to write.
@@ -326,20 +335,47 @@ async fn create_slot(
     Ok((repl, state))
 }
 
-fn open_sink(spec: &SinkSpec, state: &State) -> Result<Box<dyn Sink>, CdcError> {
-    Ok(match spec {
+/// Opens the sink. `state`: the state file's record (`None`: there is none yet, so the sink
+/// must hold nothing).
+fn open_sink(opts: &Options, state: Option<&State>) -> Result<Box<dyn Sink>, CdcError> {
+    Ok(match &opts.sink {
         SinkSpec::Stdout => Box::new(JsonlStdout::new()),
         SinkSpec::Null => Box::new(Null::default()),
         SinkSpec::File(path) => {
-            Box::new(JsonlFile::open(path, state.sink_len).map_err(CdcError::Sink)?)
+            Box::new(JsonlFile::open(path, state.and_then(|s| s.sink_len)).map_err(CdcError::Sink)?)
         }
+        SinkSpec::Postgres { dsn, buffer } => Box::new(
+            PostgresSink::open(Target {
+                config: dsn.as_deref().unwrap_or(&opts.dsn).sql().clone(),
+                buffer: buffer.clone(),
+                slot: opts.slot.clone(),
+                fresh: state.is_none(),
+            })
+            .map_err(CdcError::Sink)?,
+        ),
     })
 }
 
-fn pipeline(opts: &Options, state: State) -> Result<Pipeline<Box<dyn Sink>>, CdcError> {
-    let sink = open_sink(&opts.sink, &state)?;
-    let capture = Capture::new(state.schemas.clone(), state.commit_lsn, FlagBits::default());
+/// The pipeline from `state` into `sink`; transactions the sink already holds beyond the
+/// state are replayed without being written again.
+fn pipeline(
+    opts: &Options,
+    state: State,
+    sink: Box<dyn Sink>,
+) -> Result<Pipeline<Box<dyn Sink>>, CdcError> {
+    let capture = Capture::new(state.schemas.clone(), state.commit_lsn, FlagBits::default())
+        .with_delivered(sink.delivered().unwrap_or(Lsn::ZERO));
     Pipeline::new(capture, sink, state, Some(opts.state.clone())).map_err(CdcError::Pipeline)
+}
+
+/// A sink failure a reconnection can cure (its server restarting, the connection lost).
+fn sink_transient(e: &CdcError) -> bool {
+    match e {
+        CdcError::Sink(e) | CdcError::Pipeline(PipelineError::Sink(e)) => {
+            e.kind() == std::io::ErrorKind::ConnectionAborted
+        }
+        _ => false,
+    }
 }
 
 /// What ended one replication session.
@@ -348,6 +384,8 @@ enum SessionEnd {
     Stopped,
     /// The connection dropped: reconnect.
     Lost(PgWireError),
+    /// The sink's connection dropped: reconnect both.
+    SinkLost(CdcError),
 }
 
 /// Follows the slot until asked to stop or an error that retrying cannot fix.
@@ -369,6 +407,9 @@ pub async fn run(opts: Options) -> Result<(), CdcError> {
         )));
     }
     let slot = slot_info(&client, &opts.slot).await?;
+    // The sink is opened (and checked) before a slot is created, so that a refused sink
+    // leaves nothing behind.
+    let sink = open_sink(&opts, saved.as_ref())?;
     let (mut gated, state) = match (saved, slot) {
         (Some(state), Some(slot)) => {
             if let Some(pid) = slot.active_pid {
@@ -411,7 +452,7 @@ pub async fn run(opts: Options) -> Result<(), CdcError> {
     };
     drop(client);
 
-    let mut pipe = pipeline(&opts, state)?;
+    let mut pipe = pipeline(&opts, state, sink)?;
     let mut backoff = Duration::from_millis(250);
     let mut progress = Progress::new(opts.progress);
     loop {
@@ -430,7 +471,11 @@ pub async fn run(opts: Options) -> Result<(), CdcError> {
             Ok(mut repl) => match repl.start().await {
                 Ok(()) => {
                     backoff = Duration::from_millis(250);
-                    stream(&mut repl, &mut pipe, &opts, &mut progress).await?
+                    match stream(&mut repl, &mut pipe, &opts, &mut progress).await {
+                        Ok(end) => end,
+                        Err(e) if sink_transient(&e) => SessionEnd::SinkLost(e),
+                        Err(e) => return Err(e),
+                    }
                 }
                 Err(e) => SessionEnd::Lost(e),
             },
@@ -441,21 +486,34 @@ pub async fn run(opts: Options) -> Result<(), CdcError> {
                 progress.line(&pipe, true);
                 return Ok(());
             }
-            SessionEnd::Lost(e) if retryable(&e) => {
-                eprintln!(
-                    "rowid-cdc: replication connection lost ({e}); reconnecting in {:.1} s from {}",
-                    backoff.as_secs_f64(),
-                    pipe.state().end_lsn
-                );
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(Duration::from_secs(30));
-                // Resume exactly at the last durable transaction: the sink is cut to it and
-                // the capture forgets the unfinished transaction.
+            SessionEnd::Lost(e) if !retryable(&e) => return Err(CdcError::Replication(e)),
+            lost => {
+                let what = match lost {
+                    SessionEnd::Lost(e) => format!("replication connection lost ({e})"),
+                    SessionEnd::SinkLost(e) => format!("{e}"),
+                    SessionEnd::Stopped => String::new(),
+                };
+                // Resume exactly at the last durable transaction: the sink is reopened at
+                // it (a file is cut to it, a buffer reports what it holds) and the capture
+                // forgets the unfinished transaction.
                 let state = pipe.state().clone();
                 drop(pipe);
-                pipe = pipeline(&opts, state)?;
+                let mut what = what;
+                pipe = loop {
+                    eprintln!(
+                        "rowid-cdc: {what}; reconnecting in {:.1} s from {}",
+                        backoff.as_secs_f64(),
+                        state.end_lsn
+                    );
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(30));
+                    match open_sink(&opts, Some(&state)) {
+                        Ok(sink) => break pipeline(&opts, state.clone(), sink)?,
+                        Err(e) if sink_transient(&e) => what = e.to_string(),
+                        Err(e) => return Err(e),
+                    }
+                };
             }
-            SessionEnd::Lost(e) => return Err(CdcError::Replication(e)),
         }
     }
 }

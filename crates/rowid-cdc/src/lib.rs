@@ -14,7 +14,8 @@
 //! - [`event`]: change events and their JSON lines;
 //! - [`sink`], [`state`], [`pipeline`]: JSON lines made durable at each commit, the state file
 //!   written atomically after the sink, and the order between them that makes a restart
-//!   neither lose nor repeat a change;
+//!   neither lose nor repeat a change; [`pg_sink`]: change rows into a PostgreSQL change
+//!   buffer (`rowid_registry::buffer`), committed with the sink's position;
 //! - [`lsn`]: WAL positions as PostgreSQL writes them.
 //!
 //! Errors ([`error::CaptureError`]) name the relation, key and LSN; identity bytes appear only
@@ -28,6 +29,8 @@ pub mod event;
 #[cfg(feature = "cli")]
 pub mod follow;
 pub mod lsn;
+#[cfg(feature = "cli")]
+pub mod pg_sink;
 pub mod pipeline;
 pub mod sink;
 pub mod state;

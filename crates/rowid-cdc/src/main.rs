@@ -7,6 +7,8 @@ use std::process::ExitCode;
 use clap::Parser;
 use rowid_cdc::dsn::Dsn;
 use rowid_cdc::follow::{Options, SinkSpec, run};
+use rowid_cdc::pg_sink::default_buffer;
+use rowid_registry::sql::QualifiedName;
 
 /// Follows a logical replication slot and writes one JSON line per committed change, with
 /// its Row Identity V2 identities (byte-identical to pgtrickle.encode_row_id_v2), the key
@@ -46,9 +48,14 @@ struct Args {
     /// State file: slot, last durable commit, identity schemas.
     #[arg(long, default_value = "rowid-cdc.state")]
     state: PathBuf,
-    /// Where events go: `jsonl:FILE`, `jsonl:-` (standard output), `-`, or `null`.
+    /// Where events go: `jsonl:FILE`, `jsonl:-` (standard output), `-`, `null`, or
+    /// `postgres:DSN` (change rows into a buffer; `postgres:` alone: the source database).
     #[arg(long, default_value = "-", value_parser = parse_sink)]
     sink: SinkSpec,
+    /// The change buffer of a postgres sink, `SCHEMA.TABLE` or `TABLE` (created from the
+    /// registry's DDL when missing, refused when its columns or versions differ).
+    #[arg(long, value_name = "SCHEMA.TABLE", value_parser = parse_buffer, default_value = "pgtrickle_changes.rowid_cdc")]
+    buffer: QualifiedName,
     /// Print a progress line (changes/s, lag in bytes) on stderr, at most once a second.
     #[arg(long)]
     progress: bool,
@@ -61,12 +68,37 @@ fn parse_sink(s: &str) -> Result<SinkSpec, String> {
     match s {
         "-" | "jsonl:-" => Ok(SinkSpec::Stdout),
         "null" => Ok(SinkSpec::Null),
-        _ => match s.strip_prefix("jsonl:") {
-            Some(path) if !path.is_empty() => Ok(SinkSpec::File(PathBuf::from(path))),
-            _ => Err(format!(
-                "{s:?}: expected jsonl:FILE, jsonl:-, - or null (the PostgreSQL sink is not built yet)"
-            )),
-        },
+        _ => {
+            if let Some(dsn) = s.strip_prefix("postgres:") {
+                let dsn = if dsn.trim().is_empty() {
+                    None
+                } else {
+                    Some(Box::new(dsn.parse::<Dsn>().map_err(|e| e.to_string())?))
+                };
+                return Ok(SinkSpec::Postgres {
+                    dsn,
+                    buffer: default_buffer(),
+                });
+            }
+            match s.strip_prefix("jsonl:") {
+                Some(path) if !path.is_empty() => Ok(SinkSpec::File(PathBuf::from(path))),
+                _ => Err(format!(
+                    "{s:?}: expected jsonl:FILE, jsonl:-, -, null or postgres:DSN"
+                )),
+            }
+        }
+    }
+}
+
+fn parse_buffer(s: &str) -> Result<QualifiedName, String> {
+    let ok = |p: &str| !p.is_empty() && !p.contains('.');
+    match s.split_once('.') {
+        Some((schema, name)) if ok(schema) && ok(name) => Ok(QualifiedName::new(schema, name)),
+        None if ok(s) => Ok(QualifiedName::new(
+            rowid_registry::buffer::DEFAULT_SCHEMA,
+            s,
+        )),
+        _ => Err(format!("{s:?}: expected SCHEMA.TABLE or TABLE")),
     }
 }
 
@@ -78,7 +110,13 @@ fn main() -> ExitCode {
         publication: args.publication,
         create_slot: args.create_slot,
         state: args.state,
-        sink: args.sink,
+        sink: match args.sink {
+            SinkSpec::Postgres { dsn, .. } => SinkSpec::Postgres {
+                dsn,
+                buffer: args.buffer,
+            },
+            other => other,
+        },
         progress: args.progress,
         stop_after: args.stop_after,
     };

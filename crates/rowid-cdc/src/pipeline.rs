@@ -131,9 +131,14 @@ impl<S: Sink> Pipeline<S> {
                     commit_lsn,
                     end_lsn,
                     schema_changes,
+                    delivered,
                     ..
                 } => {
-                    let durable = self.sink.commit().map_err(PipelineError::Sink)?;
+                    let durable = if delivered {
+                        self.sink.durable()
+                    } else {
+                        self.sink.commit().map_err(PipelineError::Sink)?
+                    };
                     self.state.commit_lsn = commit_lsn;
                     self.state.end_lsn = end_lsn;
                     self.state.sink_len = durable.len;

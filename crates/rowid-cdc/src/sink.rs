@@ -23,6 +23,12 @@ pub trait Sink {
     fn commit(&mut self) -> io::Result<Durable>;
     /// Where the last commit (or the opening) left the sink.
     fn durable(&self) -> Durable;
+    /// The commit LSN through which the sink itself recorded delivery, when it records one
+    /// (a PostgreSQL sink commits its position with the changes; it can be ahead of the
+    /// state file). `None`: the state file is the only record.
+    fn delivered(&self) -> Option<crate::lsn::Lsn> {
+        None
+    }
 }
 
 impl<S: Sink + ?Sized> Sink for Box<S> {
@@ -36,6 +42,10 @@ impl<S: Sink + ?Sized> Sink for Box<S> {
 
     fn durable(&self) -> Durable {
         (**self).durable()
+    }
+
+    fn delivered(&self) -> Option<crate::lsn::Lsn> {
+        (**self).delivered()
     }
 }
 

@@ -246,6 +246,7 @@ fn identities_equal_the_codec_and_follow_key_changes() {
             end_lsn: Lsn(1008),
             changes: 4,
             schema_changes: vec![],
+            delivered: false,
         })
     );
 }
@@ -593,6 +594,64 @@ fn resumed_streams_skip_what_was_delivered() {
         "its Relation message still counts"
     );
     assert!(matches!(out.first(), Some(Output::Begin { xid: 8, .. })));
+}
+
+#[test]
+fn transactions_the_sink_holds_are_replayed_without_their_changes() {
+    // The state file says 0/3E8; the sink (a PostgreSQL buffer) already holds 0/7D0, whose
+    // transaction also moved the key: its schema must still become the authority.
+    let mut cap = Capture::new(
+        keyed().schemas().cloned().collect::<Vec<_>>(),
+        Lsn(1000),
+        FlagBits::default(),
+    )
+    .with_delivered(Lsn(2000));
+    let cols = [("id", 20, TypeTag::Int8), ("v", 25, TypeTag::Text)];
+    let widened = schema(ReplicaIdentity::Default, &cols, &["id", "v"]);
+    let out = run(
+        &mut cap,
+        vec![
+            begin(2000, 8),
+            relation(b'd', &[("id", 20, true), ("v", 25, false)]),
+            insert(vec![int8(2), text("b")]),
+            schema_message(&widened),
+            commit(2000),
+            begin(3000, 9),
+            relation(b'd', &[("id", 20, true), ("v", 25, true)]),
+            insert(vec![int8(3), text("c")]),
+            commit(3000),
+        ],
+    )
+    .unwrap();
+    assert!(
+        matches!(
+            out.first(),
+            Some(Output::Commit { xid: 8, delivered: true, changes: 0, schema_changes, .. })
+                if schema_changes == &[T]
+        ),
+        "the held transaction: only its commit, marked delivered: {out:?}"
+    );
+    let c = changes(&out);
+    assert_eq!(c.len(), 1, "nothing of 0/7D0 twice");
+    assert_eq!(
+        c[0].new_id,
+        Some(id(
+            Domain::ScanKey,
+            &[
+                (TypeTag::Int8, Some(Value::Int8(3))),
+                (TypeTag::Text, Some(Value::Text(b"c")))
+            ]
+        )),
+        "the next transaction uses the key the replayed one set"
+    );
+    assert!(matches!(
+        out.last(),
+        Some(Output::Commit {
+            xid: 9,
+            delivered: false,
+            ..
+        })
+    ));
 }
 
 #[test]

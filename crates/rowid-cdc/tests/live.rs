@@ -1,9 +1,11 @@
 //! The `rowid-cdc` command against a live slot: a workload of inserts, key-changing updates,
 //! deletes and TOASTed keyless rows runs while the consumer is killed with SIGKILL again and
 //! again (18 times) and restarted from its state file, and while the server crashes under it
-//! twice (it reconnects on its own): 10^5 changes. The JSON lines it leaves equal, change for change,
-//! what an audit trigger recorded with `encode_row_id_v2` in the same transactions: nothing
-//! lost, nothing twice.
+//! twice (it reconnects on its own): 10^5 changes. What it leaves equals, change for change
+//! and transaction id for transaction id, what an audit trigger recorded with
+//! `encode_row_id_v2` in the same transactions: nothing lost, nothing twice. Run twice: into
+//! a JSON-lines file, and into a PostgreSQL change buffer on the same server (whose
+//! connection the crashes end too).
 //!
 //! Needs a server with `wal_level = logical` and the extension: run through `cargo xtask test`.
 
@@ -14,43 +16,36 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use rowid_testkit::psql::{ARGS_ENV, Psql};
+use rowid_testkit::psql::Psql;
 
 const DB: &str = "rowid_cdc_live";
 
-/// psql for the test database, and the DSN of the same server.
-fn connect() -> (Psql, String) {
-    let args = std::env::var(ARGS_ENV).unwrap_or_else(|_| panic!("{ARGS_ENV} is not set"));
-    let postgres = Psql::new("psql", &args);
-    postgres
+/// A fresh database `db` on the test server.
+fn database(db: &str) -> Psql {
+    let server = Psql::from_env().unwrap();
+    server
         .run(&format!(
-            "DROP DATABASE IF EXISTS {DB} WITH (FORCE); CREATE DATABASE {DB};"
+            "DROP DATABASE IF EXISTS {db} WITH (FORCE); CREATE DATABASE {db};"
         ))
         .unwrap();
-    let mut words = args.split_whitespace();
-    let (mut host, mut port, mut user) = (String::new(), String::new(), String::new());
-    let mut rest = Vec::new();
-    while let Some(w) = words.next() {
-        match w {
-            "-h" => host = words.next().unwrap().into(),
-            "-p" => port = words.next().unwrap().into(),
-            "-U" => user = words.next().unwrap().into(),
-            "-d" => {
-                words.next();
-            }
-            other => rest.push(other.to_string()),
-        }
-    }
-    let psql = Psql::new("psql", &format!("-h {host} -p {port} -U {user} -d {DB}"));
-    (
-        psql,
-        format!("host={host} port={port} user={user} dbname={DB}"),
-    )
+    server.with_db(db)
 }
+
+/// Where the consumer writes.
+enum Kind {
+    /// JSON lines into `changes.jsonl`.
+    File,
+    /// Rows into the default change buffer of another database on the same server.
+    Buffer(Psql),
+}
+
+/// (xid, op, old identity, new identity) of a change.
+type Change = (String, String, String, String);
 
 struct Consumer {
     dsn: String,
     dir: PathBuf,
+    kind: Kind,
 }
 
 impl Consumer {
@@ -67,10 +62,10 @@ impl Consumer {
         .arg("--state")
         .arg(self.dir.join("cdc.state"))
         .arg("--sink")
-        .arg(format!(
-            "jsonl:{}",
-            self.dir.join("changes.jsonl").display()
-        ))
+        .arg(match &self.kind {
+            Kind::File => format!("jsonl:{}", self.dir.join("changes.jsonl").display()),
+            Kind::Buffer(sink) => format!("postgres:{}", sink.dsn()),
+        })
         .stdout(Stdio::null())
         .stderr(Stdio::inherit());
         if create {
@@ -79,13 +74,34 @@ impl Consumer {
         c.spawn().unwrap()
     }
 
-    fn lines(&self) -> Vec<String> {
-        std::fs::read_to_string(self.dir.join("changes.jsonl"))
-            .unwrap_or_default()
-            .lines()
-            .map(str::to_string)
-            .collect()
+    /// What the sink holds, in commit order (empty while the server recovers).
+    fn changes(&self) -> Vec<Change> {
+        match &self.kind {
+            Kind::File => std::fs::read_to_string(self.dir.join("changes.jsonl"))
+                .unwrap_or_default()
+                .lines()
+                .map(change)
+                .collect(),
+            Kind::Buffer(sink) => sink
+                .run(
+                    "SELECT xid, CASE op WHEN 'I' THEN 'insert' WHEN 'U' THEN 'update' \
+                     WHEN 'D' THEN 'delete' ELSE 'truncate' END, \
+                     coalesce(encode(__pgt_old_row_id, 'hex'), ''), \
+                     coalesce(encode(__pgt_row_id, 'hex'), '') \
+                     FROM pgtrickle_changes.rowid_cdc ORDER BY commit_lsn, seq;",
+                )
+                .unwrap_or_default()
+                .lines()
+                .map(split4)
+                .collect(),
+        }
     }
+}
+
+fn split4(line: &str) -> Change {
+    let mut p = line.split('|');
+    let mut next = || p.next().unwrap_or("").to_string();
+    (next(), next(), next(), next())
 }
 
 /// Waits until the slot has no walsender (a killed consumer's session ends on the server a
@@ -136,11 +152,11 @@ fn crash_server(psql: &Psql) {
     }
 }
 
-/// (op, old, new) of a JSON line.
-fn change(line: &str) -> (String, String, String) {
+/// (xid, op, old, new) of a JSON line.
+fn change(line: &str) -> Change {
     let v: serde_json::Value = serde_json::from_str(line).unwrap();
     let s = |k: &str| v[k].as_str().unwrap_or("").to_string();
-    (s("op"), s("old_id"), s("new_id"))
+    (v["xid"].to_string(), s("op"), s("old_id"), s("new_id"))
 }
 
 fn setup(psql: &Psql) {
@@ -153,7 +169,8 @@ fn setup(psql: &Psql) {
          ALTER TABLE lv_full REPLICA IDENTITY FULL;
          CREATE PUBLICATION live FOR TABLE lv_k, lv_full;
          -- The audit: each change's identities, computed in its own transaction.
-         CREATE TABLE lv_audit (seq bigserial, op text, old_id bytea, new_id bytea);
+         CREATE TABLE lv_audit (seq bigserial, op text, old_id bytea, new_id bytea,
+           xid bigint DEFAULT txid_current() % 4294967296);
          CREATE FUNCTION lv_audit_k() RETURNS trigger LANGUAGE plpgsql AS $$
          BEGIN
            INSERT INTO lv_audit (op, old_id, new_id) VALUES (lower(TG_OP),
@@ -211,14 +228,25 @@ fn workload(round: i64) -> String {
 #[test]
 #[ignore = "needs a PostgreSQL server with wal_level=logical and the extension: run through `cargo xtask test`"]
 fn nothing_is_lost_or_repeated_across_kills() {
-    let (psql, dsn) = connect();
+    // One after the other: both crash the server.
+    run(Kind::File);
+    run(Kind::Buffer(database("rowid_cdc_live_sink")));
+}
+
+fn run(kind: Kind) {
+    let psql = database(DB);
     setup(&psql);
     let dir = std::env::temp_dir().join(format!("rowid-cdc-live-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
+    let label = match kind {
+        Kind::File => "JSON lines",
+        Kind::Buffer(_) => "change buffer",
+    };
     let consumer = Consumer {
-        dsn,
+        dsn: psql.dsn(),
         dir: dir.clone(),
+        kind,
     };
 
     let mut child = consumer.start(true);
@@ -253,31 +281,27 @@ fn nothing_is_lost_or_repeated_across_kills() {
             child = consumer.start(false);
         }
     }
-    let expected: Vec<(String, String, String)> = psql
-        .run("SELECT op, coalesce(encode(old_id, 'hex'), ''), coalesce(encode(new_id, 'hex'), '') FROM lv_audit ORDER BY seq;")
+    let expected: Vec<Change> = psql
+        .run("SELECT xid, op, coalesce(encode(old_id, 'hex'), ''), coalesce(encode(new_id, 'hex'), '') FROM lv_audit ORDER BY seq;")
         .unwrap()
         .lines()
-        .map(|l| {
-            let mut p = l.split('|');
-            let mut next = || p.next().unwrap_or("").to_string();
-            (next(), next(), next())
-        })
+        .map(split4)
         .collect();
     let t = Instant::now();
-    while consumer.lines().len() < expected.len() {
+    while consumer.changes().len() < expected.len() {
         assert!(
             t.elapsed() < Duration::from_secs(120),
             "only {} of {} changes arrived",
-            consumer.lines().len(),
+            consumer.changes().len(),
             expected.len()
         );
         std::thread::sleep(Duration::from_millis(100));
     }
     child.kill().unwrap();
     child.wait().unwrap();
-    let got: Vec<_> = consumer.lines().iter().map(|l| change(l)).collect();
+    let got = consumer.changes();
     eprintln!(
-        "live: {} changes captured across 18 kills and 2 server crashes, {} expected",
+        "live ({label}): {} changes captured across 18 kills and 2 server crashes, {} expected",
         got.len(),
         expected.len()
     );
@@ -286,7 +310,7 @@ fn nothing_is_lost_or_repeated_across_kills() {
         assert_eq!(g, e, "change {i}");
     }
     assert!(
-        got.iter().any(|(op, o, n)| op == "update" && o != n),
+        got.iter().any(|(_, op, o, n)| op == "update" && o != n),
         "key changes were captured"
     );
     wait_slot_free(&psql);

@@ -21,9 +21,13 @@
 //! | §5 | SQL shapes | [`sql`] |
 //! | §6 | SCAN_KEY eligibility | [`choose_scan_key`] |
 //!
+//! The change buffer (spec/change-buffer.md), one table shape for every capture path, and
+//! the version check before a buffer is written or read: [`buffer`].
+//!
 //! Identity schema messages (spec/identity-messages.md), the in-band form of a relation's
 //! identity schema for WAL consumers: [`schema_message`].
 
+pub mod buffer;
 pub mod catalog;
 pub mod entry;
 pub mod error;

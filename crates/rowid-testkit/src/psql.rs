@@ -43,6 +43,44 @@ impl Psql {
         self.args.join(" ")
     }
 
+    /// The same server and user, database `dbname`.
+    pub fn with_db(&self, dbname: &str) -> Psql {
+        let mut args = Vec::with_capacity(self.args.len() + 2);
+        let mut words = self.args.iter();
+        while let Some(w) = words.next() {
+            if w == "-d" {
+                words.next();
+            } else {
+                args.push(w.clone());
+            }
+        }
+        args.extend(["-d".to_string(), dbname.to_string()]);
+        Psql {
+            program: self.program.clone(),
+            args,
+        }
+    }
+
+    /// A libpq connection string for the same server, user and database (from `-h`, `-p`,
+    /// `-U`, `-d`).
+    pub fn dsn(&self) -> String {
+        let mut parts = Vec::new();
+        let mut words = self.args.iter();
+        while let Some(w) = words.next() {
+            let key = match w.as_str() {
+                "-h" => "host",
+                "-p" => "port",
+                "-U" => "user",
+                "-d" => "dbname",
+                _ => continue,
+            };
+            if let Some(v) = words.next() {
+                parts.push(format!("{key}={v}"));
+            }
+        }
+        parts.join(" ")
+    }
+
     fn output(&self, extra: &[&str], what: &str) -> Result<String, String> {
         let out = Command::new(&self.program)
             .args(&self.args)
@@ -95,4 +133,17 @@ pub fn run(script: &str) -> String {
     Psql::from_env()
         .and_then(|p| p.run(script))
         .unwrap_or_else(|e| panic!("{e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Psql;
+
+    #[test]
+    fn dsn_and_database_follow_the_arguments() {
+        let p = Psql::new("psql", "-h /tmp/x -p 5499 -U postgres -d postgres");
+        let q = p.with_db("other");
+        assert_eq!(q.args(), "-h /tmp/x -p 5499 -U postgres -d other");
+        assert_eq!(q.dsn(), "host=/tmp/x port=5499 user=postgres dbname=other");
+    }
 }

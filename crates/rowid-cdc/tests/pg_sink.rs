@@ -1,0 +1,180 @@
+//! The PostgreSQL sink against a real server: the registry's buffer DDL creates what its
+//! shape check accepts, the table constraints hold every row to its operation's identities
+//! and to the versions, PUBLIC cannot read identities, and a buffer with other columns, rows
+//! of other versions, or a position no state accounts for is refused before anything is
+//! written.
+//!
+//! Needs a server: run through `cargo xtask test`.
+
+// Test code: a failed expectation is a panic by design.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use rowid_cdc::Lsn;
+use rowid_cdc::event::{ChangeEvent, Op};
+use rowid_cdc::pg_sink::{PostgresSink, Target};
+use rowid_cdc::sink::Sink;
+use rowid_registry::buffer;
+use rowid_registry::sql::QualifiedName;
+use rowid_testkit::psql::Psql;
+
+const DB: &str = "rowid_cdc_pg_sink";
+
+fn db() -> Psql {
+    let server = Psql::from_env().unwrap();
+    server
+        .run(&format!(
+            "DROP DATABASE IF EXISTS {DB} WITH (FORCE); CREATE DATABASE {DB};"
+        ))
+        .unwrap();
+    server.with_db(DB)
+}
+
+fn target(psql: &Psql, buffer: &QualifiedName, fresh: bool) -> Target {
+    Target {
+        config: psql.dsn().parse().unwrap(),
+        buffer: buffer.clone(),
+        slot: "s".into(),
+        fresh,
+    }
+}
+
+fn event(commit: u64, op: Op, old: Option<&[u8]>, new: Option<&[u8]>) -> ChangeEvent {
+    ChangeEvent {
+        commit_lsn: Lsn(commit),
+        lsn: Lsn(commit - 8),
+        xid: 900,
+        commit_ts: 0,
+        relid: 16385,
+        relation: "public.t".into(),
+        op,
+        domain: None,
+        key: vec![],
+        old_id: old.map(<[u8]>::to_vec),
+        new_id: new.map(<[u8]>::to_vec),
+        backfilled: false,
+    }
+}
+
+fn refused(t: Target) -> String {
+    PostgresSink::open(t)
+        .expect_err("the sink must refuse")
+        .to_string()
+}
+
+#[test]
+#[ignore = "needs a PostgreSQL server: run through `cargo xtask test`"]
+fn buffers_are_created_checked_and_refused_by_name() {
+    let psql = db();
+
+    // Created from the registry's DDL, accepted by its own shape check, one row per change.
+    let b = QualifiedName::new("pgtrickle_changes", "wal");
+    let mut sink = PostgresSink::open(target(&psql, &b, true)).unwrap();
+    assert_eq!(sink.delivered(), None);
+    for (op, old, new) in [
+        (Op::Insert, None, Some(&[2u8, 1][..])),
+        (Op::Update, Some(&[2u8, 1][..]), Some(&[2u8, 2][..])),
+        (Op::Delete, Some(&[2u8, 2][..]), None),
+        (Op::Truncate, None, None),
+    ] {
+        sink.change(&event(0x2000, op, old, new)).unwrap();
+    }
+    sink.commit().unwrap();
+    assert_eq!(sink.delivered(), Some(Lsn(0x2000)));
+    drop(sink);
+    assert_eq!(
+        psql.run(
+            "SELECT xid, seq, source_relid, op, encode(__pgt_row_id, 'hex'), \
+             encode(__pgt_old_row_id, 'hex'), commit_lsn, change_lsn, row_identity_version, \
+             row_probe_version FROM pgtrickle_changes.wal ORDER BY seq;"
+        )
+        .unwrap(),
+        "900|1|16385|I|0201||0/2000|0/1FF8|2|1\n\
+         900|2|16385|U|0202|0201|0/2000|0/1FF8|2|1\n\
+         900|3|16385|D||0202|0/2000|0/1FF8|2|1\n\
+         900|4|16385|T|||0/2000|0/1FF8|2|1\n"
+    );
+    // Reopened: the position it committed with the rows.
+    let sink = PostgresSink::open(target(&psql, &b, false)).unwrap();
+    assert_eq!(sink.delivered(), Some(Lsn(0x2000)));
+    drop(sink);
+
+    // The table constraints: identities exactly where the operation has them, versions fixed.
+    for bad in [
+        "INSERT INTO pgtrickle_changes.wal (xid, seq, source_relid, op, __pgt_row_id, __pgt_old_row_id) VALUES (1, 1, 1, 'I', '\\x02', '\\x02')",
+        "INSERT INTO pgtrickle_changes.wal (xid, seq, source_relid, op, __pgt_row_id) VALUES (1, 1, 1, 'U', '\\x02')",
+        "INSERT INTO pgtrickle_changes.wal (xid, seq, source_relid, op) VALUES (1, 1, 1, 'D')",
+        "INSERT INTO pgtrickle_changes.wal (xid, seq, source_relid, op, __pgt_row_id) VALUES (1, 1, 1, 'T', '\\x02')",
+        "INSERT INTO pgtrickle_changes.wal (xid, seq, source_relid, op) VALUES (1, 1, 1, 'X')",
+        "INSERT INTO pgtrickle_changes.wal (xid, seq, source_relid, op, __pgt_row_id, row_identity_version) VALUES (1, 1, 1, 'I', '\\x02', 3)",
+        "INSERT INTO pgtrickle_changes.wal (xid, seq, source_relid, op, __pgt_row_id, row_probe_version) VALUES (1, 1, 1, 'I', '\\x02', NULL)",
+    ] {
+        let e = psql.run(&format!("{bad};")).expect_err(bad);
+        assert!(e.contains("violates"), "{bad}: {e}");
+    }
+
+    // PUBLIC reads no identity.
+    psql.run("DROP ROLE IF EXISTS rowid_cdc_reader; CREATE ROLE rowid_cdc_reader;")
+        .unwrap();
+    assert_eq!(
+        psql.run(
+            "SELECT has_table_privilege('rowid_cdc_reader', 'pgtrickle_changes.wal', 'SELECT'), \
+             has_table_privilege('rowid_cdc_reader', 'pgtrickle_changes.rowid_cdc_position', 'SELECT');"
+        )
+        .unwrap(),
+        "f|f\n"
+    );
+
+    // A position no state file accounts for (a new slot of the same name) is refused.
+    let e = refused(target(&psql, &b, true));
+    assert!(
+        e.contains("no state file accounts for") && e.contains("0/2000"),
+        "{e}"
+    );
+
+    // A table that is not a buffer: refused naming the column, nothing created beside it.
+    psql.run("CREATE SCHEMA other; CREATE TABLE other.t (xid bigint NOT NULL, seq integer NOT NULL, source_relid oid NOT NULL, op \"char\" NOT NULL, __pgt_row_id bigint);")
+        .unwrap();
+    let e = refused(target(&psql, &QualifiedName::new("other", "t"), true));
+    assert!(
+        e.contains("\"other\".\"t\" is not a Row Identity V2 change buffer")
+            && e.contains("__pgt_row_id has type bigint"),
+        "{e}"
+    );
+    assert_eq!(
+        psql.run("SELECT to_regclass('other.rowid_cdc_position') IS NULL;")
+            .unwrap(),
+        "t\n",
+        "refused before anything was written"
+    );
+
+    // A buffer holding rows of another version (an older or newer release wrote them):
+    // refused before writing, naming both versions.
+    let old = QualifiedName::new("other", "v3");
+    psql.run(&format!("{};", buffer::create_table(&old)))
+        .unwrap();
+    psql.run(
+        "ALTER TABLE other.v3 DROP CONSTRAINT v3_row_identity_version_check; \
+         INSERT INTO other.v3 (xid, seq, source_relid, op, __pgt_row_id, row_identity_version) \
+         VALUES (1, 1, 1, 'I', '\\x03', 3);",
+    )
+    .unwrap();
+    let e = refused(target(&psql, &old, true));
+    assert!(
+        e.contains("row_identity_version 3 and row_probe_version 1")
+            && e.contains("writes and reads 2 and 1"),
+        "{e}"
+    );
+    assert_eq!(
+        psql.run("SELECT count(*), to_regclass('other.rowid_cdc_position') IS NULL FROM other.v3;")
+            .unwrap(),
+        "1|t\n",
+        "nothing written"
+    );
+
+    // A database that does not exist: named, not retried as if transient.
+    let mut t = target(&psql, &b, true);
+    t.config.dbname("rowid_cdc_no_such_db");
+    let e = PostgresSink::open(t).expect_err("no database");
+    assert!(e.to_string().contains("rowid_cdc_no_such_db"), "{e}");
+    assert_ne!(e.kind(), std::io::ErrorKind::ConnectionAborted);
+}

@@ -1,0 +1,474 @@
+//! The change buffer (spec/change-buffer.md): one table shape for every capture path, the
+//! WAL consumer's PostgreSQL sink and the extension's capture trigger alike, and the check a
+//! writer or reader runs before it touches a buffer.
+//!
+//! A change is one row: its transaction and order in it, the source relation, the operation,
+//! the new identity (`__pgt_row_id`, insert and update) and the old one (`__pgt_old_row_id`,
+//! update and delete), and the non-null version columns of design proposal §10. Which
+//! identities an operation has is a table constraint, so a row can never hold an identity
+//! its operation does not have, or lack one it has.
+//!
+//! The versions are enforced in code as well as in DDL: a new library can meet a buffer
+//! created by an older one. [`check_shape`] compares the catalog's view of a table with the
+//! shape, and [`foreign_versions_query`] finds a row written under other versions; a writer
+//! or reader refuses the buffer before writing or consuming anything when either disagrees.
+//!
+//! ```
+//! use rowid_registry::buffer;
+//! use rowid_registry::sql::QualifiedName;
+//!
+//! let ddl = buffer::create_table(&QualifiedName::new("pgtrickle_changes", "orders"));
+//! assert!(ddl.starts_with("CREATE TABLE \"pgtrickle_changes\".\"orders\" ("));
+//! assert!(ddl.contains("\"row_identity_version\" smallint NOT NULL DEFAULT 2"));
+//! ```
+
+use std::fmt;
+
+use crate::sql::{QualifiedName, ROW_ID, quote_ident};
+
+/// The Row Identity version a buffer's identities are written in.
+pub const ROW_IDENTITY_VERSION: i16 = 2;
+/// The probe version readers derive from them.
+pub const ROW_PROBE_VERSION: i16 = 1;
+/// The old identity column.
+pub const OLD_ROW_ID: &str = "__pgt_old_row_id";
+/// The schema buffers are created in unless the caller names another.
+pub const DEFAULT_SCHEMA: &str = "pgtrickle_changes";
+
+/// What a change did, as the `op` column stores it (`"char"`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BufferOp {
+    /// `I`: a new identity only.
+    Insert,
+    /// `U`: old and new identity (different when the key changed).
+    Update,
+    /// `D`: an old identity only.
+    Delete,
+    /// `T`: the relation was truncated; no identity.
+    Truncate,
+}
+
+impl BufferOp {
+    /// The byte stored in `op`.
+    pub fn code(self) -> u8 {
+        match self {
+            BufferOp::Insert => b'I',
+            BufferOp::Update => b'U',
+            BufferOp::Delete => b'D',
+            BufferOp::Truncate => b'T',
+        }
+    }
+
+    /// The operation a stored byte names.
+    pub fn from_code(code: u8) -> Option<BufferOp> {
+        match code {
+            b'I' => Some(BufferOp::Insert),
+            b'U' => Some(BufferOp::Update),
+            b'D' => Some(BufferOp::Delete),
+            b'T' => Some(BufferOp::Truncate),
+            _ => None,
+        }
+    }
+
+    /// Whether a row of this operation has a new identity.
+    pub fn has_new(self) -> bool {
+        matches!(self, BufferOp::Insert | BufferOp::Update)
+    }
+
+    /// Whether a row of this operation has an old identity.
+    pub fn has_old(self) -> bool {
+        matches!(self, BufferOp::Update | BufferOp::Delete)
+    }
+}
+
+/// One column of the buffer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BufferColumn {
+    /// Its name.
+    pub name: &'static str,
+    /// Its type as `format_type()` prints it.
+    pub sql_type: &'static str,
+    /// Catalog-marked NOT NULL.
+    pub not_null: bool,
+    /// Its `DEFAULT`, if any.
+    pub default: Option<&'static str>,
+    /// What it holds.
+    pub doc: &'static str,
+}
+
+const fn col(
+    name: &'static str,
+    sql_type: &'static str,
+    not_null: bool,
+    default: Option<&'static str>,
+    doc: &'static str,
+) -> BufferColumn {
+    BufferColumn {
+        name,
+        sql_type,
+        not_null,
+        default,
+        doc,
+    }
+}
+
+/// The buffer's columns, in table order. The version defaults are [`ROW_IDENTITY_VERSION`]
+/// and [`ROW_PROBE_VERSION`] (a test keeps them equal).
+pub const COLUMNS: [BufferColumn; 10] = [
+    col(
+        "xid",
+        "bigint",
+        true,
+        None,
+        "top-level transaction id (32 bits, as pgoutput's Begin and pg_stat_activity.backend_xid show it)",
+    ),
+    col(
+        "seq",
+        "integer",
+        true,
+        None,
+        "the change's order in its transaction, from 1",
+    ),
+    col(
+        "source_relid",
+        "oid",
+        true,
+        None,
+        "pg_class.oid of the captured relation",
+    ),
+    col(
+        "op",
+        "\"char\"",
+        true,
+        None,
+        "I insert, U update, D delete, T truncate",
+    ),
+    col(
+        ROW_ID,
+        "bytea",
+        false,
+        None,
+        "new identity: present exactly for I and U",
+    ),
+    col(
+        OLD_ROW_ID,
+        "bytea",
+        false,
+        None,
+        "old identity: present exactly for U and D",
+    ),
+    col(
+        "commit_lsn",
+        "pg_lsn",
+        false,
+        None,
+        "the transaction's commit record (WAL capture; NULL from a trigger, which runs before the commit)",
+    ),
+    col(
+        "change_lsn",
+        "pg_lsn",
+        false,
+        None,
+        "the change's WAL record (WAL capture) or the WAL insert position when the trigger ran",
+    ),
+    col(
+        "row_identity_version",
+        "smallint",
+        true,
+        Some("2"),
+        "Row Identity version of both identities",
+    ),
+    col(
+        "row_probe_version",
+        "smallint",
+        true,
+        Some("1"),
+        "probe version readers derive from them",
+    ),
+];
+
+/// `CREATE TABLE` for a buffer named `table`. Without privileges for PUBLIC: identities can
+/// hold every key value of the source (design proposal §11.1), so reading them is granted
+/// explicitly.
+pub fn create_table(table: &QualifiedName) -> String {
+    let mut sql = format!("CREATE TABLE {} (", table.quoted());
+    for (i, c) in COLUMNS.iter().enumerate() {
+        if i > 0 {
+            sql.push_str(", ");
+        }
+        sql.push_str(&quote_ident(c.name));
+        sql.push(' ');
+        sql.push_str(c.sql_type);
+        if c.not_null {
+            sql.push_str(" NOT NULL");
+        }
+        if let Some(d) = c.default {
+            sql.push_str(" DEFAULT ");
+            sql.push_str(d);
+        }
+    }
+    let (new, old) = (quote_ident(ROW_ID), quote_ident(OLD_ROW_ID));
+    sql.push_str(&format!(
+        ", CHECK (\"op\" IN ('I', 'U', 'D', 'T')), \
+         CHECK ((\"op\" IN ('I', 'U')) = ({new} IS NOT NULL)), \
+         CHECK ((\"op\" IN ('U', 'D')) = ({old} IS NOT NULL)), \
+         CHECK (\"row_identity_version\" = {ROW_IDENTITY_VERSION}), \
+         CHECK (\"row_probe_version\" = {ROW_PROBE_VERSION}))"
+    ));
+    sql
+}
+
+/// `REVOKE ALL ... FROM PUBLIC` for a buffer (PostgreSQL grants nothing to PUBLIC on a new
+/// table; this states it, and undoes a default privilege that would).
+pub fn revoke_public(table: &QualifiedName) -> String {
+    format!("REVOKE ALL ON TABLE {} FROM PUBLIC", table.quoted())
+}
+
+/// The column list of an `INSERT` or `COPY` writing every column, in table order.
+pub fn column_list() -> String {
+    COLUMNS
+        .iter()
+        .map(|c| quote_ident(c.name))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// A query over a table's catalog entry returning, per live column in order,
+/// `attname`, `format_type(atttypid, atttypmod)` and `attnotnull`; one parameter, the
+/// table's name as text (`$1::text::regclass`).
+pub const SHAPE_QUERY: &str = "SELECT a.attname::text, format_type(a.atttypid, a.atttypmod), \
+     a.attnotnull FROM pg_attribute a WHERE a.attrelid = $1::text::regclass AND a.attnum > 0 \
+     AND NOT a.attisdropped ORDER BY a.attnum";
+
+/// A query returning one row written under versions other than this library's, if any (no
+/// parameter; the table is named).
+pub fn foreign_versions_query(table: &QualifiedName) -> String {
+    format!(
+        "SELECT \"row_identity_version\", \"row_probe_version\" FROM {} \
+         WHERE \"row_identity_version\" <> {ROW_IDENTITY_VERSION} \
+         OR \"row_probe_version\" <> {ROW_PROBE_VERSION} LIMIT 1",
+        table.quoted()
+    )
+}
+
+/// One live column as the catalog describes it (a row of [`SHAPE_QUERY`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CatalogColumn {
+    /// `attname`.
+    pub name: String,
+    /// `format_type(atttypid, atttypmod)`.
+    pub sql_type: String,
+    /// `attnotnull`.
+    pub not_null: bool,
+}
+
+/// Why a table is not a buffer this library may write or read.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum BufferMismatch {
+    /// The table has other columns, or its columns in another order.
+    Columns {
+        /// The table.
+        table: String,
+        /// What differs first.
+        detail: String,
+    },
+    /// A row was written under other versions.
+    Versions {
+        /// The table.
+        table: String,
+        /// The row's `row_identity_version`.
+        row_identity_version: i16,
+        /// The row's `row_probe_version`.
+        row_probe_version: i16,
+    },
+}
+
+impl fmt::Display for BufferMismatch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            BufferMismatch::Columns { table, detail } => write!(
+                f,
+                "{table} is not a Row Identity V2 change buffer: {detail}"
+            ),
+            BufferMismatch::Versions {
+                table,
+                row_identity_version,
+                row_probe_version,
+            } => write!(
+                f,
+                "{table} holds changes written with row_identity_version \
+                 {row_identity_version} and row_probe_version {row_probe_version}; this \
+                 library writes and reads {ROW_IDENTITY_VERSION} and {ROW_PROBE_VERSION}: \
+                 consume or drop that buffer with the release that wrote it, then recreate it"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for BufferMismatch {}
+
+/// Compares a table's live columns (rows of [`SHAPE_QUERY`]) with the buffer shape: same
+/// names, types and NOT NULL marks, in the same order, nothing more.
+pub fn check_shape(table: &QualifiedName, columns: &[CatalogColumn]) -> Result<(), BufferMismatch> {
+    let mismatch = |detail: String| BufferMismatch::Columns {
+        table: table.quoted(),
+        detail,
+    };
+    for (i, want) in COLUMNS.iter().enumerate() {
+        let Some(got) = columns.get(i) else {
+            return Err(mismatch(format!(
+                "column {} ({} {}) is missing",
+                i + 1,
+                want.name,
+                want.sql_type
+            )));
+        };
+        if got.name != want.name {
+            return Err(mismatch(format!(
+                "column {} is {:?} where the buffer has {:?}",
+                i + 1,
+                got.name,
+                want.name
+            )));
+        }
+        if got.sql_type != want.sql_type {
+            return Err(mismatch(format!(
+                "column {} has type {} where the buffer has {}",
+                want.name, got.sql_type, want.sql_type
+            )));
+        }
+        if got.not_null != want.not_null {
+            return Err(mismatch(format!(
+                "column {} is {} where the buffer has it {}",
+                want.name,
+                null_word(got.not_null),
+                null_word(want.not_null)
+            )));
+        }
+    }
+    if let Some(extra) = columns.get(COLUMNS.len()) {
+        return Err(mismatch(format!(
+            "it has a column {:?} the buffer does not",
+            extra.name
+        )));
+    }
+    Ok(())
+}
+
+fn null_word(not_null: bool) -> &'static str {
+    if not_null { "NOT NULL" } else { "nullable" }
+}
+
+/// The refusal for a row [`foreign_versions_query`] found.
+pub fn foreign_versions(
+    table: &QualifiedName,
+    row_identity_version: i16,
+    row_probe_version: i16,
+) -> BufferMismatch {
+    BufferMismatch::Versions {
+        table: table.quoted(),
+        row_identity_version,
+        row_probe_version,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn catalog() -> Vec<CatalogColumn> {
+        COLUMNS
+            .iter()
+            .map(|c| CatalogColumn {
+                name: c.name.into(),
+                sql_type: c.sql_type.into(),
+                not_null: c.not_null,
+            })
+            .collect()
+    }
+
+    fn t() -> QualifiedName {
+        QualifiedName::new("pgtrickle_changes", "t")
+    }
+
+    #[test]
+    fn version_defaults_are_the_constants() {
+        let default = |name: &str| {
+            COLUMNS
+                .iter()
+                .find(|c| c.name == name)
+                .and_then(|c| c.default)
+        };
+        assert_eq!(
+            default("row_identity_version"),
+            Some(ROW_IDENTITY_VERSION.to_string().as_str())
+        );
+        assert_eq!(
+            default("row_probe_version"),
+            Some(ROW_PROBE_VERSION.to_string().as_str())
+        );
+    }
+
+    #[test]
+    fn the_shape_accepts_itself_and_names_every_difference() {
+        assert_eq!(check_shape(&t(), &catalog()), Ok(()));
+
+        let mut c = catalog();
+        c.pop();
+        let e = check_shape(&t(), &c).expect_err("missing");
+        assert!(e.to_string().contains("row_probe_version"), "{e}");
+
+        let mut c = catalog();
+        c[4].sql_type = "bigint".into();
+        let e = check_shape(&t(), &c).expect_err("type");
+        assert!(
+            e.to_string().contains("__pgt_row_id has type bigint"),
+            "{e}"
+        );
+
+        let mut c = catalog();
+        c[8].not_null = false;
+        let e = check_shape(&t(), &c).expect_err("nullable version");
+        assert!(
+            e.to_string().contains("row_identity_version is nullable"),
+            "{e}"
+        );
+
+        let mut c = catalog();
+        c.swap(4, 5);
+        assert!(check_shape(&t(), &c).is_err(), "order");
+
+        let mut c = catalog();
+        c.push(CatalogColumn {
+            name: "extra".into(),
+            sql_type: "text".into(),
+            not_null: false,
+        });
+        let e = check_shape(&t(), &c).expect_err("extra");
+        assert!(e.to_string().contains("\"extra\""), "{e}");
+    }
+
+    #[test]
+    fn op_codes_round_trip_and_say_which_identities_exist() {
+        for op in [
+            BufferOp::Insert,
+            BufferOp::Update,
+            BufferOp::Delete,
+            BufferOp::Truncate,
+        ] {
+            assert_eq!(BufferOp::from_code(op.code()), Some(op));
+        }
+        assert_eq!(BufferOp::from_code(b'X'), None);
+        assert!(BufferOp::Insert.has_new() && !BufferOp::Insert.has_old());
+        assert!(BufferOp::Update.has_new() && BufferOp::Update.has_old());
+        assert!(!BufferOp::Delete.has_new() && BufferOp::Delete.has_old());
+        assert!(!BufferOp::Truncate.has_new() && !BufferOp::Truncate.has_old());
+    }
+
+    #[test]
+    fn the_version_refusal_names_both_versions() {
+        let e = foreign_versions(&t(), 3, 1).to_string();
+        assert!(e.contains("row_identity_version 3"), "{e}");
+        assert!(e.contains("writes and reads 2 and 1"), "{e}");
+    }
+}
