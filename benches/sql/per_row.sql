@@ -59,7 +59,12 @@ INSERT INTO bench_cases (ord, name, expr) VALUES
  (24, 'v1 interval',                  'pgtrickle.bench_v1_hash(ARRAY[iv::text])'),
  (25, 'v2 interval',                  $$pgtrickle.encode_row_id_v2('SCAN_KEY', ROW(iv))$$),
  (26, 'v1 keyless row (10 columns)',  'pgtrickle.bench_v1_hash(ARRAY[i4::text, i8::text, j8::text, u::text, t16, t256, n_small::text, n_30::text, n_neg::text, iv::text])'),
- (27, 'v2 KEYLESS_ROW (10 columns)',  $$pgtrickle.encode_row_id_v2('KEYLESS_ROW', s)$$);
+ (27, 'v2 KEYLESS_ROW (10 columns)',  $$pgtrickle.encode_row_id_v2('KEYLESS_ROW', s)$$),
+ -- The argument form: the same identities without building and deforming a ROW.
+ (29, 'v2 fields SCAN_KEY(int8)',     $$pgtrickle.encode_row_id_v2_fields('SCAN_KEY', i8)$$),
+ (30, 'v2 fields SCAN_KEY(uuid)',     $$pgtrickle.encode_row_id_v2_fields('SCAN_KEY', u)$$),
+ (31, 'v2 fields SCAN_KEY(int8, int8)', $$pgtrickle.encode_row_id_v2_fields('SCAN_KEY', i8, j8)$$),
+ (32, 'v2 fields (int8, text 16 B)',  $$pgtrickle.encode_row_id_v2_fields('SCAN_KEY', i8, t16)$$);
 INSERT INTO bench_cases VALUES
  (28, 'scan, 4 KiB table',            'i8', 'bench_src4k'),
  (16, 'v1 (int8, text 4 KiB)',        'pgtrickle.bench_v1_hash(ARRAY[i8::text, t4k])', 'bench_src4k'),

@@ -8,8 +8,8 @@
 //! cargo xtask package [--debug]  an installable tree of the extension (target/package)
 //! cargo xtask fuzz [--seconds N] fuzz the identity and pgoutput decoders (nightly)
 //! cargo xtask bench [--quick]    benchmarks with their baselines (report in target/bench);
-//!   [--only codec|sql|wal]        one part: criterion codec benches, the SQL sections
-//!                                 (per-row, physical, probe), or WAL capture
+//!   [--only PART]                 one part: codec, per-row, physical, probe, capture,
+//!                                 wal, or sql (per-row, physical and probe)
 //! ```
 
 mod bench;
@@ -28,7 +28,7 @@ use std::process::ExitCode;
 
 const USAGE: &str = "usage: cargo xtask <test | demo | vectors [--check] | sql [--check] | \
                      package [--debug] | fuzz [--seconds N] | \
-                     bench [--quick] [--only codec|sql|wal]>";
+                     bench [--quick] [--only PART]>";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();

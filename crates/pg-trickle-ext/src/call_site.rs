@@ -1,33 +1,24 @@
 //! The per-call-site cache of `encode_row_id_v2`: the record argument deformed against it.
 //!
 //! The cache lives in `fn_extra` (allocated in `fn_mcxt`) and holds the record's tuple
-//! descriptor, each field's [`Reader`], deform arrays and the scratch buffer. It is rebuilt
-//! when the record's type OID or typmod changes; nothing per row looks at catalogs except the
-//! ENUMOID syscache for enum labels. Every row goes through the codec's `IdentityEncoder`,
-//! which chooses its own fast path.
+//! descriptor, each field's [`Field`] dispatch, deform arrays and the scratch buffer. It is
+//! rebuilt when the record's type OID or typmod changes; nothing per row looks at catalogs
+//! except the ENUMOID syscache for enum labels. Every row goes through the codec's
+//! `IdentityEncoder`, which chooses its own fast path.
 
+use pgrx::pg_guard;
 use pgrx::pg_sys;
-use rowid_codec::{Domain, IdentityEncoder};
-use rowid_registry::{FieldSpec, resolve_field};
+use rowid_codec::Domain;
 
-use crate::catalog::{
-    attribute, attribute_name, encoder_collation, row_descriptor, row_id_domain, server_context,
-    type_ref,
-};
-use crate::datum;
+use crate::domain_arg::DomainArg;
 use crate::errors;
-use crate::reader::{FieldError, Reader};
+
+use crate::catalog::{attribute, attribute_name, row_descriptor, row_id_domain};
+use crate::datum;
+use crate::fields::{self, Field, FieldType};
 
 /// The function whose call sites this cache serves, for messages.
 const FUNCTION: &str = "pgtrickle.encode_row_id_v2";
-
-/// One field's dispatch, resolved once per call site.
-struct Field {
-    /// Zero-based attribute number in the record (dropped attributes are skipped).
-    attno: usize,
-    reader: Reader,
-    name: String,
-}
 
 /// The per-call-site cache.
 pub struct CallSite {
@@ -35,12 +26,13 @@ pub struct CallSite {
     typmod: i32,
     tupdesc: pg_sys::TupleDesc,
     fields: Vec<Field>,
+    /// Zero-based attribute number of each field in the record (dropped attributes are
+    /// skipped).
+    attnos: Vec<usize>,
     values: Vec<pg_sys::Datum>,
     nulls: Vec<bool>,
     scratch: Vec<u8>,
-    /// The last domain argument's bytes and what they name (the argument is a constant at
-    /// nearly every call site, so it is parsed once).
-    domain: Option<(Vec<u8>, Domain)>,
+    domain: DomainArg,
 }
 
 impl Default for CallSite {
@@ -50,64 +42,22 @@ impl Default for CallSite {
             typmod: -1,
             tupdesc: std::ptr::null_mut(),
             fields: Vec::new(),
+            attnos: Vec::new(),
             values: Vec::new(),
             nulls: Vec::new(),
             scratch: Vec::new(),
-            domain: None,
+            domain: DomainArg::default(),
         }
     }
 }
 
-/// Resolves one record attribute to its tag, raising the registry's rejection as an error
-/// that names the field position, name, type and property.
-///
-/// # Safety
-/// Must run inside a backend; `mcxt` must outlive the returned reader.
-unsafe fn resolve_attribute(
-    index: usize,
-    att: &pg_sys::FormData_pg_attribute,
-    row_id: pg_sys::Oid,
-    mcxt: pg_sys::MemoryContext,
-) -> Field {
-    let name = attribute_name(att);
-    if row_id != pg_sys::InvalidOid && att.atttypid == row_id {
-        return Field {
-            attno: index,
-            reader: Reader::Child,
-            name,
-        };
-    }
-    let spec = FieldSpec {
-        expr: format!("field {} ({name})", index + 1),
-        ty: type_ref(att.atttypid, &encoder_collation),
-        typmod: att.atttypmod,
-        collation: encoder_collation(att.attcollation),
-        opclass: rowid_registry::OpClass::Default,
-    };
-    match resolve_field(&spec, &server_context()) {
-        Ok(r) => Field {
-            attno: index,
-            // SAFETY: the registry accepted this type with this shape; guaranteed by caller.
-            reader: unsafe { Reader::build(att.atttypid, &r.shape, mcxt) },
-            name,
-        },
-        Err(rejection) => errors::rejected(FUNCTION, &rejection),
+impl Drop for CallSite {
+    fn drop(&mut self) {
+        fields::release(&mut self.fields);
     }
 }
 
 impl CallSite {
-    /// The domain named by `name`, parsed by `parse` only when it differs from the last call's.
-    pub fn domain(&mut self, name: &[u8], parse: impl FnOnce(&[u8]) -> Domain) -> Domain {
-        match &self.domain {
-            Some((bytes, d)) if bytes.as_slice() == name => *d,
-            _ => {
-                let d = parse(name);
-                self.domain = Some((name.to_vec(), d));
-                d
-            }
-        }
-    }
-
     /// Rebuilds the cache for a record type.
     ///
     /// # Safety
@@ -124,19 +74,26 @@ impl CallSite {
         // SAFETY: a valid tuple descriptor with natts attributes.
         let natts = unsafe { (*self.tupdesc).natts } as usize;
         let row_id = row_id_domain();
-        for f in &mut self.fields {
-            f.reader.release();
-        }
+        fields::release(&mut self.fields);
         self.fields.clear();
+        self.attnos.clear();
         for i in 0..natts {
             // SAFETY: i < natts.
             let att = unsafe { attribute(self.tupdesc, i) };
             if att.attisdropped {
                 continue;
             }
+            let name = attribute_name(att);
+            let ty = FieldType {
+                typid: att.atttypid,
+                typmod: att.atttypmod,
+                collation: att.attcollation,
+            };
+            let expr = format!("field {} ({name})", i + 1);
             // SAFETY: mcxt is the FmgrInfo's context, which outlives this cache.
-            let f = unsafe { resolve_attribute(i, att, row_id, mcxt) };
+            let f = unsafe { fields::resolve(FUNCTION, expr, name, ty, row_id, mcxt) };
             self.fields.push(f);
+            self.attnos.push(i);
         }
         self.values = vec![pg_sys::Datum::from(0); natts];
         self.nulls = vec![true; natts];
@@ -176,33 +133,45 @@ impl CallSite {
                 self.nulls.as_mut_ptr(),
             );
         }
-        self.scratch.clear();
-        let count = self.fields.len() as u32;
-        let mut current = None;
-        let result = (|| {
-            let mut enc = IdentityEncoder::begin(&mut self.scratch, domain, count)?;
-            for (i, f) in self.fields.iter().enumerate() {
-                current = Some(i);
-                let (datum, null) = (self.values[f.attno], self.nulls[f.attno]);
-                if null {
-                    enc.null(f.reader.tag())?;
-                } else {
-                    // SAFETY: the datum is of the type the reader was built for.
-                    unsafe { f.reader.write(&mut enc, datum)? };
-                }
-            }
-            current = None;
-            enc.finish().map_err(FieldError::Codec)
-        })();
-        match result {
-            Ok(_) => datum::to_bytea(&self.scratch),
-            Err(FieldError::Malformed) => match current.and_then(|i| self.fields.get(i)) {
-                Some(f) => errors::malformed(&f.name, f.reader.tag()),
-                None => errors::malformed("?", rowid_codec::TypeTag::Record),
-            },
-            Err(FieldError::Codec(e)) => {
-                errors::codec_error(&e, current, |i| self.fields.get(i).map(|f| f.name.as_str()))
-            }
+        let (values, nulls, attnos) = (&self.values, &self.nulls, &self.attnos);
+        // SAFETY: each value is of its attribute's type, for which its reader was built.
+        unsafe {
+            fields::encode(FUNCTION, &mut self.scratch, domain, &self.fields, |i| {
+                let a = attnos[i];
+                (values[a], nulls[a])
+            })
         }
+    }
+}
+
+crate::pg_function_info_v1!(pg_finfo_encode_row_id_v2_wrapper);
+
+/// The fmgr entry point of `pgtrickle.encode_row_id_v2(domain text, fields record)`: a plain
+/// `#[pg_guard]` function (no pgrx argument wrapper on the per-row path; a PostgreSQL error
+/// unwinds correctly and a Rust panic becomes an SQL error). The record argument is read as
+/// a raw Datum and deformed against the cached tuple descriptor.
+///
+/// # Safety
+/// Called by PostgreSQL's fmgr with a valid `fcinfo` for the SQL signature `(text, record)`.
+#[pg_guard]
+#[unsafe(no_mangle)]
+pub unsafe extern "C-unwind" fn encode_row_id_v2_wrapper(
+    fcinfo: pg_sys::FunctionCallInfo,
+) -> pg_sys::Datum {
+    // SAFETY: fmgr passes two arguments; fn_extra/fn_mcxt belong to this call site's
+    // FmgrInfo, and pg_func_extra allocates the cache there (dropped with the context).
+    unsafe {
+        if pgrx::pg_arg_is_null(fcinfo, 1) {
+            errors::null_argument(
+                FUNCTION,
+                "fields must not be NULL (a NULL row has no identity)",
+            );
+        }
+        let record = pgrx::pg_getarg_datum_raw(fcinfo, 1);
+        let flinfo = (*fcinfo).flinfo;
+        let mcxt = (*flinfo).fn_mcxt;
+        let mut site = pgrx::pg_func_extra(fcinfo, CallSite::default);
+        let domain = site.domain.get(fcinfo, FUNCTION);
+        pg_sys::Datum::from(site.encode(domain, record, mcxt))
     }
 }

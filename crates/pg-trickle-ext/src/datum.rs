@@ -65,6 +65,16 @@ unsafe fn fixed_bytes<'a>(datum: pg_sys::Datum, len: usize) -> &'a [u8] {
     unsafe { std::slice::from_raw_parts(datum.cast_mut_ptr::<u8>(), len) }
 }
 
+/// A `uuid` datum's 16 bytes.
+///
+/// # Safety
+/// `datum` must be a non-NULL `uuid` (a pointer to `pg_uuid_t`).
+#[inline]
+pub unsafe fn uuid(datum: pg_sys::Datum) -> [u8; 16] {
+    // SAFETY: guaranteed by the caller; pg_uuid_t is 16 bytes, read unaligned.
+    unsafe { datum.cast_mut_ptr::<[u8; 16]>().read_unaligned() }
+}
+
 fn array<const N: usize>(b: &[u8]) -> [u8; N] {
     let mut out = [0u8; N];
     out.copy_from_slice(&b[..N]);

@@ -6,10 +6,11 @@ use pgrx::prelude::*;
 use rowid_codec::{Error, TypeTag};
 use rowid_registry::Rejection;
 
-/// Raises a codec error of `encode_row_id_v2` as an SQL error naming the field: the one the
-/// error names, else `current`, the field being encoded when it happened (a resource limit
-/// inside a nested value carries no field index of its own).
+/// Raises a codec error of `function` as an SQL error naming the field: the one the error
+/// names, else `current`, the field being encoded when it happened (a resource limit inside a
+/// nested value carries no field index of its own).
 pub fn codec_error<'a>(
+    function: &str,
     e: &Error,
     current: Option<usize>,
     field_name: impl Fn(usize) -> Option<&'a str>,
@@ -27,22 +28,15 @@ pub fn codec_error<'a>(
         .and_then(&field_name)
         .map(|n| format!(" ({n})"))
         .unwrap_or_default();
-    ereport!(
-        ERROR,
-        code,
-        format!("pgtrickle.encode_row_id_v2{name}: {e}")
-    );
+    ereport!(ERROR, code, format!("{function}{name}: {e}"));
 }
 
 /// A datum the reader could not interpret (a corrupted or foreign value).
-pub fn malformed(name: &str, tag: TypeTag) -> ! {
+pub fn malformed(function: &str, name: &str, tag: TypeTag) -> ! {
     ereport!(
         ERROR,
         PgSqlErrorCode::ERRCODE_DATA_CORRUPTED,
-        format!(
-            "pgtrickle.encode_row_id_v2: field {name}: malformed {} datum",
-            tag.name()
-        )
+        format!("{function}: field {name}: malformed {} datum", tag.name())
     );
 }
 
@@ -92,4 +86,24 @@ pub fn catalog_query(e: &pgrx::spi::SpiError) -> ! {
         PgSqlErrorCode::ERRCODE_INTERNAL_ERROR,
         format!("pg_trickle_ext: catalog query failed: {e}")
     );
+}
+
+/// A change buffer this library may not write or read (other columns, other versions).
+pub fn invalid_buffer(function: &str, message: &str) -> ! {
+    ereport!(
+        ERROR,
+        PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+        format!("{function}: {message}")
+    );
+}
+
+/// A relation with no usable identity, raised with the registry's SQLSTATE (`sqlstate`,
+/// feature_not_supported or invalid_parameter_value).
+pub fn refused(function: &str, sqlstate: &str, message: &str) -> ! {
+    let code = if sqlstate == "22023" {
+        PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE
+    } else {
+        PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED
+    };
+    ereport!(ERROR, code, format!("{function}: {message}"));
 }

@@ -28,12 +28,16 @@
 
 use pgrx::prelude::*;
 
+pub mod args;
 #[cfg(feature = "bench")]
 pub mod bench;
 pub mod call_site;
+pub mod capture;
 pub mod catalog;
 pub mod datum;
+pub mod domain_arg;
 pub mod errors;
+pub mod fields;
 pub mod identity_messages;
 pub mod reader;
 pub mod validate;
@@ -55,62 +59,8 @@ COMMENT ON DOMAIN pgtrickle.row_id IS
 mod pgtrickle {
     use pgrx::pg_sys;
     use pgrx::prelude::*;
-    use rowid_codec::Domain;
 
-    use crate::call_site::CallSite;
     use crate::errors;
-
-    const ENCODE: &str = "pgtrickle.encode_row_id_v2";
-
-    /// The domain named by the first argument's bytes; raises for an unknown name.
-    fn parse_domain(name: &[u8]) -> Domain {
-        std::str::from_utf8(name)
-            .ok()
-            .and_then(Domain::from_name)
-            .unwrap_or_else(|| {
-                let names: Vec<&str> = Domain::ALL.iter().map(|d| d.name()).collect();
-                errors::invalid_argument(
-                    ENCODE,
-                    format!(
-                        "unknown identity domain {:?}; expected one of {}",
-                        String::from_utf8_lossy(name),
-                        names.join(", ")
-                    ),
-                )
-            })
-    }
-
-    /// Encodes `fields` as a Row Identity V2 of `domain`.
-    ///
-    /// The record argument is read as a raw Datum from `fcinfo` (its SQL type is `record`)
-    /// and deformed against the cached tuple descriptor.
-    #[pg_extern(sql = r#"
-CREATE FUNCTION pgtrickle.encode_row_id_v2(domain text, fields record) RETURNS bytea
-STABLE PARALLEL SAFE LANGUAGE c AS 'MODULE_PATHNAME', 'encode_row_id_v2_wrapper';
-"#)]
-    fn encode_row_id_v2(fcinfo: pg_sys::FunctionCallInfo) -> Option<pgrx::datum::Internal> {
-        // SAFETY: PostgreSQL calls this with two arguments (text, record) per the SQL
-        // definition above; fn_extra/fn_mcxt belong to this call site's FmgrInfo.
-        unsafe {
-            if pgrx::pg_arg_is_null(fcinfo, 0) {
-                errors::null_argument(ENCODE, "domain must not be NULL");
-            }
-            let domain_bytes = crate::datum::varlena_bytes(pgrx::pg_getarg_datum_raw(fcinfo, 0));
-            if pgrx::pg_arg_is_null(fcinfo, 1) {
-                errors::null_argument(
-                    ENCODE,
-                    "fields must not be NULL (a NULL row has no identity)",
-                );
-            }
-            let record = pgrx::pg_getarg_datum_raw(fcinfo, 1);
-            let flinfo = (*fcinfo).flinfo;
-            let mcxt = (*flinfo).fn_mcxt;
-            let mut cache = pgrx::pg_func_extra(fcinfo, CallSite::default);
-            let domain = cache.domain(domain_bytes, parse_domain);
-            let out = cache.encode(domain, record, mcxt);
-            Some(pgrx::datum::Internal::from(Some(pg_sys::Datum::from(out))))
-        }
-    }
 
     /// Probe V1 of an identity: the identity itself when short, else its first P bytes and
     /// an XXH3-128 digest (spec/probe.md). Defined for every bytea.
@@ -163,6 +113,34 @@ STABLE PARALLEL SAFE LANGUAGE c AS 'MODULE_PATHNAME', 'encode_row_id_v2_wrapper'
         crate::identity_messages::dropped_json(relid, namespace, relname)
     }
 
+    /// Captures the changes of `source` by trigger: validates its identity (refusing a table
+    /// without one by name), creates its change buffer `pgtrickle_changes.changes_<oid>`
+    /// (spec/change-buffer.md; no PUBLIC access) unless it exists and passes the buffer
+    /// check, and the `pgtrickle_capture` (row) and `pgtrickle_capture_truncate`
+    /// (statement) triggers. Returns the buffer's name.
+    #[pg_extern(sql = r#"
+CREATE FUNCTION pgtrickle.capture_table(source regclass) RETURNS text
+VOLATILE STRICT LANGUAGE c AS 'MODULE_PATHNAME', 'capture_table_wrapper';
+"#)]
+    fn capture_table(source: pg_sys::Oid) -> String {
+        crate::capture::capture_table(source)
+    }
+
+    /// Refuses (raises) unless `buffer` is a change buffer of this library: its columns are
+    /// the buffer shape and every row carries row_identity_version 2 and
+    /// row_probe_version 1. A reader calls it before consuming a buffer.
+    #[pg_extern(sql = r#"
+CREATE FUNCTION pgtrickle.check_change_buffer(buffer regclass) RETURNS boolean
+STABLE STRICT LANGUAGE c AS 'MODULE_PATHNAME', 'check_change_buffer_wrapper';
+"#)]
+    fn check_change_buffer(buffer: pg_sys::Oid) -> bool {
+        crate::capture::check_buffer(
+            "pgtrickle.check_change_buffer",
+            &crate::catalog::relation_name(buffer),
+        );
+        true
+    }
+
     /// Length and a 32-bit digest prefix: identifies an identity in logs without revealing it.
     #[pg_extern(immutable, parallel_safe, strict)]
     fn row_id_fingerprint(id: &[u8]) -> String {
@@ -177,6 +155,40 @@ STABLE PARALLEL SAFE LANGUAGE c AS 'MODULE_PATHNAME', 'encode_row_id_v2_wrapper'
         )
     }
 }
+
+extension_sql!(
+    r#"
+CREATE FUNCTION pgtrickle.encode_row_id_v2(domain text, fields record) RETURNS bytea
+STABLE PARALLEL SAFE LANGUAGE c AS 'MODULE_PATHNAME', 'encode_row_id_v2_wrapper';
+COMMENT ON FUNCTION pgtrickle.encode_row_id_v2(text, record) IS
+  'Row Identity V2 of the record''s fields (spec/wire-format.md)';
+"#,
+    name = "encode_row_id_v2",
+    requires = ["row_id_domain"]
+);
+
+extension_sql!(
+    r#"
+CREATE FUNCTION pgtrickle.encode_row_id_v2_fields(domain text, VARIADIC fields "any")
+RETURNS bytea STABLE PARALLEL SAFE
+LANGUAGE c AS 'MODULE_PATHNAME', 'encode_row_id_v2_fields';
+COMMENT ON FUNCTION pgtrickle.encode_row_id_v2_fields(text, "any") IS
+  'Row Identity V2 of the arguments, each one field: the bytes of encode_row_id_v2(domain, ROW(...)) without the ROW';
+"#,
+    name = "encode_row_id_v2_fields",
+    requires = ["row_id_domain"]
+);
+
+extension_sql!(
+    r#"
+CREATE FUNCTION pgtrickle.capture_changes() RETURNS trigger
+LANGUAGE c AS 'MODULE_PATHNAME', 'capture_changes';
+COMMENT ON FUNCTION pgtrickle.capture_changes() IS
+  'Trigger: appends each change with its old and new Row Identity V2 to the change buffer named by its argument (pgtrickle.capture_table creates both)';
+"#,
+    name = "capture_changes",
+    requires = ["row_id_domain"]
+);
 
 extension_sql!(
     "REVOKE EXECUTE ON FUNCTION pgtrickle.row_id_describe(bytea) FROM PUBLIC;",
@@ -285,7 +297,10 @@ REVOKE EXECUTE ON FUNCTION pgtrickle.disable_identity_messages() FROM PUBLIC;
 #[cfg(any(test, feature = "pg_test"))]
 #[pg_schema]
 mod tests {
+    // pgrx's harness calls every test in schema `tests`: one module, several files.
     include!("tests.rs");
+    include!("tests_fields.rs");
+    include!("tests_capture.rs");
 }
 
 /// pgrx test harness hooks.

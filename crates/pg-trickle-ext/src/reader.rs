@@ -223,7 +223,24 @@ impl Reader {
         // SAFETY (every arm): the caller guarantees the datum's type.
         unsafe {
             match self {
-                Reader::Scalar(tag) => enc.value(&datum::read(*tag, datum)?)?,
+                // The common fixed-width families and text straight into the codec's typed
+                // pushes (the family is known here, so the codec's own dispatch folds away).
+                Reader::Scalar(tag) => {
+                    let raw = datum.value();
+                    match tag {
+                        TypeTag::Int8 => enc.int8(raw as i64)?,
+                        TypeTag::Int4 => enc.int4(raw as i32)?,
+                        TypeTag::Int2 => enc.int2(raw as i16)?,
+                        TypeTag::Date => enc.date(raw as i32)?,
+                        TypeTag::Timestamp => enc.timestamp(raw as i64)?,
+                        TypeTag::Timestamptz => enc.timestamptz(raw as i64)?,
+                        TypeTag::Oid => enc.oid(raw as u32)?,
+                        TypeTag::Bool => enc.bool(raw != 0)?,
+                        TypeTag::Uuid => enc.uuid(datum::uuid(datum))?,
+                        TypeTag::Text => enc.text(datum::varlena_bytes(datum))?,
+                        _ => enc.value(&datum::read(*tag, datum)?)?,
+                    }
+                }
                 Reader::Enum => {
                     catalog::with_enum_label(datum, |label| enc.value(&Value::Enum(label)))
                         .ok_or(Malformed)??

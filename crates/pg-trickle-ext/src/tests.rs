@@ -13,11 +13,12 @@ fn hex_of(sql: &str) -> String {
         .expect("not NULL")
 }
 
-/// Every golden vector's SQL literal, encoded inside the server, equals the vector's bytes.
+/// Every golden vector's SQL literal, encoded inside the server by the record form and by the
+/// argument form, equals the vector's bytes.
 #[pg_test]
 fn golden_vectors_encode_identically_inside_the_server() {
     let major = pg_sys::PG_VERSION_NUM / 10_000;
-    let (mut checked, mut newer, mut unrepresentable) = (0, 0, 0);
+    let (mut checked, mut newer, mut unrepresentable, mut no_fields) = (0, 0, 0, 0);
     for family in families() {
         for setup in &family.setup {
             Spi::run(setup).expect("vector setup runs");
@@ -45,12 +46,32 @@ fn golden_vectors_encode_identically_inside_the_server() {
                 sqls.join(", ")
             ));
             assert_eq!(got, to_hex(&expected), "{}: {}", family.file, case.comment);
+            // The argument form: the same bytes without the ROW (it needs one field at
+            // least: VARIADIC takes one or more arguments).
+            if sqls.is_empty() {
+                no_fields += 1;
+                checked += 1;
+                continue;
+            }
+            let fields = hex_of(&format!(
+                "pgtrickle.encode_row_id_v2_fields('{}', {})",
+                case.domain.name(),
+                sqls.join(", ")
+            ));
+            assert_eq!(
+                fields,
+                to_hex(&expected),
+                "encode_row_id_v2_fields, {}: {}",
+                family.file,
+                case.comment
+            );
             checked += 1;
         }
     }
     pgrx::notice!(
-        "golden vectors: {checked} encoded in PostgreSQL {major} and equal; {newer} need a newer \
-         major; {unrepresentable} have no SQL literal"
+        "golden vectors: {checked} encoded in PostgreSQL {major} and equal ({no_fields} without \
+         fields, record form only); {newer} need a newer major; {unrepresentable} have no SQL \
+         literal"
     );
     assert!(checked >= 120, "only {checked} vectors checked");
 }

@@ -326,12 +326,12 @@ fn prepare(client: &mut Client, target: &Target) -> Result<Option<Lsn>, Failure>
             not_null: r.get(2),
         })
         .collect();
-    buffer::check_shape(b, &columns).map_err(|e| Failure::from(e.to_string()))?;
+    buffer::check_shape(&name, &columns).map_err(|e| Failure::from(e.to_string()))?;
     if let Some(row) = client
-        .query_opt(&buffer::foreign_versions_query(b), &[])
+        .query_opt(&buffer::foreign_versions_query(&name), &[])
         .map_err(|e| db_error(&format!("cannot read the versions in {name}"), &e))?
     {
-        return Err(buffer::foreign_versions(b, row.get(0), row.get(1))
+        return Err(buffer::foreign_versions(&name, row.get(0), row.get(1))
             .to_string()
             .into());
     }
@@ -369,7 +369,7 @@ fn prepare(client: &mut Client, target: &Target) -> Result<Option<Lsn>, Failure>
     Ok(recorded)
 }
 
-const TYPES: [Type; 8] = [
+const TYPES: [Type; 10] = [
     Type::INT8,
     Type::INT4,
     Type::OID,
@@ -378,6 +378,8 @@ const TYPES: [Type; 8] = [
     Type::BYTEA,
     Type::PG_LSN,
     Type::PG_LSN,
+    Type::INT2,
+    Type::INT2,
 ];
 
 /// The connection's loop: one database transaction per captured transaction.
@@ -388,10 +390,11 @@ fn serve(
     acks: &SyncSender<()>,
 ) -> Result<(), Failure> {
     let name = target.buffer.quoted();
-    // The version columns take their defaults: the DDL's, checked at open.
+    // The versions are written, not left to the buffer's defaults: a buffer created by
+    // another release (its CHECK constraints naming its versions) refuses the first row.
     let copy = format!(
         "COPY {name} (\"xid\", \"seq\", \"source_relid\", \"op\", {}, {}, \"commit_lsn\", \
-         \"change_lsn\") FROM STDIN (FORMAT binary)",
+         \"change_lsn\", \"row_identity_version\", \"row_probe_version\") FROM STDIN (FORMAT binary)",
         quote_ident(rowid_registry::sql::ROW_ID),
         quote_ident(buffer::OLD_ROW_ID)
     );
@@ -419,7 +422,7 @@ fn serve(
             let commit_lsn = loop {
                 let new_id = row.new_id.as_deref();
                 let old_id = row.old_id.as_deref();
-                let values: [&(dyn ToSql + Sync); 8] = [
+                let values: [&(dyn ToSql + Sync); 10] = [
                     &row.xid,
                     &row.seq,
                     &row.relid,
@@ -428,6 +431,8 @@ fn serve(
                     &old_id,
                     &PgLsn::from(row.commit_lsn),
                     &PgLsn::from(row.change_lsn),
+                    &buffer::ROW_IDENTITY_VERSION,
+                    &buffer::ROW_PROBE_VERSION,
                 ];
                 w.write(&values)
                     .map_err(|e| write("cannot write a change into", e))?;

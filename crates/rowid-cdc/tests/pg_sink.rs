@@ -171,6 +171,34 @@ fn buffers_are_created_checked_and_refused_by_name() {
         "nothing written"
     );
 
+    // An empty buffer of a future release (its constraints and defaults name version 3): the
+    // shape is the same and no row disagrees yet, but the sink writes its versions, so the
+    // first transaction is refused instead of being labelled with versions it was not
+    // written in.
+    let future = QualifiedName::new("other", "v3_empty");
+    psql.run(&format!(
+        "{};",
+        buffer::create_table(&future)
+            .replace("DEFAULT 2", "DEFAULT 3")
+            .replace(
+                "\"row_identity_version\" = 2",
+                "\"row_identity_version\" = 3"
+            )
+    ))
+    .unwrap();
+    let mut sink = PostgresSink::open(target(&psql, &future, true)).unwrap();
+    sink.change(&event(0x3000, Op::Insert, None, Some(&[2, 1])))
+        .unwrap();
+    let e = sink
+        .commit()
+        .expect_err("the future buffer's CHECK refuses version 2");
+    assert!(e.to_string().contains("row_identity_version_check"), "{e}");
+    drop(sink);
+    assert_eq!(
+        psql.run("SELECT count(*) FROM other.v3_empty;").unwrap(),
+        "0\n"
+    );
+
     // A database that does not exist: named, not retried as if transient.
     let mut t = target(&psql, &b, true);
     t.config.dbname("rowid_cdc_no_such_db");

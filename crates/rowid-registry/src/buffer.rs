@@ -241,13 +241,13 @@ pub const SHAPE_QUERY: &str = "SELECT a.attname::text, format_type(a.atttypid, a
      AND NOT a.attisdropped ORDER BY a.attnum";
 
 /// A query returning one row written under versions other than this library's, if any (no
-/// parameter; the table is named).
-pub fn foreign_versions_query(table: &QualifiedName) -> String {
+/// parameter). `table` is the buffer as SQL names it (quoted, as
+/// [`QualifiedName::quoted`] or `regclass::text` give it).
+pub fn foreign_versions_query(table: &str) -> String {
     format!(
-        "SELECT \"row_identity_version\", \"row_probe_version\" FROM {} \
+        "SELECT \"row_identity_version\", \"row_probe_version\" FROM {table} \
          WHERE \"row_identity_version\" <> {ROW_IDENTITY_VERSION} \
-         OR \"row_probe_version\" <> {ROW_PROBE_VERSION} LIMIT 1",
-        table.quoted()
+         OR \"row_probe_version\" <> {ROW_PROBE_VERSION} LIMIT 1"
     )
 }
 
@@ -308,10 +308,11 @@ impl fmt::Display for BufferMismatch {
 impl std::error::Error for BufferMismatch {}
 
 /// Compares a table's live columns (rows of [`SHAPE_QUERY`]) with the buffer shape: same
-/// names, types and NOT NULL marks, in the same order, nothing more.
-pub fn check_shape(table: &QualifiedName, columns: &[CatalogColumn]) -> Result<(), BufferMismatch> {
+/// names, types and NOT NULL marks, in the same order, nothing more. `table` names it in
+/// the refusal.
+pub fn check_shape(table: &str, columns: &[CatalogColumn]) -> Result<(), BufferMismatch> {
     let mismatch = |detail: String| BufferMismatch::Columns {
-        table: table.quoted(),
+        table: table.to_string(),
         detail,
     };
     for (i, want) in COLUMNS.iter().enumerate() {
@@ -361,12 +362,12 @@ fn null_word(not_null: bool) -> &'static str {
 
 /// The refusal for a row [`foreign_versions_query`] found.
 pub fn foreign_versions(
-    table: &QualifiedName,
+    table: &str,
     row_identity_version: i16,
     row_probe_version: i16,
 ) -> BufferMismatch {
     BufferMismatch::Versions {
-        table: table.quoted(),
+        table: table.to_string(),
         row_identity_version,
         row_probe_version,
     }
@@ -387,8 +388,8 @@ mod tests {
             .collect()
     }
 
-    fn t() -> QualifiedName {
-        QualifiedName::new("pgtrickle_changes", "t")
+    fn t() -> &'static str {
+        "pgtrickle_changes.t"
     }
 
     #[test]
@@ -411,16 +412,16 @@ mod tests {
 
     #[test]
     fn the_shape_accepts_itself_and_names_every_difference() {
-        assert_eq!(check_shape(&t(), &catalog()), Ok(()));
+        assert_eq!(check_shape(t(), &catalog()), Ok(()));
 
         let mut c = catalog();
         c.pop();
-        let e = check_shape(&t(), &c).expect_err("missing");
+        let e = check_shape(t(), &c).expect_err("missing");
         assert!(e.to_string().contains("row_probe_version"), "{e}");
 
         let mut c = catalog();
         c[4].sql_type = "bigint".into();
-        let e = check_shape(&t(), &c).expect_err("type");
+        let e = check_shape(t(), &c).expect_err("type");
         assert!(
             e.to_string().contains("__pgt_row_id has type bigint"),
             "{e}"
@@ -428,7 +429,7 @@ mod tests {
 
         let mut c = catalog();
         c[8].not_null = false;
-        let e = check_shape(&t(), &c).expect_err("nullable version");
+        let e = check_shape(t(), &c).expect_err("nullable version");
         assert!(
             e.to_string().contains("row_identity_version is nullable"),
             "{e}"
@@ -436,7 +437,7 @@ mod tests {
 
         let mut c = catalog();
         c.swap(4, 5);
-        assert!(check_shape(&t(), &c).is_err(), "order");
+        assert!(check_shape(t(), &c).is_err(), "order");
 
         let mut c = catalog();
         c.push(CatalogColumn {
@@ -444,7 +445,7 @@ mod tests {
             sql_type: "text".into(),
             not_null: false,
         });
-        let e = check_shape(&t(), &c).expect_err("extra");
+        let e = check_shape(t(), &c).expect_err("extra");
         assert!(e.to_string().contains("\"extra\""), "{e}");
     }
 
@@ -467,7 +468,7 @@ mod tests {
 
     #[test]
     fn the_version_refusal_names_both_versions() {
-        let e = foreign_versions(&t(), 3, 1).to_string();
+        let e = foreign_versions(t(), 3, 1).to_string();
         assert!(e.contains("row_identity_version 3"), "{e}");
         assert!(e.contains("writes and reads 2 and 1"), "{e}");
     }

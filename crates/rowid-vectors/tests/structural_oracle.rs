@@ -606,8 +606,12 @@ const SETUP: &str = "DROP TYPE IF EXISTS oracle_nest; DROP TYPE IF EXISTS oracle
     CREATE TYPE oracle_nest AS (a int4[], r int4range, p oracle_rec); \
     CREATE EXTENSION IF NOT EXISTS pg_trickle_ext;";
 
+/// The record form's identity of `x`, then the argument form's (the two must be equal).
 fn encode_sql(x: &str) -> String {
-    format!("encode(pgtrickle.encode_row_id_v2('SCAN_KEY', ROW({x})), 'hex')")
+    format!(
+        "encode(pgtrickle.encode_row_id_v2('SCAN_KEY', ROW({x})), 'hex'), \
+         encode(pgtrickle.encode_row_id_v2_fields('SCAN_KEY', {x}), 'hex')"
+    )
 }
 
 #[test]
@@ -654,7 +658,13 @@ fn servers_agree_on_structural_values() {
                 _ => Ordering::Greater,
             };
             let server_eq = cols[1] == "t";
-            let (ea, eb) = (from_hex(cols[2]).unwrap(), from_hex(cols[3]).unwrap());
+            assert_eq!(
+                (cols[2], cols[4]),
+                (cols[3], cols[5]),
+                "{}: encode_row_id_v2_fields differs from encode_row_id_v2 for {la} or {lb}",
+                family.name
+            );
+            let (ea, eb) = (from_hex(cols[2]).unwrap(), from_hex(cols[4]).unwrap());
             for (id, lit) in [(&ea, la), (&eb, lb)] {
                 let decoded = rowid_codec::decode(id)
                     .unwrap_or_else(|e| panic!("{}: {lit} does not decode: {e}", family.name));
