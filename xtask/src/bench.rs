@@ -220,6 +220,48 @@ fn per_row(cluster: &Cluster, sizes: &Sizes, report: &mut String) -> Result<(), 
     Ok(())
 }
 
+/// Section 6: trigger capture per row, against pg_trickle's V1 PL/pgSQL capture and against
+/// the floor (the same C trigger writing a fixed identity).
+fn trigger_capture(cluster: &Cluster, sizes: &Sizes, report: &mut String) -> Result<(), String> {
+    let rounds = sizes.rounds.min(3);
+    step(&format!(
+        "6. trigger capture (UPDATE of {} rows, {rounds} rounds)",
+        sizes.rows
+    ));
+    let out = cluster.psql().file(
+        &sql_dir().join("capture.sql"),
+        &[
+            ("rows", sizes.rows.to_string()),
+            ("rounds", rounds.to_string()),
+        ],
+    )?;
+    let lines = rows(&out, "capture");
+    if lines.len() != 4 {
+        return Err(format!(
+            "capture.sql produced {} rows, expected 4",
+            lines.len()
+        ));
+    }
+    let net = |i: usize| lines[i][3].parse::<f64>().unwrap_or(f64::NAN);
+    let _ = writeln!(
+        report,
+        "## 6. Trigger capture (one UPDATE of {} rows keyed by int8, median of {rounds} alternating rounds)\n\n\
+         | trigger | ms | rows/s | net ns/row (minus the UPDATE without trigger) |\n|---|---|---|---|",
+        sizes.rows
+    );
+    for l in &lines {
+        let _ = writeln!(report, "| {} | {} | {} | {} |", l[0], l[1], l[2], l[3]);
+    }
+    let _ = writeln!(
+        report,
+        "\nV2 capture_changes / V1 PL/pgSQL capture, net per row = {:.2} (target <= 0.5); \
+         V2 / the floor (a C trigger inserting the same row with a fixed identity) = {:.2}\n",
+        net(2) / net(1),
+        net(2) / net(3),
+    );
+    Ok(())
+}
+
 /// Runs a script whose output rows are `kind|...` and renders them under `title` with
 /// `header` (a markdown header row).
 fn table(
@@ -565,6 +607,9 @@ pub fn run(quick: bool, only: Option<&str>) -> Result<(), String> {
     }
     if wanted("probe") {
         probe(&cluster, &sizes, &mut report)?;
+    }
+    if wanted("capture") {
+        trigger_capture(&cluster, &sizes, &mut report)?;
     }
     if wanted("wal") {
         wal_capture(&cluster, &sizes, quick, &mut report)?;

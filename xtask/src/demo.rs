@@ -207,6 +207,7 @@ pub fn run() -> Result<(), String> {
         WHERE pgtrickle.row_probe_v1(t.__pgt_row_id) = pgtrickle.row_probe_v1('\\x02'::bytea)
           AND t.__pgt_row_id = '\\x02'::bytea",
     )?;
+    capture_by_trigger(&cluster)?;
     follow_with_rowid_cdc(&cluster)?;
     drop(cluster);
     println!("\ndemo finished; the cluster under target/demo is stopped.");
@@ -214,6 +215,45 @@ pub fn run() -> Result<(), String> {
 }
 
 /// `rowid-cdc` follows two tables through a key change and a TOASTed keyless update.
+/// Trigger capture: a table's changes with their identities in its change buffer, the key
+/// moved between two statements, and the argument form beside the record form.
+fn capture_by_trigger(cluster: &Cluster) -> Result<(), String> {
+    step("trigger capture: pgtrickle.capture_table, identities of every change in the buffer");
+    show(
+        cluster,
+        "the argument form gives the record form's bytes without ROW",
+        "SELECT pgtrickle.encode_row_id_v2_fields('SCAN_KEY', 42::int8, 'x'::text) \
+         = pgtrickle.encode_row_id_v2('SCAN_KEY', ROW(42::int8, 'x'::text)) AS same_bytes",
+    )?;
+    show(
+        cluster,
+        "capture_table validates the key, creates the buffer (no PUBLIC access) and triggers",
+        "CREATE TABLE tickets (id int8 PRIMARY KEY, code text NOT NULL UNIQUE, state text);
+         SELECT pgtrickle.capture_table('tickets') AS buffer",
+    )?;
+    psql(
+        cluster,
+        "BEGIN;
+         INSERT INTO tickets VALUES (1, 'A-1', 'open'), (2, 'A-2', 'open');
+         UPDATE tickets SET id = 10 WHERE id = 1;
+         ALTER TABLE tickets DROP CONSTRAINT tickets_pkey;
+         UPDATE tickets SET state = 'closed' WHERE code = 'A-2';
+         DELETE FROM tickets WHERE code = 'A-1';
+         COMMIT;",
+    )?;
+    show(
+        cluster,
+        "one row per change; after the primary key is dropped mid-transaction the identity \
+         follows the next key (code), as pgtrickle.encode_row_id_v2 would",
+        "DO $$ BEGIN EXECUTE format('CREATE TEMP VIEW tickets_changes AS SELECT * FROM \
+         pgtrickle_changes.changes_%s', 'tickets'::regclass::oid); END $$;
+         SELECT pgtrickle.check_change_buffer(('pgtrickle_changes.changes_' || 'tickets'::regclass::oid)::regclass) AS buffer_ok;
+         SELECT b.seq, b.op, pgtrickle.row_id_describe(b.__pgt_old_row_id) AS old_identity,
+                pgtrickle.row_id_describe(b.__pgt_row_id) AS new_identity
+         FROM tickets_changes b ORDER BY b.seq",
+    )
+}
+
 fn follow_with_rowid_cdc(cluster: &Cluster) -> Result<(), String> {
     step("rowid-cdc: live change capture with identities, the key taken at each change's position");
     exec(cargo().args(["build", "-p", "rowid-cdc"]))?;

@@ -55,6 +55,9 @@ fn server_checks(major: u32, source: pg::Source) -> Result<Counts, String> {
         tests.push(("rowid-cdc", "in_band"));
         // The rowid-cdc command on a live slot, killed and restarted during a workload.
         tests.push(("rowid-cdc", "live"));
+        // One workload captured by the extension's trigger and by rowid-cdc: the same
+        // changes per transaction, byte for byte.
+        tests.push(("rowid-cdc", "cross_capture"));
     }
     for (krate, test) in tests {
         let mut c = cargo();

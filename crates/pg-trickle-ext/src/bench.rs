@@ -7,6 +7,8 @@
 //!   `u64::MAX` (little-endian), called on `ARRAY[a::text, b::text, ...]`.
 //! - `pgtrickle.bench_row_probe(bytea, int)`: the probe with prefix length P (the candidates
 //!   compared before P is frozen, spec/probe.md).
+//! - `pgtrickle.bench_capture_floor()`: the capture trigger writing one fixed identity for
+//!   every row (the same rows without computing any identity: the floor of trigger capture).
 
 #[pgrx::pg_schema]
 mod pgtrickle {
@@ -47,3 +49,12 @@ mod pgtrickle {
         out
     }
 }
+
+pgrx::extension_sql!(
+    r#"
+CREATE FUNCTION pgtrickle.bench_capture_floor() RETURNS trigger
+LANGUAGE c AS 'MODULE_PATHNAME', 'bench_capture_floor';
+"#,
+    name = "bench_capture_floor",
+    requires = ["capture_changes"]
+);

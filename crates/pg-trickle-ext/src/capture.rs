@@ -51,17 +51,30 @@ struct Plan {
     fields: Vec<Field>,
     /// Zero-based attribute index of each field in the source's tuple descriptor.
     attnos: Vec<usize>,
-    insert: pg_sys::SPIPlanPtr,
+    /// How rows reach the buffer.
+    insert: Insert,
     old: Vec<u8>,
     new: Vec<u8>,
+}
+
+/// How a plan's rows reach its buffer.
+#[derive(Clone, Copy)]
+enum Insert {
+    /// Straight into the heap (`simple_heap_insert`): the buffer is a plain table with no
+    /// index, trigger, rule or row security, whose version constraints were checked when
+    /// the plan was built (the executor, and with it the CHECK constraints, is bypassed:
+    /// building its state per row costs more than the identities).
+    Heap(pg_sys::Oid),
+    /// Through a kept SPI plan: any other buffer (a reader added an index, say).
+    Spi(pg_sys::SPIPlanPtr),
 }
 
 impl Drop for Plan {
     fn drop(&mut self) {
         fields::release(&mut self.fields);
-        if !self.insert.is_null() {
+        if let Insert::Spi(plan) = self.insert {
             // SAFETY: a kept plan of this backend, freed once.
-            unsafe { pg_sys::SPI_freeplan(self.insert) };
+            unsafe { pg_sys::SPI_freeplan(plan) };
         }
     }
 }
@@ -203,7 +216,11 @@ unsafe fn build(relation: pg_sys::Relation, buffer: pg_sys::Oid, valid: Rc<Cell<
         fields.push(unsafe { fields::from_shape(f.column.clone(), typid, &f.shape, row_id, mcxt) });
         attnos.push(i);
     }
-    let insert = prepare_insert(&buffer_name(buffer));
+    let insert = if heap_insertable(buffer) {
+        Insert::Heap(buffer)
+    } else {
+        Insert::Spi(prepare_insert(&buffer_name(buffer)))
+    };
     Plan {
         relid,
         valid,
@@ -214,6 +231,34 @@ unsafe fn build(relation: pg_sys::Relation, buffer: pg_sys::Oid, valid: Rc<Cell<
         old: Vec::new(),
         new: Vec::new(),
     }
+}
+
+/// Whether rows may go straight into the buffer's heap: a plain table without index,
+/// trigger, rule or row security, whose CHECK constraints pin this library's versions
+/// (refused by name otherwise: those constraints are what the heap path does not evaluate).
+fn heap_insertable(buffer: pg_sys::Oid) -> bool {
+    let name = buffer_name(buffer);
+    let query =
+        buffer::CONSTRAINTS_QUERY.replace("$1::text::regclass", &u32::from(buffer).to_string());
+    let defs = Spi::connect(|c| {
+        let mut out = Vec::new();
+        for row in c.select(&query, None, &[])? {
+            out.push(row.get::<String>(1)?.unwrap_or_default());
+        }
+        Ok::<_, pgrx::spi::SpiError>(out)
+    })
+    .unwrap_or_else(|e| errors::catalog_query(&e));
+    if let Err(e) = buffer::check_version_constraints(&name, &defs) {
+        errors::invalid_buffer(FUNCTION, &e.to_string());
+    }
+    Spi::get_one::<bool>(&format!(
+        "SELECT relkind = 'r' AND NOT relhasindex AND NOT relhastriggers AND NOT relhasrules \
+         AND NOT relrowsecurity AND has_table_privilege(oid, 'INSERT') \
+         FROM pg_class WHERE oid = {}",
+        u32::from(buffer)
+    ))
+    .unwrap_or_else(|e| errors::catalog_query(&e))
+    .unwrap_or(false)
 }
 
 /// The kept `INSERT` into the buffer: xid, seq, source_relid, op, new, old, change_lsn and
@@ -324,6 +369,44 @@ crate::pg_function_info_v1!(pg_finfo_capture_changes);
 #[pg_guard]
 #[unsafe(no_mangle)]
 pub unsafe extern "C-unwind" fn capture_changes(fcinfo: pg_sys::FunctionCallInfo) -> pg_sys::Datum {
+    // SAFETY: guaranteed by the caller.
+    unsafe { capture(fcinfo, Identities::Encode) }
+}
+
+/// What a capture trigger writes as identities.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Identities {
+    /// The rows' identities (capture_changes).
+    Encode,
+    /// One fixed identity for every row: the same row without computing any identity, the
+    /// benchmark's floor.
+    #[cfg_attr(not(feature = "bench"), allow(dead_code))]
+    Fixed,
+}
+
+#[cfg(feature = "bench")]
+crate::pg_function_info_v1!(pg_finfo_bench_capture_floor);
+
+/// Benchmark floor (feature `bench`): the capture trigger's work with one fixed identity
+/// instead of computing any.
+///
+/// # Safety
+/// As [`capture_changes`].
+#[cfg(feature = "bench")]
+#[pg_guard]
+#[unsafe(no_mangle)]
+pub unsafe extern "C-unwind" fn bench_capture_floor(
+    fcinfo: pg_sys::FunctionCallInfo,
+) -> pg_sys::Datum {
+    // SAFETY: guaranteed by the caller.
+    unsafe { capture(fcinfo, Identities::Fixed) }
+}
+
+/// The body of the capture triggers.
+///
+/// # Safety
+/// As [`capture_changes`].
+unsafe fn capture(fcinfo: pg_sys::FunctionCallInfo, identities: Identities) -> pg_sys::Datum {
     // SAFETY: a trigger call's context is a TriggerData whose relation, trigger and tuples
     // are valid for this call.
     unsafe {
@@ -398,6 +481,15 @@ pub unsafe extern "C-unwind" fn capture_changes(fcinfo: pg_sys::FunctionCallInfo
                 BufferOp::Delete => (Some(td.tg_trigtuple), None),
                 BufferOp::Truncate => (None, None),
             };
+            if identities == Identities::Fixed {
+                // The identity of the int8 key 0, written for every row.
+                plan.new.clear();
+                let _ = rowid_codec::IdentityEncoder::begin(&mut plan.new, Domain::ScanKey, 1)
+                    .and_then(|mut e| e.int8(0).and_then(|()| e.finish()));
+                let fixed =
+                    |t: Option<pg_sys::HeapTuple>| t.map(|_| crate::datum::to_bytea(&plan.new));
+                return (plan.insert, plan.relid, fixed(new_tuple), fixed(old_tuple));
+            }
             let new_id = new_tuple.map(|t| {
                 identity(
                     &plan.fields,
@@ -446,12 +538,51 @@ pub unsafe extern "C-unwind" fn capture_changes(fcinfo: pg_sys::FunctionCallInfo
             b' ' as _,
             b' ' as _,
         ];
-        pg_sys::SPI_connect();
-        let rc = pg_sys::SPI_execute_plan(insert, values.as_mut_ptr(), nulls.as_ptr(), false, 0);
-        pg_sys::SPI_finish();
-        pg_sys::SetUserIdAndSecContext(user, sec);
-        if rc != pg_sys::SPI_OK_INSERT as i32 {
-            errors::invalid_argument(FUNCTION, format!("the buffer insert returned {rc}"));
+        match insert {
+            Insert::Heap(buffer) => {
+                // The buffer's columns in table order: commit_lsn (7th) is NULL.
+                let mut row = [
+                    values[0],
+                    values[1],
+                    values[2],
+                    values[3],
+                    values[4],
+                    values[5],
+                    pg_sys::Datum::from(0),
+                    values[6],
+                    values[7],
+                    values[8],
+                ];
+                let mut isnull = [
+                    false,
+                    false,
+                    false,
+                    false,
+                    new_id.is_none(),
+                    old_id.is_none(),
+                    true,
+                    false,
+                    false,
+                    false,
+                ];
+                let rel = pg_sys::table_open(buffer, pg_sys::RowExclusiveLock as i32);
+                let tuple =
+                    pg_sys::heap_form_tuple((*rel).rd_att, row.as_mut_ptr(), isnull.as_mut_ptr());
+                pg_sys::simple_heap_insert(rel, tuple);
+                pg_sys::heap_freetuple(tuple);
+                pg_sys::table_close(rel, pg_sys::NoLock as i32);
+                pg_sys::SetUserIdAndSecContext(user, sec);
+            }
+            Insert::Spi(plan) => {
+                pg_sys::SPI_connect();
+                let rc =
+                    pg_sys::SPI_execute_plan(plan, values.as_mut_ptr(), nulls.as_ptr(), false, 0);
+                pg_sys::SPI_finish();
+                pg_sys::SetUserIdAndSecContext(user, sec);
+                if rc != pg_sys::SPI_OK_INSERT as i32 {
+                    errors::invalid_argument(FUNCTION, format!("the buffer insert returned {rc}"));
+                }
+            }
         }
         pg_sys::Datum::from(0)
     }

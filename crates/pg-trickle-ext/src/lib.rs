@@ -7,7 +7,11 @@
 //! - [`datum`]: PostgreSQL's in-memory scalar representations read in place, and `to_bytea`;
 //! - [`reader`]: how to read a value of one field's type (scalars, enums, child identities,
 //!   structures), built once per call site;
-//! - [`call_site`]: the per-call-site cache of `encode_row_id_v2`;
+//! - [`fields`]: one field's dispatch and the encoding loop every entry point shares;
+//! - [`call_site`]: the per-call-site cache and fmgr entry of `encode_row_id_v2`;
+//! - [`args`]: `encode_row_id_v2_fields`, the same identity from the arguments themselves;
+//! - [`domain_arg`]: the domain argument, parsed once per call site when constant;
+//! - [`capture`]: trigger change capture into change buffers (spec/change-buffer.md);
 //! - [`catalog`]: every catalog read (types, collations, index candidates, columns);
 //! - [`validate`]: the validation functions;
 //! - [`identity_messages`]: a table's identity schema as JSON, written into the WAL by an
@@ -16,7 +20,10 @@
 //!
 //! SQL surface (schema `pgtrickle`):
 //! - `encode_row_id_v2(domain text, fields record) RETURNS bytea` (STABLE: enum labels are
-//!   catalog state);
+//!   catalog state) and `encode_row_id_v2_fields(domain text, VARIADIC "any")`, the same
+//!   bytes with one field per argument;
+//! - `capture_table(regclass)`, the trigger function `capture_changes()` and
+//!   `check_change_buffer(regclass)`: trigger capture into change buffers;
 //! - `row_probe_v1(bytea) RETURNS bytea` (IMMUTABLE, STRICT);
 //! - `row_id_fingerprint(bytea) RETURNS text` (length and a short digest, safe for logs);
 //! - `row_id_describe(bytea) RETURNS text` (decoded fields; EXECUTE revoked from PUBLIC,

@@ -334,3 +334,35 @@ fn capture_changes_refuses_before_triggers() {
     )
     .expect("refused");
 }
+
+/// A reader indexed the buffer: the trigger writes through the executor (which maintains the
+/// index), with the same rows.
+#[pg_test]
+fn indexed_buffers_are_written_through_the_executor() {
+    let buffer = captured("cap_idx", "k int8 PRIMARY KEY, v int4");
+    Spi::run("INSERT INTO cap_idx VALUES (1, 0);").expect("heap path");
+    Spi::run(&format!("CREATE INDEX cap_idx_seq ON {buffer} (xid, seq);")).expect("index");
+    workload("cap_idx", "10", "20", "30");
+    assert_same_changes("cap_idx", &buffer);
+    let via_index = Spi::get_one::<i64>(&format!(
+        "SELECT count(*) FROM {buffer} WHERE xid = txid_current() % 4294967296"
+    ))
+    .expect("count");
+    assert_eq!(via_index, Some(8));
+}
+
+#[pg_test]
+#[should_panic(expected = "pins versions other than row_identity_version 2")]
+fn buffers_pinned_to_other_versions_are_refused_by_the_trigger() {
+    let buffer = captured("cap_pin", "k int8 PRIMARY KEY");
+    let oid = Spi::get_one::<pg_sys::Oid>("SELECT 'cap_pin'::regclass::oid")
+        .expect("oid")
+        .map(u32::from)
+        .unwrap_or(0);
+    Spi::run(&format!(
+        "ALTER TABLE {buffer} DROP CONSTRAINT changes_{oid}_row_identity_version_check,
+           ADD CHECK (row_identity_version = 3);
+         INSERT INTO cap_pin VALUES (1);"
+    ))
+    .expect("refused");
+}

@@ -407,17 +407,17 @@ pub async fn run(opts: Options) -> Result<(), CdcError> {
         )));
     }
     let slot = slot_info(&client, &opts.slot).await?;
+    if let Some(pid) = slot.as_ref().and_then(|s| s.active_pid) {
+        return Err(setup(format!(
+            "slot {:?} is in use by the process with PID {pid}",
+            opts.slot
+        )));
+    }
     // The sink is opened (and checked) before a slot is created, so that a refused sink
     // leaves nothing behind.
     let sink = open_sink(&opts, saved.as_ref())?;
     let (mut gated, state) = match (saved, slot) {
-        (Some(state), Some(slot)) => {
-            if let Some(pid) = slot.active_pid {
-                return Err(setup(format!(
-                    "slot {:?} is in use by the process with PID {pid}",
-                    opts.slot
-                )));
-            }
+        (Some(state), Some(_)) => {
             check_identities(&state.schemas)?;
             (None, state)
         }

@@ -251,6 +251,47 @@ pub fn foreign_versions_query(table: &str) -> String {
     )
 }
 
+/// The version constraints as `pg_get_constraintdef` prints them: a writer that bypasses the
+/// executor (and with it the CHECK constraints) compares a buffer's with these instead.
+pub fn version_constraints() -> [String; 2] {
+    [
+        format!("CHECK ((row_identity_version = {ROW_IDENTITY_VERSION}))"),
+        format!("CHECK ((row_probe_version = {ROW_PROBE_VERSION}))"),
+    ]
+}
+
+/// A query over a buffer's CHECK constraints (`pg_get_constraintdef`), one parameter: the
+/// buffer's name as text.
+pub const CONSTRAINTS_QUERY: &str = "SELECT pg_get_constraintdef(oid) FROM pg_constraint \
+     WHERE conrelid = $1::text::regclass AND contype = 'c' ORDER BY conname";
+
+/// Checks that a buffer's CHECK constraints (rows of [`CONSTRAINTS_QUERY`]) pin the versions
+/// this library writes: both of [`version_constraints`] present, and no other constraint
+/// naming a version column.
+pub fn check_version_constraints(table: &str, defs: &[String]) -> Result<(), BufferMismatch> {
+    let ours = version_constraints();
+    let mismatch = |detail: String| BufferMismatch::Columns {
+        table: table.to_string(),
+        detail,
+    };
+    for def in defs {
+        let names_version =
+            def.contains("row_identity_version") || def.contains("row_probe_version");
+        if names_version && !ours.contains(def) {
+            return Err(mismatch(format!(
+                "its constraint {def} pins versions other than row_identity_version \
+                 {ROW_IDENTITY_VERSION} and row_probe_version {ROW_PROBE_VERSION}"
+            )));
+        }
+    }
+    for want in &ours {
+        if !defs.contains(want) {
+            return Err(mismatch(format!("the constraint {want} is missing")));
+        }
+    }
+    Ok(())
+}
+
 /// One live column as the catalog describes it (a row of [`SHAPE_QUERY`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CatalogColumn {
@@ -447,6 +488,25 @@ mod tests {
         });
         let e = check_shape(t(), &c).expect_err("extra");
         assert!(e.to_string().contains("\"extra\""), "{e}");
+    }
+
+    #[test]
+    fn version_constraints_are_checked() {
+        let ours: Vec<String> = version_constraints().to_vec();
+        assert_eq!(check_version_constraints(t(), &ours), Ok(()));
+        let mut other = ours.clone();
+        other[0] = "CHECK ((row_identity_version = 3))".into();
+        let e = check_version_constraints(t(), &other).expect_err("version 3");
+        assert!(e.to_string().contains("row_identity_version = 3"), "{e}");
+        let e = check_version_constraints(t(), &ours[1..]).expect_err("missing");
+        assert!(e.to_string().contains("is missing"), "{e}");
+        let mut extra = ours.clone();
+        extra.push("CHECK ((op = 'I'::\"char\"))".into());
+        assert_eq!(
+            check_version_constraints(t(), &extra),
+            Ok(()),
+            "others are not ours to judge"
+        );
     }
 
     #[test]

@@ -1,0 +1,235 @@
+//! Cross-path: one workload captured twice, by the extension's capture trigger
+//! (`pgtrickle.capture_table`) into per-table change buffers, and by `rowid-cdc` from a
+//! logical slot into a change buffer of another database. Per transaction, the two give the
+//! same sequence of (relation, op, old identity, new identity), byte for byte: inserts,
+//! key-changing updates, deletes, truncates, a rolled-back savepoint, a TOASTed keyless row
+//! updated through a sibling column, and a primary key moved between transactions.
+//!
+//! Needs a server with `wal_level = logical` and the extension: run through `cargo xtask test`.
+
+// Test code: a failed expectation is a panic by design.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::collections::BTreeMap;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use rowid_testkit::psql::Psql;
+
+const DB: &str = "rowid_cdc_cross";
+const SINK_DB: &str = "rowid_cdc_cross_sink";
+const SLOT: &str = "rowid_cdc_cross_slot";
+
+fn database(db: &str) -> Psql {
+    let server = Psql::from_env().unwrap();
+    server
+        .run(&format!(
+            "DROP DATABASE IF EXISTS {db} WITH (FORCE); CREATE DATABASE {db};"
+        ))
+        .unwrap();
+    server.with_db(db)
+}
+
+/// Transaction id -> the changes of that transaction in order: (relid, op, old, new).
+type ByTransaction = BTreeMap<String, Vec<(String, String, String, String)>>;
+
+fn by_transaction(rows: &str) -> ByTransaction {
+    let mut out = ByTransaction::new();
+    for line in rows.lines().filter(|l| !l.is_empty()) {
+        let p: Vec<&str> = line.split('|').collect();
+        out.entry(p[0].to_string()).or_default().push((
+            p[1].to_string(),
+            p[2].to_string(),
+            p[3].to_string(),
+            p[4].to_string(),
+        ));
+    }
+    out
+}
+
+const COLUMNS: &str = "xid, source_relid, op, coalesce(encode(__pgt_old_row_id, 'hex'), ''), \
+                       coalesce(encode(__pgt_row_id, 'hex'), '')";
+
+#[test]
+#[ignore = "needs a PostgreSQL server with wal_level=logical and the extension: run through `cargo xtask test`"]
+fn trigger_and_wal_capture_agree_per_transaction() {
+    let src = database(DB);
+    let sink = database(SINK_DB);
+    src.run(
+        "CREATE EXTENSION pg_trickle_ext;
+         SELECT pgtrickle.enable_identity_messages();
+         CREATE TYPE x_mood AS ENUM ('sad', 'ok');
+         CREATE TABLE x_k (id int8 PRIMARY KEY, m x_mood, v int4);
+         CREATE TABLE x_move (a int4 NOT NULL, b text NOT NULL, v int4, PRIMARY KEY (a));
+         CREATE TABLE x_full (a int4, big text, n int4);
+         ALTER TABLE x_full ALTER COLUMN big SET STORAGE EXTERNAL;
+         ALTER TABLE x_full REPLICA IDENTITY FULL;
+         CREATE PUBLICATION x_pub FOR TABLE x_k, x_move, x_full;
+         SELECT pgtrickle.capture_table('x_k');
+         SELECT pgtrickle.capture_table('x_move');
+         SELECT pgtrickle.capture_table('x_full');",
+    )
+    .unwrap();
+    let dir = std::env::temp_dir().join(format!("rowid-cdc-cross-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_rowid-cdc"))
+        .args([
+            "--dsn",
+            &src.dsn(),
+            "--slot",
+            SLOT,
+            "--publication",
+            "x_pub",
+        ])
+        .arg("--state")
+        .arg(dir.join("cdc.state"))
+        .args([
+            "--create-slot",
+            "--sink",
+            &format!("postgres:{}", sink.dsn()),
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let t = Instant::now();
+    while src
+        .run(&format!(
+            "SELECT count(*) FROM pg_replication_slots WHERE slot_name = '{SLOT}';"
+        ))
+        .unwrap()
+        .trim()
+        != "1"
+    {
+        assert!(t.elapsed() < Duration::from_secs(30), "no slot");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+
+    // A second consumer of the same slot is refused by name, with a non-zero exit, and
+    // touches nothing.
+    let t = Instant::now();
+    while src
+        .run(&format!(
+            "SELECT active FROM pg_replication_slots WHERE slot_name = '{SLOT}';"
+        ))
+        .unwrap()
+        .trim()
+        != "t"
+    {
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "the consumer never streamed"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let second = Command::new(env!("CARGO_BIN_EXE_rowid-cdc"))
+        .args([
+            "--dsn",
+            &src.dsn(),
+            "--slot",
+            SLOT,
+            "--publication",
+            "x_pub",
+        ])
+        .arg("--state")
+        .arg(dir.join("cdc.state"))
+        .args(["--sink", &format!("postgres:{}", sink.dsn())])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&second.stderr);
+    assert!(!second.status.success(), "a second consumer must fail");
+    assert!(err.contains("is in use by the process with PID"), "{err}");
+
+    src.run(
+        "INSERT INTO x_k SELECT g, 'sad', 0 FROM generate_series(1, 50) g;
+         BEGIN;
+           UPDATE x_k SET id = id + 1000 WHERE id <= 10;
+           UPDATE x_k SET m = 'ok' WHERE id > 40;
+           SAVEPOINT s; DELETE FROM x_k WHERE id > 45; ROLLBACK TO s;
+           DELETE FROM x_k WHERE id BETWEEN 20 AND 25;
+           INSERT INTO x_move VALUES (1, 'x', 0), (2, 'y', 0);
+         COMMIT;
+         UPDATE x_move SET v = 1;
+         ALTER TABLE x_move DROP CONSTRAINT x_move_pkey, ADD PRIMARY KEY (b);
+         BEGIN;
+           UPDATE x_move SET b = b || '!' WHERE a = 1;
+           INSERT INTO x_move VALUES (3, 'z', 0);
+           DELETE FROM x_move WHERE a = 2;
+         COMMIT;
+         INSERT INTO x_full SELECT 1, string_agg(md5(g::text), ''), 0 FROM generate_series(1, 200) g;
+         INSERT INTO x_full VALUES (2, NULL, 0);
+         UPDATE x_full SET n = n + 1 WHERE a = 1;
+         DELETE FROM x_full WHERE a = 2;
+         TRUNCATE x_k;
+         INSERT INTO x_k VALUES (7, NULL, 7);",
+    )
+    .unwrap();
+
+    let trigger = src
+        .run(&format!(
+            "SELECT {COLUMNS} FROM (
+               SELECT * FROM pgtrickle_changes.changes_{k}
+               UNION ALL SELECT * FROM pgtrickle_changes.changes_{m}
+               UNION ALL SELECT * FROM pgtrickle_changes.changes_{f}) c ORDER BY xid, seq;",
+            k = oid(&src, "x_k"),
+            m = oid(&src, "x_move"),
+            f = oid(&src, "x_full"),
+        ))
+        .unwrap();
+    let expected = by_transaction(&trigger);
+    let total: usize = expected.values().map(Vec::len).sum();
+    let t = Instant::now();
+    let wal = loop {
+        let rows = sink
+            .run(&format!(
+                "SELECT {COLUMNS} FROM pgtrickle_changes.rowid_cdc ORDER BY commit_lsn, seq;"
+            ))
+            .unwrap_or_default();
+        if rows.lines().count() >= total {
+            break rows;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(60),
+            "only {} of {total} changes arrived",
+            rows.lines().count()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let got = by_transaction(&wal);
+    eprintln!(
+        "cross-path: {total} changes in {} transactions, trigger and WAL",
+        expected.len()
+    );
+    assert_eq!(got.len(), expected.len(), "the same transactions");
+    for (xid, changes) in &expected {
+        assert_eq!(got.get(xid), Some(changes), "transaction {xid}");
+    }
+    let ops: String = expected.values().flatten().map(|c| c.1.clone()).collect();
+    for op in ["I", "U", "D", "T"] {
+        assert!(ops.contains(op), "the workload has {op}");
+    }
+    // Key changes: an update whose old and new identities differ.
+    assert!(
+        expected
+            .values()
+            .flatten()
+            .any(|(_, op, o, n)| op == "U" && o != n)
+    );
+    // Both buffers pass the reader's check.
+    src.run("SELECT pgtrickle.check_change_buffer('pgtrickle_changes.changes_' || 'x_k'::regclass::oid);")
+        .unwrap_or_else(|e| panic!("{e}"));
+    std::thread::sleep(Duration::from_millis(300));
+    src.run(&format!("SELECT pg_drop_replication_slot('{SLOT}');"))
+        .unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn oid(psql: &Psql, table: &str) -> String {
+    psql.run(&format!("SELECT '{table}'::regclass::oid;"))
+        .unwrap()
+        .trim()
+        .to_string()
+}
