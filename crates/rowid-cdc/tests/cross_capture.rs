@@ -20,14 +20,9 @@ const DB: &str = "rowid_cdc_cross";
 const SINK_DB: &str = "rowid_cdc_cross_sink";
 const SLOT: &str = "rowid_cdc_cross_slot";
 
+/// A fresh database `db` on the test server.
 fn database(db: &str) -> Psql {
-    let server = Psql::from_env().unwrap();
-    server
-        .run(&format!(
-            "DROP DATABASE IF EXISTS {db} WITH (FORCE); CREATE DATABASE {db};"
-        ))
-        .unwrap();
-    server.with_db(db)
+    Psql::fresh_database(db).unwrap()
 }
 
 /// Transaction id -> the changes of that transaction in order: (relid, op, old, new).
@@ -73,8 +68,9 @@ fn trigger_and_wal_capture_agree_per_transaction() {
     let dir = std::env::temp_dir().join(format!("rowid-cdc-cross-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_rowid-cdc"))
-        .args([
+    let consumer = || {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_rowid-cdc"));
+        c.args([
             "--dsn",
             &src.dsn(),
             "--slot",
@@ -84,11 +80,11 @@ fn trigger_and_wal_capture_agree_per_transaction() {
         ])
         .arg("--state")
         .arg(dir.join("cdc.state"))
-        .args([
-            "--create-slot",
-            "--sink",
-            &format!("postgres:{}", sink.dsn()),
-        ])
+        .args(["--sink", &format!("postgres:{}", sink.dsn())]);
+        c
+    };
+    let mut child = consumer()
+        .args(["--create-slot"])
         .stdout(Stdio::null())
         .stderr(Stdio::inherit())
         .spawn()
@@ -123,20 +119,7 @@ fn trigger_and_wal_capture_agree_per_transaction() {
         );
         std::thread::sleep(Duration::from_millis(50));
     }
-    let second = Command::new(env!("CARGO_BIN_EXE_rowid-cdc"))
-        .args([
-            "--dsn",
-            &src.dsn(),
-            "--slot",
-            SLOT,
-            "--publication",
-            "x_pub",
-        ])
-        .arg("--state")
-        .arg(dir.join("cdc.state"))
-        .args(["--sink", &format!("postgres:{}", sink.dsn())])
-        .output()
-        .unwrap();
+    let second = consumer().output().unwrap();
     let err = String::from_utf8_lossy(&second.stderr);
     assert!(!second.status.success(), "a second consumer must fail");
     assert!(err.contains("is in use by the process with PID"), "{err}");

@@ -22,13 +22,7 @@ const DB: &str = "rowid_cdc_live";
 
 /// A fresh database `db` on the test server.
 fn database(db: &str) -> Psql {
-    let server = Psql::from_env().unwrap();
-    server
-        .run(&format!(
-            "DROP DATABASE IF EXISTS {db} WITH (FORCE); CREATE DATABASE {db};"
-        ))
-        .unwrap();
-    server.with_db(db)
+    Psql::fresh_database(db).unwrap()
 }
 
 /// Where the consumer writes.
@@ -42,6 +36,16 @@ enum Kind {
 /// (xid, op, old identity, new identity) of a change.
 type Change = (String, String, String, String);
 
+/// A running consumer, killed when dropped (a failed assertion leaves no process behind).
+struct Running(Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 struct Consumer {
     dsn: String,
     dir: PathBuf,
@@ -49,7 +53,7 @@ struct Consumer {
 }
 
 impl Consumer {
-    fn start(&self, create: bool) -> Child {
+    fn start(&self, create: bool) -> Running {
         let mut c = Command::new(env!("CARGO_BIN_EXE_rowid-cdc"));
         c.args([
             "--dsn",
@@ -71,7 +75,7 @@ impl Consumer {
         if create {
             c.arg("--create-slot");
         }
-        c.spawn().unwrap()
+        Running(c.spawn().unwrap())
     }
 
     /// What the sink holds, in commit order (empty while the server recovers).
@@ -270,13 +274,12 @@ fn run(kind: Kind) {
             // The server crashes under it: it reconnects with backoff on its own.
             crash_server(&psql);
             assert!(
-                child.try_wait().unwrap().is_none(),
+                child.0.try_wait().unwrap().is_none(),
                 "the consumer survives a server crash"
             );
         } else {
             // Kill it wherever it is, restart it from its state file.
-            child.kill().unwrap();
-            child.wait().unwrap();
+            drop(child);
             wait_slot_free(&psql);
             child = consumer.start(false);
         }
@@ -297,8 +300,7 @@ fn run(kind: Kind) {
         );
         std::thread::sleep(Duration::from_millis(100));
     }
-    child.kill().unwrap();
-    child.wait().unwrap();
+    drop(child);
     let got = consumer.changes();
     eprintln!(
         "live ({label}): {} changes captured across 18 kills and 2 server crashes, {} expected",

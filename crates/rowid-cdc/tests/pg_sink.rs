@@ -20,13 +20,7 @@ use rowid_testkit::psql::Psql;
 const DB: &str = "rowid_cdc_pg_sink";
 
 fn db() -> Psql {
-    let server = Psql::from_env().unwrap();
-    server
-        .run(&format!(
-            "DROP DATABASE IF EXISTS {DB} WITH (FORCE); CREATE DATABASE {DB};"
-        ))
-        .unwrap();
-    server.with_db(DB)
+    Psql::fresh_database(DB).unwrap()
 }
 
 fn target(psql: &Psql, buffer: &QualifiedName, fresh: bool) -> Target {

@@ -240,15 +240,9 @@ struct BufferSink {
 impl BufferSink {
     /// A database of its own (tests run in parallel).
     fn new(db: &str) -> BufferSink {
-        let server = Psql::from_env().unwrap();
-        server
-            .run(&format!(
-                "DROP DATABASE IF EXISTS {db} WITH (FORCE); CREATE DATABASE {db};"
-            ))
-            .unwrap();
         BufferSink {
             db: db.into(),
-            psql: server.with_db(db),
+            psql: Psql::fresh_database(db).unwrap(),
         }
     }
 

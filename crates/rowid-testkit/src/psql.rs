@@ -43,6 +43,16 @@ impl Psql {
         self.args.join(" ")
     }
 
+    /// A new, empty database `dbname` on the cluster of [`Psql::from_env`] (dropped first if
+    /// it exists, sessions and all), and psql for it.
+    pub fn fresh_database(dbname: &str) -> Result<Psql, String> {
+        let server = Psql::from_env()?;
+        server.run(&format!(
+            "DROP DATABASE IF EXISTS {dbname} WITH (FORCE); CREATE DATABASE {dbname};"
+        ))?;
+        Ok(server.with_db(dbname))
+    }
+
     /// The same server and user, database `dbname`.
     pub fn with_db(&self, dbname: &str) -> Psql {
         let mut args = Vec::with_capacity(self.args.len() + 2);
