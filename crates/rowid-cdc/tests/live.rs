@@ -81,11 +81,13 @@ impl Consumer {
     /// What the sink holds, in commit order (empty while the server recovers).
     fn changes(&self) -> Vec<Change> {
         match &self.kind {
-            Kind::File => std::fs::read_to_string(self.dir.join("changes.jsonl"))
-                .unwrap_or_default()
-                .lines()
-                .map(change)
-                .collect(),
+            Kind::File => {
+                // The consumer may be in the middle of writing a line: only complete lines.
+                let text =
+                    std::fs::read_to_string(self.dir.join("changes.jsonl")).unwrap_or_default();
+                let complete = &text[..text.rfind('\n').map_or(0, |i| i + 1)];
+                complete.lines().map(change).collect()
+            }
             Kind::Buffer(sink) => sink
                 .run(
                     "SELECT xid, CASE op WHEN 'I' THEN 'insert' WHEN 'U' THEN 'update' \
