@@ -1,20 +1,25 @@
 //! Fuzzes the capture state machine with streams built from the input: each byte picks the
 //! next message (transaction bounds, Relation messages that agree or disagree with the
-//! schema, changes with arbitrary column bytes, schema messages, raw garbage). Capture may
-//! refuse a stream, but never panics, and every identity it emits is one the strict decoder
-//! accepts, of the domain the event names.
+//! schema, changes with arbitrary column bytes, identity schema rows well-formed or not,
+//! logical messages claiming to be schemas, raw garbage). Capture may refuse a stream, but
+//! never panics, every identity it emits is one the strict decoder accepts, of the domain the
+//! event names, and a logical message never changes a schema.
 #![no_main]
 
 use bytes::Bytes;
 use libfuzzer_sys::fuzz_target;
 use rowid_cdc::capture::{Capture, Output};
-use rowid_cdc::{Lsn, RelationSchema, ReplicaIdentity, SchemaMessage};
+use rowid_cdc::identity_rows;
+use rowid_cdc::{Lsn, Op, RelationSchema, ReplicaIdentity, SchemaMessage};
 use rowid_codec::structure::Shape;
 use rowid_codec::{Domain, TypeTag};
 use rowid_pgoutput::{
     Column, CommitInfo, FlagBits, Message, OldTuple, Relation, RelationColumn, encode,
 };
 use rowid_registry::schema_message::{IdentityDef, IdentityField, MESSAGE_PREFIX, SchemaColumn};
+
+/// The identity schema table's OID.
+const SCHEMAS: u32 = 9;
 
 const TYPES: [(u32, TypeTag); 4] = [
     (20, TypeTag::Int8),
@@ -133,8 +138,13 @@ fuzz_target!(|input: &[u8]| {
         [current.clone()],
         Lsn(u64::from(first >> 4)),
         FlagBits::default(),
-    );
+    )
+    .with_identity_table(SCHEMAS)
+    .strict(first & 0x40 != 0);
     let mut out = Vec::new();
+    let _ = capture.apply(Lsn(1), identity_rows::relation(SCHEMAS), &mut out);
+    // What schemas were written through the identity table, as they stand.
+    let mut authentic = vec![current.clone()];
     let mut lsn = 100u64;
     let mut commit = 1000u64;
     while let Some((&op, rest)) = data.split_first() {
@@ -187,24 +197,30 @@ fuzz_target!(|input: &[u8]| {
                 flags: 0,
                 relids: vec![1, u32::from(op >> 4)],
             },
-            9 => {
+            9 if op & 0x80 == 0 => {
                 current = schema(op, ri);
-                Message::Message {
-                    xid: None,
-                    transactional: op & 0x80 == 0,
-                    lsn,
-                    prefix: MESSAGE_PREFIX.into(),
-                    content: Bytes::from(
-                        SchemaMessage::Schema(current.clone()).to_json().to_string(),
-                    ),
-                }
+                authentic.push(current.clone());
+                identity_rows::upsert(SCHEMAS, &current)
             }
+            9 => identity_rows::raw(
+                SCHEMAS,
+                1,
+                &data[..data.len().min(usize::from(op >> 4))],
+            ),
             10 => Message::Message {
                 xid: None,
-                transactional: true,
+                transactional: op & 0x80 == 0,
                 lsn,
                 prefix: MESSAGE_PREFIX.into(),
-                content: Bytes::copy_from_slice(&data[..data.len().min(usize::from(op >> 4))]),
+                content: if op & 0x40 == 0 {
+                    Bytes::from(
+                        SchemaMessage::Schema(schema(op.wrapping_add(1), ri))
+                            .to_json()
+                            .to_string(),
+                    )
+                } else {
+                    Bytes::copy_from_slice(&data[..data.len().min(usize::from(op >> 4))])
+                },
             },
             _ => {
                 // Raw bytes straight into the decoder.
@@ -236,6 +252,11 @@ fuzz_target!(|input: &[u8]| {
                 let decoded = rowid_codec::decode(id).expect("capture emitted an invalid identity");
                 assert_eq!(Some(decoded.domain), e.domain);
             }
+            assert_eq!(e.op == Op::Unidentified, e.unidentified.is_some());
         }
+    }
+    // Only rows of the identity table ever became a schema.
+    for s in capture.schemas() {
+        assert!(authentic.contains(s), "a schema nobody wrote through the table: {s:?}");
     }
 });

@@ -58,6 +58,12 @@ fn server_checks(major: u32, source: pg::Source) -> Result<Counts, String> {
         // One workload captured by the extension's trigger and by rowid-cdc: the same
         // changes per transaction, byte for byte.
         tests.push(("rowid-cdc", "cross_capture"));
+        // Issue 20: forged identity messages, an idle slot, one unusable table, a moved
+        // slot, least privilege, non-UTF8 databases, generated keys, the trigger's race.
+        tests.push(("rowid-cdc", "hardening"));
+        // sslmode and sslrootcert, passwords from the environment and the password file,
+        // clear text refused without TLS (a cluster of its own with a test CA).
+        tests.push(("rowid-cdc", "tls"));
     }
     for (krate, test) in tests {
         let mut c = cargo();
@@ -102,6 +108,8 @@ pub fn run() -> Result<(), String> {
 
     step("toolchain components (rustfmt, clippy)");
     setup::components()?;
+    // The TLS tests make a CA and a server certificate.
+    setup::apt(&["openssl"])?;
 
     step("formatting");
     exec(cargo().args(["fmt", "--all", "--", "--check"]))?;

@@ -10,6 +10,9 @@ The ordering of items is not stable, it is driven by a dependency graph.
 -- bootstrap
 
 CREATE SCHEMA IF NOT EXISTS pgtrickle;
+-- Everything the extension defines is usable by every role unless revoked below; the
+-- schema is owned by the extension, so no other role can create objects in it.
+GRANT USAGE ON SCHEMA pgtrickle TO PUBLIC;
 CREATE DOMAIN pgtrickle.row_id AS bytea;
 COMMENT ON DOMAIN pgtrickle.row_id IS
   'A complete Row Identity V2; inside encode_row_id_v2 it is encoded as a child identity';
@@ -54,42 +57,23 @@ CREATE SCHEMA IF NOT EXISTS pgtrickle; /* pg_trickle_ext::pgtrickle */
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- pg_trickle_ext::pgtrickle::row_id_fingerprint
-CREATE  FUNCTION pgtrickle."row_id_fingerprint"(
+-- pg_trickle_ext::pgtrickle::identity_schema
+CREATE  FUNCTION pgtrickle."identity_schema"(
+	"rel" oid /* pg_sys :: Oid */
+) RETURNS TEXT /* String */
+STRICT STABLE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'identity_schema_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- pg_trickle_ext::pgtrickle::row_probe_v1
+CREATE  FUNCTION pgtrickle."row_probe_v1"(
 	"id" bytea /* & [u8] */
-) RETURNS TEXT /* String */
+) RETURNS bytea /* Vec < u8 > */
 IMMUTABLE STRICT PARALLEL SAFE
 LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'row_id_fingerprint_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- pg_trickle_ext::pgtrickle::capture_table
-
-CREATE FUNCTION pgtrickle.capture_table(source regclass) RETURNS text
-VOLATILE STRICT LANGUAGE c AS 'MODULE_PATHNAME', 'capture_table_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- pg_trickle_ext::pgtrickle::identity_dropped_message
-CREATE  FUNCTION pgtrickle."identity_dropped_message"(
-	"relid" oid, /* pg_sys :: Oid */
-	"namespace" TEXT, /* & str */
-	"relname" TEXT /* & str */
-) RETURNS TEXT /* String */
-IMMUTABLE STRICT PARALLEL SAFE
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'identity_dropped_message_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- pg_trickle_ext::pgtrickle::row_id_describe
-CREATE  FUNCTION pgtrickle."row_id_describe"(
-	"id" bytea /* & [u8] */
-) RETURNS TEXT /* String */
-IMMUTABLE STRICT PARALLEL SAFE
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'row_id_describe_wrapper';
+AS 'MODULE_PATHNAME', 'row_probe_v1_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
@@ -114,126 +98,13 @@ AS 'MODULE_PATHNAME', 'validate_identity_fields_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- pg_trickle_ext::pgtrickle::row_probe_v1
-CREATE  FUNCTION pgtrickle."row_probe_v1"(
+-- pg_trickle_ext::pgtrickle::row_id_describe
+CREATE  FUNCTION pgtrickle."row_id_describe"(
 	"id" bytea /* & [u8] */
-) RETURNS bytea /* Vec < u8 > */
+) RETURNS TEXT /* String */
 IMMUTABLE STRICT PARALLEL SAFE
 LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'row_probe_v1_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- pg_trickle_ext::pgtrickle::check_change_buffer
-
-CREATE FUNCTION pgtrickle.check_change_buffer(buffer regclass) RETURNS boolean
-STABLE STRICT LANGUAGE c AS 'MODULE_PATHNAME', 'check_change_buffer_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- pg_trickle_ext::pgtrickle::identity_schema
-CREATE  FUNCTION pgtrickle."identity_schema"(
-	"rel" oid /* pg_sys :: Oid */
-) RETURNS TEXT /* String */
-STRICT STABLE
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'identity_schema_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- requires:
---   pgtrickle::identity_schema
---   pgtrickle::identity_dropped_message
-
-
--- Identity schema messages (spec/identity-messages.md). The event-trigger functions run as
--- the extension's owner: any role's DDL must be able to write the message.
-CREATE FUNCTION pgtrickle.identity_messages_on_ddl() RETURNS event_trigger
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
-DECLARE
-  rel oid;
-BEGIN
-  FOR rel IN
-    WITH cmd AS (SELECT classid, objid FROM pg_event_trigger_ddl_commands()),
-    touched(relid) AS (
-      -- tables, and the table of an index
-      SELECT CASE WHEN c.relkind IN ('i', 'I') THEN i.indrelid ELSE c.oid END
-      FROM cmd JOIN pg_class c ON cmd.classid = 'pg_class'::regclass AND c.oid = cmd.objid
-      LEFT JOIN pg_index i ON i.indexrelid = c.oid
-      UNION
-      -- constraints (primary keys, unique constraints)
-      SELECT con.conrelid FROM cmd
-      JOIN pg_constraint con ON cmd.classid = 'pg_constraint'::regclass AND con.oid = cmd.objid
-      UNION
-      -- a table added to a publication
-      SELECT pr.prrelid FROM cmd
-      JOIN pg_publication_rel pr ON cmd.classid = 'pg_publication_rel'::regclass AND pr.oid = cmd.objid
-      UNION
-      -- ALTER TYPE / ALTER DOMAIN: tables with a column of the type, its array or a domain over it
-      SELECT a.attrelid FROM cmd
-      JOIN pg_type t ON cmd.classid = 'pg_type'::regclass
-        AND (t.oid = cmd.objid OR t.typelem = cmd.objid OR t.typbasetype = cmd.objid)
-      JOIN pg_attribute a ON a.atttypid = t.oid AND a.attnum > 0 AND NOT a.attisdropped
-    )
-    SELECT DISTINCT t.relid FROM touched t
-    JOIN pg_class c ON c.oid = t.relid AND c.relkind IN ('r', 'p')
-    WHERE EXISTS (SELECT 1 FROM pg_publication_tables p
-                  WHERE format('%I.%I', p.schemaname, p.tablename)::regclass = t.relid)
-    ORDER BY 1
-  LOOP
-    PERFORM pg_logical_emit_message(true, 'pgtrickle.identity', pgtrickle.identity_schema(rel));
-  END LOOP;
-END
-$fn$;
-
-CREATE FUNCTION pgtrickle.identity_messages_on_drop() RETURNS event_trigger
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
-DECLARE
-  o record;
-  rel oid;
-BEGIN
-  FOR o IN SELECT objid, schema_name, object_name FROM pg_event_trigger_dropped_objects()
-           WHERE classid = 'pg_class'::regclass AND object_type = 'table'
-  LOOP
-    PERFORM pg_logical_emit_message(true, 'pgtrickle.identity',
-      pgtrickle.identity_dropped_message(o.objid, o.schema_name, o.object_name));
-  END LOOP;
-  -- A standalone DROP INDEX names no table once the index is gone: every published table's
-  -- schema is written again (the consumer keeps what did not change).
-  IF EXISTS (SELECT 1 FROM pg_event_trigger_dropped_objects()
-             WHERE object_type IN ('index', 'table constraint')) THEN
-    FOR rel IN SELECT DISTINCT format('%I.%I', schemaname, tablename)::regclass::oid
-               FROM pg_publication_tables ORDER BY 1
-    LOOP
-      PERFORM pg_logical_emit_message(true, 'pgtrickle.identity', pgtrickle.identity_schema(rel));
-    END LOOP;
-  END IF;
-END
-$fn$;
-
-CREATE FUNCTION pgtrickle.enable_identity_messages() RETURNS void
-LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $fn$
-BEGIN
-  IF NOT EXISTS (SELECT 1 FROM pg_event_trigger WHERE evtname = 'pgtrickle_identity_ddl') THEN
-    CREATE EVENT TRIGGER pgtrickle_identity_ddl ON ddl_command_end
-      EXECUTE FUNCTION pgtrickle.identity_messages_on_ddl();
-  END IF;
-  IF NOT EXISTS (SELECT 1 FROM pg_event_trigger WHERE evtname = 'pgtrickle_identity_drop') THEN
-    CREATE EVENT TRIGGER pgtrickle_identity_drop ON sql_drop
-      EXECUTE FUNCTION pgtrickle.identity_messages_on_drop();
-  END IF;
-END
-$fn$;
-COMMENT ON FUNCTION pgtrickle.enable_identity_messages() IS
-  'Writes each published table''s identity schema into the WAL at the end of every DDL that can change it (superuser; run disable_identity_messages() before DROP EXTENSION)';
-
-CREATE FUNCTION pgtrickle.disable_identity_messages() RETURNS void
-LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $fn$
-  DROP EVENT TRIGGER IF EXISTS pgtrickle_identity_ddl;
-  DROP EVENT TRIGGER IF EXISTS pgtrickle_identity_drop;
-$fn$;
-REVOKE EXECUTE ON FUNCTION pgtrickle.enable_identity_messages() FROM PUBLIC;
-REVOKE EXECUTE ON FUNCTION pgtrickle.disable_identity_messages() FROM PUBLIC;
+AS 'MODULE_PATHNAME', 'row_id_describe_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
@@ -254,6 +125,229 @@ CREATE  FUNCTION pgtrickle."validate_source_identity"(
 STRICT STABLE 
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', 'validate_source_identity_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- pg_trickle_ext::pgtrickle::check_change_buffer
+
+CREATE FUNCTION pgtrickle.check_change_buffer(buffer regclass) RETURNS boolean
+STABLE STRICT LANGUAGE c AS 'MODULE_PATHNAME', 'check_change_buffer_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- pg_trickle_ext::pgtrickle::capture_table
+
+CREATE FUNCTION pgtrickle.capture_table(source regclass) RETURNS text
+VOLATILE STRICT LANGUAGE c AS 'MODULE_PATHNAME', 'capture_table_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- pg_trickle_ext::pgtrickle::row_id_fingerprint
+CREATE  FUNCTION pgtrickle."row_id_fingerprint"(
+	"id" bytea /* & [u8] */
+) RETURNS TEXT /* String */
+IMMUTABLE STRICT PARALLEL SAFE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'row_id_fingerprint_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- pg_trickle_ext::pgtrickle::write_identity_schemas
+CREATE  FUNCTION pgtrickle."write_identity_schemas"(
+	"relids" oid[] /* Vec < pg_sys :: Oid > */
+) RETURNS INT /* i32 */
+STRICT VOLATILE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'write_identity_schemas_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- requires:
+--   pgtrickle::identity_schema
+--   pgtrickle::write_identity_schemas
+
+
+-- Change buffers of trigger capture live in a schema the extension owns: no other role can
+-- create it (or a buffer in it) first. pgtrickle.capture_table gives each buffer's owner
+-- USAGE; pgtrickle.grant_capture gives a capture role USAGE and CREATE (for rowid-cdc's
+-- PostgreSQL sink).
+CREATE SCHEMA pgtrickle_changes;
+COMMENT ON SCHEMA pgtrickle_changes IS
+  'Change buffers (spec/change-buffer.md); owned by the extension pg_trickle_ext';
+
+-- Identity schema messages, format 2 (spec/identity-messages.md): one row per published
+-- table, written only by the extension's event triggers (as the extension's owner: PUBLIC
+-- has no right on it), published by pgtrickle_identity so that a WAL consumer reads each
+-- row change at the position of the DDL that made it.
+CREATE TABLE pgtrickle.identity_schemas (
+  relid pg_catalog.oid PRIMARY KEY,
+  key_index pg_catalog.oid,
+  schema pg_catalog.text NOT NULL
+);
+REVOKE ALL ON TABLE pgtrickle.identity_schemas FROM PUBLIC;
+COMMENT ON TABLE pgtrickle.identity_schemas IS
+  'Identity schema of every published table (spec/identity-messages.md format 2); written only by the identity-message event triggers';
+CREATE PUBLICATION pgtrickle_identity FOR TABLE pgtrickle.identity_schemas;
+
+REVOKE EXECUTE ON FUNCTION pgtrickle.write_identity_schemas(pg_catalog.oid[]) FROM PUBLIC;
+
+-- The event-trigger functions run as the extension's owner, with a fixed search path and
+-- every name qualified: any role's DDL must be able to write the schema, and none may steer
+-- what is written.
+CREATE FUNCTION pgtrickle.identity_messages_on_ddl() RETURNS event_trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
+BEGIN
+  PERFORM pgtrickle.write_identity_schemas(ARRAY(
+    WITH cmd AS (SELECT classid, objid FROM pg_catalog.pg_event_trigger_ddl_commands()),
+    touched(relid) AS (
+      -- tables, and the table of an index (CREATE INDEX [CONCURRENTLY], ALTER INDEX)
+      SELECT CASE WHEN c.relkind OPERATOR(pg_catalog.=) ANY (ARRAY['i', 'I']::pg_catalog."char"[])
+                  THEN i.indrelid ELSE c.oid END
+      FROM cmd JOIN pg_catalog.pg_class c
+        ON cmd.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_class'::pg_catalog.regclass
+       AND c.oid OPERATOR(pg_catalog.=) cmd.objid
+      LEFT JOIN pg_catalog.pg_index i ON i.indexrelid OPERATOR(pg_catalog.=) c.oid
+      UNION
+      -- constraints (primary keys, unique constraints)
+      SELECT con.conrelid FROM cmd JOIN pg_catalog.pg_constraint con
+        ON cmd.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_constraint'::pg_catalog.regclass
+       AND con.oid OPERATOR(pg_catalog.=) cmd.objid
+      UNION
+      -- CREATE / ALTER PUBLICATION: every table the publication now carries
+      SELECT pt.relid FROM cmd
+      JOIN pg_catalog.pg_publication p
+        ON cmd.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_publication'::pg_catalog.regclass
+       AND p.oid OPERATOR(pg_catalog.=) cmd.objid
+      CROSS JOIN LATERAL pg_catalog.pg_get_publication_tables(p.pubname::pg_catalog.text) pt
+      UNION
+      -- ALTER PUBLICATION ... ADD TABLE
+      SELECT pr.prrelid FROM cmd JOIN pg_catalog.pg_publication_rel pr
+        ON cmd.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_publication_rel'::pg_catalog.regclass
+       AND pr.oid OPERATOR(pg_catalog.=) cmd.objid
+      UNION
+      -- ALTER PUBLICATION ... ADD TABLES IN SCHEMA: the tables of that schema
+      SELECT c.oid FROM cmd JOIN pg_catalog.pg_publication_namespace pn
+        ON cmd.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_publication_namespace'::pg_catalog.regclass
+       AND pn.oid OPERATOR(pg_catalog.=) cmd.objid
+      JOIN pg_catalog.pg_class c ON c.relnamespace OPERATOR(pg_catalog.=) pn.pnnspid
+      UNION
+      -- ALTER TYPE / ALTER DOMAIN: tables with a column of the type, its array or a domain over it
+      SELECT a.attrelid FROM cmd JOIN pg_catalog.pg_type t
+        ON cmd.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_type'::pg_catalog.regclass
+       AND (t.oid OPERATOR(pg_catalog.=) cmd.objid OR t.typelem OPERATOR(pg_catalog.=) cmd.objid
+            OR t.typbasetype OPERATOR(pg_catalog.=) cmd.objid)
+      JOIN pg_catalog.pg_attribute a ON a.atttypid OPERATOR(pg_catalog.=) t.oid
+       AND a.attnum OPERATOR(pg_catalog.>) 0 AND NOT a.attisdropped
+    ),
+    tables(relid) AS (
+      SELECT t.relid FROM touched t JOIN pg_catalog.pg_class c
+        ON c.oid OPERATOR(pg_catalog.=) t.relid
+       AND c.relkind OPERATOR(pg_catalog.=) ANY (ARRAY['r', 'p']::pg_catalog."char"[])
+    ),
+    -- a partitioned table stands for its whole tree (a key added to it reaches every leaf,
+    -- ATTACH and DETACH change its leaves); a partition for its ancestors (a leaf's replica
+    -- identity decides whether the root's identity holds)
+    expanded(relid) AS (
+      SELECT relid FROM tables
+      UNION
+      SELECT p.relid FROM tables t CROSS JOIN LATERAL pg_catalog.pg_partition_tree(t.relid) p
+      UNION
+      SELECT a.relid FROM tables t CROSS JOIN LATERAL pg_catalog.pg_partition_ancestors(t.relid) a
+    ),
+    published(relid) AS (
+      SELECT DISTINCT pg_catalog.format('%I.%I', p.schemaname, p.tablename)
+                      ::pg_catalog.regclass::pg_catalog.oid
+      FROM pg_catalog.pg_publication_tables p
+    )
+    SELECT e.relid FROM expanded e JOIN published p ON p.relid OPERATOR(pg_catalog.=) e.relid
+    UNION
+    -- a published table without a row yet (created under FOR ALL TABLES or IN SCHEMA, a
+    -- partition detached under publish_via_partition_root, ...)
+    SELECT p.relid FROM published p
+    WHERE NOT EXISTS (SELECT 1 FROM pgtrickle.identity_schemas s
+                      WHERE s.relid OPERATOR(pg_catalog.=) p.relid)
+    ORDER BY 1));
+END
+$fn$;
+
+CREATE FUNCTION pgtrickle.identity_messages_on_drop() RETURNS event_trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
+DECLARE
+  dropped pg_catalog.oid[];
+  dropped_index pg_catalog.oid[];
+  dropped_column pg_catalog.oid[];
+BEGIN
+  SELECT pg_catalog.array_agg(DISTINCT objid) INTO dropped
+  FROM pg_catalog.pg_event_trigger_dropped_objects()
+  WHERE classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_class'::pg_catalog.regclass
+    AND objsubid OPERATOR(pg_catalog.=) 0 AND object_type OPERATOR(pg_catalog.=) 'table';
+  SELECT pg_catalog.array_agg(DISTINCT objid) INTO dropped_index
+  FROM pg_catalog.pg_event_trigger_dropped_objects()
+  WHERE classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_class'::pg_catalog.regclass
+    AND object_type OPERATOR(pg_catalog.=) 'index';
+  SELECT pg_catalog.array_agg(DISTINCT objid) INTO dropped_column
+  FROM pg_catalog.pg_event_trigger_dropped_objects()
+  WHERE classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_class'::pg_catalog.regclass
+    AND objsubid OPERATOR(pg_catalog.>) 0;
+  -- A dropped table's row goes: the WAL carries its DELETE, which says "dropped".
+  DELETE FROM pgtrickle.identity_schemas s WHERE s.relid OPERATOR(pg_catalog.=) ANY (dropped);
+  -- What the DROP touched and still exists: tables whose key came from a dropped index, that
+  -- lost a column (DROP TYPE ... CASCADE), or partitioned tables that may have lost a leaf.
+  PERFORM pgtrickle.write_identity_schemas(ARRAY(
+    SELECT s.relid FROM pgtrickle.identity_schemas s
+    WHERE s.key_index OPERATOR(pg_catalog.=) ANY (dropped_index)
+       OR s.relid OPERATOR(pg_catalog.=) ANY (dropped_column)
+       OR (dropped IS NOT NULL AND EXISTS (
+             SELECT 1 FROM pg_catalog.pg_class c WHERE c.oid OPERATOR(pg_catalog.=) s.relid
+               AND c.relkind OPERATOR(pg_catalog.=) 'p'))
+    ORDER BY 1));
+END
+$fn$;
+
+CREATE FUNCTION pgtrickle.enable_identity_messages() RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $fn$
+BEGIN
+  IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_event_trigger
+                 WHERE evtname OPERATOR(pg_catalog.=) 'pgtrickle_identity_ddl') THEN
+    CREATE EVENT TRIGGER pgtrickle_identity_ddl ON ddl_command_end
+      EXECUTE FUNCTION pgtrickle.identity_messages_on_ddl();
+  END IF;
+  IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_event_trigger
+                 WHERE evtname OPERATOR(pg_catalog.=) 'pgtrickle_identity_drop') THEN
+    CREATE EVENT TRIGGER pgtrickle_identity_drop ON sql_drop
+      EXECUTE FUNCTION pgtrickle.identity_messages_on_drop();
+  END IF;
+  -- Every table published now gets its row (or has it brought up to date).
+  PERFORM pgtrickle.write_identity_schemas(ARRAY(
+    SELECT DISTINCT pg_catalog.format('%I.%I', p.schemaname, p.tablename)
+                    ::pg_catalog.regclass::pg_catalog.oid
+    FROM pg_catalog.pg_publication_tables p ORDER BY 1));
+END
+$fn$;
+COMMENT ON FUNCTION pgtrickle.enable_identity_messages() IS
+  'Writes each published table''s identity schema into pgtrickle.identity_schemas (published by pgtrickle_identity) at the end of every DDL that can change it (superuser; run disable_identity_messages() before DROP EXTENSION)';
+
+CREATE FUNCTION pgtrickle.disable_identity_messages() RETURNS void
+LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $fn$
+  DROP EVENT TRIGGER IF EXISTS pgtrickle_identity_ddl;
+  DROP EVENT TRIGGER IF EXISTS pgtrickle_identity_drop;
+$fn$;
+REVOKE EXECUTE ON FUNCTION pgtrickle.enable_identity_messages() FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION pgtrickle.disable_identity_messages() FROM PUBLIC;
+
+-- What a capture role needs beyond REPLICATION (and SELECT on the tables it snapshots):
+-- USAGE on pgtrickle is PUBLIC's already; USAGE and CREATE on pgtrickle_changes let
+-- rowid-cdc's PostgreSQL sink create and write its buffer there.
+CREATE FUNCTION pgtrickle.grant_capture(capture_role pg_catalog.regrole) RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $fn$
+BEGIN
+  EXECUTE pg_catalog.format('GRANT USAGE, CREATE ON SCHEMA pgtrickle_changes TO %s',
+                            capture_role);
+END
+$fn$;
+REVOKE EXECUTE ON FUNCTION pgtrickle.grant_capture(pg_catalog.regrole) FROM PUBLIC;
+COMMENT ON FUNCTION pgtrickle.grant_capture(pg_catalog.regrole) IS
+  'Grants a capture role (LOGIN REPLICATION) what rowid-cdc needs beyond REPLICATION: USAGE and CREATE on pgtrickle_changes (superuser)';
 /* </end connected objects> */
 
 /* <begin connected objects> */

@@ -3,17 +3,24 @@
 //! `rowid-cdc`'s PostgreSQL sink writes too), with the old and new identities computed
 //! straight from the trigger's tuples.
 //!
+//! - **The trigger works as the source table's owner**, who owns its buffer, and nothing the
+//!   caller controls can steer that work ([`crate::guard::as_owner`]): the user id is switched
+//!   inside a security-restricted operation with `search_path` locked to `pg_catalog,
+//!   pg_temp`, every statement qualifies its names, and the buffer is named by the trigger's
+//!   argument but accepted only when it is the one `capture_table` made for this source
+//!   ([`verify_buffer`]: in the extension's schema, owned by the source's owner, depending on
+//!   the source, granting nothing but `SELECT` to others, without triggers or rules).
 //! - **One identity schema per trigger, validated once and cached** (per backend): the key the
 //!   registry chooses for the table (`identity_messages::relation_schema`, the rule of
-//!   `validate_source_identity` and of the WAL path), each key column's reader, the buffer's
-//!   checked shape and a kept `INSERT` plan.
-//! - **Rebuilt on relcache invalidation** of the source or the buffer: an `ALTER TABLE` that
-//!   changes the key sends one, also inside the transaction (at the next command), so a
-//!   statement never encodes under the schema of an earlier one.
-//! - **The trigger works as the source table's owner**, who owns its buffer (the user id is
-//!   switched around the plan's build and the insert, as PostgreSQL's own RI triggers do):
-//!   PUBLIC has no access to buffers (design proposal §11.1), and whoever may change the
-//!   source may append its changes, nothing more.
+//!   `validate_source_identity` and of the WAL path), each key column's reader and the checked
+//!   buffer. Rebuilt on a relcache invalidation of the source, the buffer or any composite type
+//!   the key's values contain (`ALTER TYPE`), also inside a transaction (at the next command).
+//! - **Each row is written with the buffer locked first**: the buffer is opened with
+//!   `RowExclusiveLock`, which processes pending invalidations, and only then is the plan's
+//!   validity and the way in decided: straight into the heap when the buffer has no index, rule
+//!   or row security (the CHECK constraints this bypasses were compared with the registry's when
+//!   the plan was built), else through the executor. The heap row is built per attribute of the
+//!   buffer's tuple descriptor as it is now (dropped attributes are NULL).
 //! - Transaction-local `seq`, the 32-bit top-level xid, and the WAL insert position as
 //!   `change_lsn`; versions written explicitly, so the buffer's CHECK constraints refuse a
 //!   buffer of other versions at the first row.
@@ -28,53 +35,63 @@ use std::rc::Rc;
 
 use pgrx::pg_guard;
 use pgrx::pg_sys;
-use pgrx::prelude::*;
 use rowid_codec::Domain;
-use rowid_registry::buffer::{self, BufferOp, CatalogColumn, OLD_ROW_ID};
+use rowid_registry::buffer::{self, BufferOp, CatalogColumn, OLD_ROW_ID, UNIDENTIFIED, Writers};
 use rowid_registry::schema_message::IdentityDef;
 use rowid_registry::sql::{QualifiedName, ROW_ID, quote_ident};
 
-use crate::catalog::{attribute, attribute_name, row_id_domain};
+use crate::catalog::{attribute, attribute_name, composite_relations, row_id_domain};
 use crate::errors;
 use crate::fields::{self, Field};
+use crate::guard::{as_owner, with_locked_search_path};
 use crate::identity_messages::relation_schema;
+use crate::spi;
 
 /// The trigger function, for messages.
 const FUNCTION: &str = "pgtrickle.capture_changes";
+/// The capture function, for messages.
+const CAPTURE_TABLE: &str = "pgtrickle.capture_table";
+
+/// The buffer's columns in the order of the values the trigger writes.
+const VALUE_COLUMNS: [&str; 11] = [
+    "xid",
+    "seq",
+    "source_relid",
+    "op",
+    ROW_ID,
+    OLD_ROW_ID,
+    "commit_lsn",
+    "change_lsn",
+    "row_identity_version",
+    "row_probe_version",
+    UNIDENTIFIED,
+];
 
 /// What one capture trigger needs per row, built once.
 struct Plan {
     relid: pg_sys::Oid,
-    /// Cleared by a relcache invalidation of `relid` or `buffer`.
+    /// The buffer, verified when the plan was built.
+    buffer: pg_sys::Oid,
+    /// The buffer's name, quoted.
+    buffer_name: String,
+    /// Cleared by a relcache invalidation of `relid`, `buffer` or a composite key type.
     valid: Rc<Cell<bool>>,
     domain: Domain,
     fields: Vec<Field>,
     /// Zero-based attribute index of each field in the source's tuple descriptor.
     attnos: Vec<usize>,
-    /// How rows reach the buffer.
-    insert: Insert,
+    /// The kept `INSERT` for buffers the heap path may not write, prepared when first needed.
+    spi: Option<pg_sys::SPIPlanPtr>,
     old: Vec<u8>,
     new: Vec<u8>,
-}
-
-/// How a plan's rows reach its buffer.
-#[derive(Clone, Copy)]
-enum Insert {
-    /// Straight into the heap (`simple_heap_insert`): the buffer is a plain table with no
-    /// index, trigger, rule or row security, whose version constraints were checked when
-    /// the plan was built (the executor, and with it the CHECK constraints, is bypassed:
-    /// building its state per row costs more than the identities).
-    Heap(pg_sys::Oid),
-    /// Through a kept SPI plan: any other buffer (a reader added an index, say).
-    Spi(pg_sys::SPIPlanPtr),
 }
 
 impl Drop for Plan {
     fn drop(&mut self) {
         fields::release(&mut self.fields);
-        if let Insert::Spi(plan) = self.insert {
-            // SAFETY: a kept plan of this backend, freed once.
-            unsafe { pg_sys::SPI_freeplan(plan) };
+        if let Some(plan) = self.spi {
+            // SAFETY: the plan this Plan kept, freed once.
+            unsafe { spi::free_plan(plan) };
         }
     }
 }
@@ -135,32 +152,218 @@ fn memory_context() -> pg_sys::MemoryContext {
     })
 }
 
-/// A buffer's name, quoted, from its OID.
-fn buffer_name(oid: pg_sys::Oid) -> String {
+/// A relation's name, quoted and qualified, from its OID.
+fn relation_name(oid: pg_sys::Oid) -> String {
     crate::catalog::relation_name(oid)
+}
+
+/// A role's name as `regrole` prints it.
+fn role_name(role: pg_sys::Oid) -> String {
+    spi::one::<String>(
+        &format!(
+            "SELECT {}::pg_catalog.regrole::pg_catalog.text",
+            u32::from(role)
+        ),
+        &[],
+    )
+    .unwrap_or_default()
 }
 
 /// The buffer's live columns.
 fn buffer_columns(oid: pg_sys::Oid) -> Vec<CatalogColumn> {
-    let query = buffer::SHAPE_QUERY.replace("$1::text::regclass", &u32::from(oid).to_string());
-    Spi::connect(|c| {
-        let mut out = Vec::new();
-        for row in c.select(&query, None, &[])? {
-            out.push(CatalogColumn {
-                name: row.get::<String>(1)?.unwrap_or_default(),
-                sql_type: row.get::<String>(2)?.unwrap_or_default(),
-                not_null: row.get::<bool>(3)?.unwrap_or(false),
-            });
-        }
-        Ok::<_, pgrx::spi::SpiError>(out)
+    let name = relation_name(oid);
+    spi::rows(buffer::SHAPE_QUERY, &[name.as_str().into()], |row| {
+        Ok(CatalogColumn {
+            name: row.get::<String>(1)?.unwrap_or_default(),
+            sql_type: row.get::<String>(2)?.unwrap_or_default(),
+            not_null: row.get::<bool>(3)?.unwrap_or(false),
+        })
     })
-    .unwrap_or_else(|e| errors::catalog_query(&e))
 }
 
-/// Refuses a buffer whose columns are not the buffer shape.
-fn check_shape(function: &str, oid: pg_sys::Oid) {
-    if let Err(e) = buffer::check_shape(&buffer_name(oid), &buffer_columns(oid)) {
+/// Who can write the table, and whether writing it runs code ([`buffer::WRITERS_QUERY`]).
+fn writers(oid: pg_sys::Oid) -> Writers {
+    let name = relation_name(oid);
+    spi::rows(buffer::WRITERS_QUERY, &[name.as_str().into()], |row| {
+        Ok(Writers {
+            owner: row.get::<String>(1)?.unwrap_or_default(),
+            kind: row.get::<String>(2)?.unwrap_or_default(),
+            persistence: row.get::<String>(3)?.unwrap_or_default(),
+            grants: row.get::<String>(4)?,
+            triggers: row.get::<String>(5)?,
+            rules: row.get::<bool>(6)?.unwrap_or(false),
+            row_security: row.get::<bool>(7)?.unwrap_or(false),
+        })
+    })
+    .pop()
+    .unwrap_or_default()
+}
+
+/// The OID of the extension's own `pgtrickle_changes` schema (created by its install script,
+/// so no other role can have created it first).
+fn changes_schema() -> pg_sys::Oid {
+    spi::one::<pg_sys::Oid>(
+        "SELECT n.oid FROM pg_catalog.pg_namespace n \
+         JOIN pg_catalog.pg_depend d \
+           ON d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_namespace'::pg_catalog.regclass \
+          AND d.objid OPERATOR(pg_catalog.=) n.oid \
+          AND d.deptype OPERATOR(pg_catalog.=) 'e' \
+         JOIN pg_catalog.pg_extension e ON e.oid OPERATOR(pg_catalog.=) d.refobjid \
+         WHERE n.nspname OPERATOR(pg_catalog.=) $1 \
+           AND e.extname OPERATOR(pg_catalog.=) 'pg_trickle_ext'",
+        &[buffer::DEFAULT_SCHEMA.into()],
+    )
+    .unwrap_or_else(|| {
+        errors::invalid_buffer(
+            CAPTURE_TABLE,
+            &format!(
+                "schema {} does not belong to the extension pg_trickle_ext (reinstall it)",
+                buffer::DEFAULT_SCHEMA
+            ),
+        )
+    })
+}
+
+/// The facts of a source relation that decide whether it can be captured by trigger.
+struct Source {
+    name: String,
+    kind: String,
+    persistence: String,
+    owner: pg_sys::Oid,
+    /// Inheritance children (their rows fire their own triggers, not the source's).
+    children: Option<String>,
+    /// The caller has the privileges of the owner.
+    callers: bool,
+}
+
+fn source(rel: pg_sys::Oid) -> Source {
+    let oid = u32::from(rel);
+    spi::rows(
+        &format!(
+            "SELECT c.relkind::pg_catalog.text, c.relpersistence::pg_catalog.text, c.relowner, \
+                    (SELECT pg_catalog.string_agg(i.inhrelid::pg_catalog.regclass::pg_catalog.text, \
+                            ', ' ORDER BY i.inhrelid) \
+                     FROM pg_catalog.pg_inherits i WHERE i.inhparent OPERATOR(pg_catalog.=) c.oid), \
+                    pg_catalog.pg_has_role(c.relowner, 'USAGE') \
+             FROM pg_catalog.pg_class c WHERE c.oid OPERATOR(pg_catalog.=) {oid}"
+        ),
+        &[],
+        |row| {
+            Ok(Source {
+                name: String::new(),
+                kind: row.get::<String>(1)?.unwrap_or_default(),
+                persistence: row.get::<String>(2)?.unwrap_or_default(),
+                owner: row.get::<pg_sys::Oid>(3)?.unwrap_or(pg_sys::InvalidOid),
+                children: row.get::<String>(4)?,
+                callers: row.get::<bool>(5)?.unwrap_or(false),
+            })
+        },
+    )
+    .pop()
+    .map(|s| Source {
+        name: relation_name(rel),
+        ..s
+    })
+    .unwrap_or_else(|| {
+        errors::invalid_argument(CAPTURE_TABLE, format!("OID {oid} is not a table"))
+    })
+}
+
+/// Refuses a source the trigger cannot capture exactly, by name.
+fn check_source(function: &str, s: &Source) {
+    let refuse = |why: &str| errors::refused(function, "0A000", &format!("{}: {why}", s.name));
+    match s.kind.as_str() {
+        "r" => {}
+        "p" => refuse(
+            "is partitioned: a trigger on the partitioned table does not see TRUNCATE of a \
+             partition, and each partition's rows are its own; capture each partition",
+        ),
+        _ => refuse("is not an ordinary table"),
+    }
+    match s.persistence.as_str() {
+        "p" => {}
+        "u" => refuse("is unlogged: its rows vanish in a crash, and its changes with them"),
+        _ => refuse("is temporary: other sessions cannot see it"),
+    }
+    if let Some(children) = &s.children {
+        refuse(&format!(
+            "has inheritance children ({children}) whose rows this trigger does not see: \
+             capture each of them"
+        ));
+    }
+}
+
+/// Accepts `buffer` as the change buffer of `source` only when it is the one `capture_table`
+/// makes ([`verify_made_for`]), owned by the source's owner, granting nothing but `SELECT` to
+/// anyone else, without triggers or rules, of the buffer shape, with this library's version
+/// constraints. Raised by `function` otherwise.
+fn verify_buffer(function: &str, buffer: pg_sys::Oid, source: pg_sys::Oid, owner: pg_sys::Oid) {
+    verify_made_for(function, buffer, source);
+    let name = relation_name(buffer);
+    if let Err(e) = buffer::check_writers(&name, &writers(buffer), &role_name(owner)) {
+        errors::invalid_buffer(
+            function,
+            &format!(
+                "{e} (after ALTER TABLE ... OWNER TO, run pgtrickle.capture_table again to give \
+                 the buffer to the new owner)"
+            ),
+        );
+    }
+    if let Err(e) = buffer::check_shape(&name, &buffer_columns(buffer)) {
         errors::invalid_buffer(function, &e.to_string());
+    }
+    let defs = spi::rows(buffer::CONSTRAINTS_QUERY, &[name.as_str().into()], |row| {
+        Ok(row.get::<String>(1)?.unwrap_or_default())
+    });
+    if let Err(e) = buffer::check_version_constraints(&name, &defs) {
+        errors::invalid_buffer(function, &e.to_string());
+    }
+}
+
+/// Accepts `buffer` only when `capture_table` made it for `source`: it lives in the
+/// extension's schema (which no other role can have created first) and depends on the
+/// source (so dropping the source drops it, and a new table that reuses the OID cannot adopt
+/// it).
+fn verify_made_for(function: &str, buffer: pg_sys::Oid, source: pg_sys::Oid) {
+    let name = relation_name(buffer);
+    let schema = spi::one::<pg_sys::Oid>(
+        &format!(
+            "SELECT relnamespace FROM pg_catalog.pg_class WHERE oid OPERATOR(pg_catalog.=) {}",
+            u32::from(buffer)
+        ),
+        &[],
+    );
+    if schema != Some(changes_schema()) {
+        errors::invalid_buffer(
+            function,
+            &format!(
+                "{name} is refused: change buffers live in the extension's schema {}",
+                buffer::DEFAULT_SCHEMA
+            ),
+        );
+    }
+    let depends = spi::one::<bool>(
+        &format!(
+            "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_depend \
+             WHERE classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_class'::pg_catalog.regclass \
+               AND objid OPERATOR(pg_catalog.=) {} \
+               AND refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_class'::pg_catalog.regclass \
+               AND refobjid OPERATOR(pg_catalog.=) {} \
+               AND deptype OPERATOR(pg_catalog.=) 'a')",
+            u32::from(buffer),
+            u32::from(source)
+        ),
+        &[],
+    );
+    if depends != Some(true) {
+        errors::invalid_buffer(
+            function,
+            &format!(
+                "{name} is refused: it was not made by pgtrickle.capture_table for {} (it does \
+                 not depend on it); drop it and capture the table again",
+                relation_name(source)
+            ),
+        );
     }
 }
 
@@ -178,15 +381,22 @@ fn identity_of(function: &str, relid: pg_sys::Oid) -> IdentityDef {
     }
 }
 
-/// Builds the plan of trigger `trigger` on `relation`, writing into `buffer`.
+/// Builds the plan of a trigger on `relation` writing into `buffer`, after verifying both.
 ///
 /// # Safety
-/// Must run inside a backend, in a trigger call on `relation`.
+/// Must run inside a backend, in a trigger call on `relation`, as the source's owner.
 unsafe fn build(relation: pg_sys::Relation, buffer: pg_sys::Oid, valid: Rc<Cell<bool>>) -> Plan {
     // SAFETY: the trigger's open relation; rd_att is its tuple descriptor.
-    let (relid, tupdesc) = unsafe { ((*relation).rd_id, (*relation).rd_att) };
+    let (relid, tupdesc, owner) = unsafe {
+        (
+            (*relation).rd_id,
+            (*relation).rd_att,
+            (*(*relation).rd_rel).relowner,
+        )
+    };
+    check_source(FUNCTION, &source(relid));
     let def = identity_of(FUNCTION, relid);
-    check_shape(FUNCTION, buffer);
+    verify_buffer(FUNCTION, buffer, relid, owner);
     // SAFETY: a valid tuple descriptor with natts attributes.
     let natts = unsafe { (*tupdesc).natts } as usize;
     let mut by_name = HashMap::new();
@@ -201,6 +411,7 @@ unsafe fn build(relation: pg_sys::Relation, buffer: pg_sys::Oid, valid: Rc<Cell<
     let mcxt = memory_context();
     let mut fields = Vec::with_capacity(def.fields.len());
     let mut attnos = Vec::with_capacity(def.fields.len());
+    let mut composites = Vec::new();
     for f in &def.fields {
         let Some(&(i, typid)) = by_name.get(&f.column) else {
             errors::invalid_argument(
@@ -215,89 +426,65 @@ unsafe fn build(relation: pg_sys::Relation, buffer: pg_sys::Oid, valid: Rc<Cell<
         // backend.
         fields.push(unsafe { fields::from_shape(f.column.clone(), typid, &f.shape, row_id, mcxt) });
         attnos.push(i);
+        composites.extend(composite_relations(typid));
     }
-    let insert = if heap_insertable(buffer) {
-        Insert::Heap(buffer)
-    } else {
-        Insert::Spi(prepare_insert(&buffer_name(buffer)))
-    };
+    WATCH.with(|w| {
+        let mut w = w.borrow_mut();
+        w.retain(|(_, v)| Rc::strong_count(v) > 1);
+        for rel in [relid, buffer].into_iter().chain(composites) {
+            w.push((rel, valid.clone()));
+        }
+    });
     Plan {
         relid,
+        buffer,
+        buffer_name: relation_name(buffer),
         valid,
         domain: def.domain,
         fields,
         attnos,
-        insert,
+        spi: None,
         old: Vec::new(),
         new: Vec::new(),
     }
 }
 
-/// Whether rows may go straight into the buffer's heap: a plain table without index,
-/// trigger, rule or row security, whose CHECK constraints pin this library's versions
-/// (refused by name otherwise: those constraints are what the heap path does not evaluate).
-fn heap_insertable(buffer: pg_sys::Oid) -> bool {
-    let name = buffer_name(buffer);
-    let query =
-        buffer::CONSTRAINTS_QUERY.replace("$1::text::regclass", &u32::from(buffer).to_string());
-    let defs = Spi::connect(|c| {
-        let mut out = Vec::new();
-        for row in c.select(&query, None, &[])? {
-            out.push(row.get::<String>(1)?.unwrap_or_default());
-        }
-        Ok::<_, pgrx::spi::SpiError>(out)
-    })
-    .unwrap_or_else(|e| errors::catalog_query(&e));
-    if let Err(e) = buffer::check_version_constraints(&name, &defs) {
-        errors::invalid_buffer(FUNCTION, &e.to_string());
-    }
-    Spi::get_one::<bool>(&format!(
-        "SELECT relkind = 'r' AND NOT relhasindex AND NOT relhastriggers AND NOT relhasrules \
-         AND NOT relrowsecurity AND has_table_privilege(oid, 'INSERT') \
-         FROM pg_class WHERE oid = {}",
-        u32::from(buffer)
-    ))
-    .unwrap_or_else(|e| errors::catalog_query(&e))
-    .unwrap_or(false)
-}
-
-/// The kept `INSERT` into the buffer: xid, seq, source_relid, op, new, old, change_lsn and
-/// both versions (commit_lsn stays NULL: a trigger runs before its commit).
+/// The kept `INSERT` into the buffer: every value column, commit_lsn NULL (a trigger runs
+/// before its commit).
 fn prepare_insert(buffer: &str) -> pg_sys::SPIPlanPtr {
+    let columns: Vec<String> = VALUE_COLUMNS.iter().map(|c| quote_ident(c)).collect();
+    let params: Vec<String> = (1..=VALUE_COLUMNS.len()).map(|i| format!("${i}")).collect();
     let sql = format!(
-        "INSERT INTO {buffer} (\"xid\", \"seq\", \"source_relid\", \"op\", {}, {}, \
-         \"change_lsn\", \"row_identity_version\", \"row_probe_version\") \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
-        quote_ident(ROW_ID),
-        quote_ident(OLD_ROW_ID)
+        "INSERT INTO {buffer} ({}) VALUES ({})",
+        columns.join(", "),
+        params.join(", ")
     );
     let Ok(sql) = CString::new(sql) else {
         errors::invalid_argument(FUNCTION, "buffer name with a NUL byte".into());
     };
-    let mut types = [
-        pg_sys::INT8OID,
-        pg_sys::INT4OID,
-        pg_sys::OIDOID,
-        pg_sys::CHAROID,
-        pg_sys::BYTEAOID,
-        pg_sys::BYTEAOID,
-        pg_sys::PG_LSNOID,
-        pg_sys::INT2OID,
-        pg_sys::INT2OID,
-    ];
-    // SAFETY: SPI is connected by the caller's Spi::connect scope below; the plan is kept
-    // (moved out of the SPI procedure's memory) and freed when the Plan is dropped.
-    Spi::connect(|_| {
-        let plan =
-            unsafe { pg_sys::SPI_prepare(sql.as_ptr(), types.len() as i32, types.as_mut_ptr()) };
-        if plan.is_null() || unsafe { pg_sys::SPI_keepplan(plan) } != 0 {
-            errors::invalid_argument(FUNCTION, "cannot prepare the buffer insert".into());
-        }
-        plan
+    spi::prepare_kept(
+        &sql,
+        &[
+            pg_sys::INT8OID,
+            pg_sys::INT4OID,
+            pg_sys::OIDOID,
+            pg_sys::CHAROID,
+            pg_sys::BYTEAOID,
+            pg_sys::BYTEAOID,
+            pg_sys::PG_LSNOID,
+            pg_sys::PG_LSNOID,
+            pg_sys::INT2OID,
+            pg_sys::INT2OID,
+            pg_sys::TEXTOID,
+        ],
+    )
+    .unwrap_or_else(|| {
+        errors::invalid_argument(FUNCTION, "cannot prepare the buffer insert".into())
     })
 }
 
-/// The buffer a trigger writes: its first argument, a relation name.
+/// The buffer a trigger writes: its one argument, a relation name resolved under the locked
+/// search path.
 ///
 /// # Safety
 /// `trigger` must be the trigger of the current call.
@@ -315,11 +502,13 @@ unsafe fn trigger_buffer(trigger: *const pg_sys::Trigger) -> pg_sys::Oid {
             .to_string_lossy()
             .into_owned()
     };
-    Spi::get_one_with_args::<pg_sys::Oid>("SELECT to_regclass($1)::oid", &[name.as_str().into()])
-        .unwrap_or_else(|e| errors::catalog_query(&e))
-        .unwrap_or_else(|| {
-            errors::invalid_argument(FUNCTION, format!("change buffer {name:?} does not exist"))
-        })
+    spi::one::<pg_sys::Oid>(
+        "SELECT pg_catalog.to_regclass($1)::pg_catalog.oid",
+        &[name.as_str().into()],
+    )
+    .unwrap_or_else(|| {
+        errors::invalid_argument(FUNCTION, format!("change buffer {name:?} does not exist"))
+    })
 }
 
 /// The next `seq` of the current transaction.
@@ -402,6 +591,12 @@ pub unsafe extern "C-unwind" fn bench_capture_floor(
     unsafe { capture(fcinfo, Identities::Fixed) }
 }
 
+/// One change as the buffer's value columns, in [`VALUE_COLUMNS`] order.
+struct Row {
+    values: [pg_sys::Datum; 11],
+    nulls: [bool; 11],
+}
+
 /// The body of the capture triggers.
 ///
 /// # Safety
@@ -438,30 +633,61 @@ unsafe fn capture(fcinfo: pg_sys::FunctionCallInfo, identities: Identities) -> p
             pg_sys::CacheRegisterRelcacheCallback(Some(relcache_changed), pg_sys::Datum::from(0));
             CALLBACK.with(|c| c.set(true));
         }
+        let relation = td.tg_relation;
+        let owner = (*(*relation).rd_rel).relowner;
+        // Everything from here runs as the source's owner, restricted, with the locked path.
+        as_owner(owner, || capture_as_owner(td, op, identities))
+    }
+}
+
+/// [`capture`] once the user id is the source's owner.
+///
+/// # Safety
+/// As [`capture_changes`].
+unsafe fn capture_as_owner(
+    td: &pg_sys::TriggerData,
+    op: BufferOp,
+    identities: Identities,
+) -> pg_sys::Datum {
+    // SAFETY: as in `capture`.
+    unsafe {
         let trigger = td.tg_trigger;
         let tgoid = (*trigger).tgoid;
         let relation = td.tg_relation;
-        // Everything from here runs as the source's owner (restored below; an error's
-        // abort restores it too).
-        let owner = (*(*relation).rd_rel).relowner;
-        let (mut user, mut sec) = (pg_sys::InvalidOid, 0);
-        pg_sys::GetUserIdAndSecContext(&mut user, &mut sec);
-        pg_sys::SetUserIdAndSecContext(
-            owner,
-            sec | (pg_sys::SECURITY_LOCAL_USERID_CHANGE | pg_sys::SECURITY_NOFORCE_RLS) as i32,
-        );
-        let stale = PLANS.with(|p| p.borrow().get(&tgoid).is_none_or(|plan| !plan.valid.get()));
-        if stale {
+        // The buffer is locked before anything is decided: acquiring the lock processes the
+        // invalidations another session's committed DDL on it sent (an index added, a
+        // constraint changed), which mark the plan stale.
+        let mut buffer = PLANS
+            .with(|p| p.borrow().get(&tgoid).map(|plan| plan.buffer))
+            .unwrap_or_else(|| trigger_buffer(trigger));
+        let mut rel = open_buffer(buffer);
+        let mut attempts = 0;
+        loop {
+            let stale = PLANS.with(|p| p.borrow().get(&tgoid).is_none_or(|plan| !plan.valid.get()));
+            if !stale && !rel.is_null() {
+                break;
+            }
+            attempts += 1;
+            if attempts > 3 {
+                errors::invalid_buffer(
+                    FUNCTION,
+                    "the change buffer keeps changing under the trigger",
+                );
+            }
             // Dropped first: its reader memory and kept plan go before the new ones.
             PLANS.with(|p| p.borrow_mut().remove(&tgoid));
-            let buffer = trigger_buffer(trigger);
+            let named = trigger_buffer(trigger);
+            if named != buffer || rel.is_null() {
+                if !rel.is_null() {
+                    pg_sys::table_close(rel, pg_sys::NoLock as i32);
+                }
+                buffer = named;
+                rel = open_buffer(buffer);
+                if rel.is_null() {
+                    continue;
+                }
+            }
             let valid = Rc::new(Cell::new(true));
-            WATCH.with(|w| {
-                let mut w = w.borrow_mut();
-                w.retain(|(_, v)| Rc::strong_count(v) > 1);
-                w.push(((*relation).rd_id, valid.clone()));
-                w.push((buffer, valid.clone()));
-            });
             let plan = build(relation, buffer, valid);
             PLANS.with(|p| p.borrow_mut().insert(tgoid, plan));
         }
@@ -470,7 +696,7 @@ unsafe fn capture(fcinfo: pg_sys::FunctionCallInfo, identities: Identities) -> p
         let lsn = pg_sys::GetXLogInsertRecPtr();
         // The identities are encoded with the plan borrowed, then the insert runs with it
         // released (the insert can process invalidations, which must find nothing borrowed).
-        let (insert, relid, new_id, old_id) = PLANS.with(|p| {
+        let (relid, new_id, old_id) = PLANS.with(|p| {
             let mut plans = p.borrow_mut();
             let Some(plan) = plans.get_mut(&tgoid) else {
                 errors::invalid_argument(FUNCTION, "no capture plan".into());
@@ -479,7 +705,7 @@ unsafe fn capture(fcinfo: pg_sys::FunctionCallInfo, identities: Identities) -> p
                 BufferOp::Insert => (None, Some(td.tg_trigtuple)),
                 BufferOp::Update => (Some(td.tg_trigtuple), Some(td.tg_newtuple)),
                 BufferOp::Delete => (Some(td.tg_trigtuple), None),
-                BufferOp::Truncate => (None, None),
+                BufferOp::Truncate | BufferOp::Unidentified => (None, None),
             };
             if identities == Identities::Fixed {
                 // The identity of the int8 key 0, written for every row.
@@ -488,7 +714,7 @@ unsafe fn capture(fcinfo: pg_sys::FunctionCallInfo, identities: Identities) -> p
                     .and_then(|mut e| e.int8(0).and_then(|()| e.finish()));
                 let fixed =
                     |t: Option<pg_sys::HeapTuple>| t.map(|_| crate::datum::to_bytea(&plan.new));
-                return (plan.insert, plan.relid, fixed(new_tuple), fixed(old_tuple));
+                return (plan.relid, fixed(new_tuple), fixed(old_tuple));
             }
             let new_id = new_tuple.map(|t| {
                 identity(
@@ -512,160 +738,286 @@ unsafe fn capture(fcinfo: pg_sys::FunctionCallInfo, identities: Identities) -> p
                 );
                 crate::datum::to_bytea(&plan.old)
             });
-            (plan.insert, plan.relid, new_id, old_id)
+            (plan.relid, new_id, old_id)
         });
         let bytea =
             |b: Option<*mut pg_sys::bytea>| b.map_or(pg_sys::Datum::from(0), pg_sys::Datum::from);
-        let mut values = [
-            pg_sys::Datum::from(i64::from(xid)),
-            pg_sys::Datum::from(seq),
-            pg_sys::Datum::from(relid),
-            pg_sys::Datum::from(op.code() as i8),
-            bytea(new_id),
-            bytea(old_id),
-            pg_sys::Datum::from(lsn),
-            pg_sys::Datum::from(buffer::ROW_IDENTITY_VERSION),
-            pg_sys::Datum::from(buffer::ROW_PROBE_VERSION),
-        ];
-        let nulls: [std::ffi::c_char; 9] = [
-            b' ' as _,
-            b' ' as _,
-            b' ' as _,
-            b' ' as _,
-            if new_id.is_some() { b' ' } else { b'n' } as _,
-            if old_id.is_some() { b' ' } else { b'n' } as _,
-            b' ' as _,
-            b' ' as _,
-            b' ' as _,
-        ];
-        match insert {
-            Insert::Heap(buffer) => {
-                // The buffer's columns in table order: commit_lsn (7th) is NULL.
-                let mut row = [
-                    values[0],
-                    values[1],
-                    values[2],
-                    values[3],
-                    values[4],
-                    values[5],
-                    pg_sys::Datum::from(0),
-                    values[6],
-                    values[7],
-                    values[8],
-                ];
-                let mut isnull = [
-                    false,
-                    false,
-                    false,
-                    false,
-                    new_id.is_none(),
-                    old_id.is_none(),
-                    true,
-                    false,
-                    false,
-                    false,
-                ];
-                let rel = pg_sys::table_open(buffer, pg_sys::RowExclusiveLock as i32);
-                let tuple =
-                    pg_sys::heap_form_tuple((*rel).rd_att, row.as_mut_ptr(), isnull.as_mut_ptr());
-                pg_sys::simple_heap_insert(rel, tuple);
-                pg_sys::heap_freetuple(tuple);
-                pg_sys::table_close(rel, pg_sys::NoLock as i32);
-                pg_sys::SetUserIdAndSecContext(user, sec);
-            }
-            Insert::Spi(plan) => {
-                pg_sys::SPI_connect();
-                let rc =
-                    pg_sys::SPI_execute_plan(plan, values.as_mut_ptr(), nulls.as_ptr(), false, 0);
-                pg_sys::SPI_finish();
-                pg_sys::SetUserIdAndSecContext(user, sec);
-                if rc != pg_sys::SPI_OK_INSERT as i32 {
-                    errors::invalid_argument(FUNCTION, format!("the buffer insert returned {rc}"));
-                }
-            }
-        }
+        let row = Row {
+            values: [
+                pg_sys::Datum::from(i64::from(xid)),
+                pg_sys::Datum::from(seq),
+                pg_sys::Datum::from(relid),
+                pg_sys::Datum::from(op.code() as i8),
+                bytea(new_id),
+                bytea(old_id),
+                pg_sys::Datum::from(0),
+                pg_sys::Datum::from(lsn),
+                pg_sys::Datum::from(buffer::ROW_IDENTITY_VERSION),
+                pg_sys::Datum::from(buffer::ROW_PROBE_VERSION),
+                pg_sys::Datum::from(0),
+            ],
+            nulls: [
+                false,
+                false,
+                false,
+                false,
+                new_id.is_none(),
+                old_id.is_none(),
+                true,
+                false,
+                false,
+                false,
+                true,
+            ],
+        };
+        insert(tgoid, rel, &row);
         pg_sys::Datum::from(0)
     }
 }
 
-/// Creates the change buffer of `source` (in `pgtrickle_changes`, owned by the source's owner,
-/// without PUBLIC access) and its capture triggers, after validating the source's identity;
-/// returns the buffer.
-pub fn capture_table(source: pg_sys::Oid) -> String {
-    const CAPTURE_TABLE: &str = "pgtrickle.capture_table";
+/// Opens the buffer with `RowExclusiveLock` (NULL when it no longer exists).
+fn open_buffer(buffer: pg_sys::Oid) -> pg_sys::Relation {
+    // SAFETY: try_table_open returns NULL for a missing relation, else an open relation
+    // locked until the end of the transaction.
+    unsafe { pg_sys::try_table_open(buffer, pg_sys::RowExclusiveLock as i32) }
+}
+
+/// Writes `row` into the buffer `rel` (open and locked), straight into its heap when nothing
+/// the executor would do is bypassed, else through the kept plan; closes `rel` (the lock is
+/// kept until the end of the transaction).
+///
+/// # Safety
+/// `rel` is the open, locked buffer of trigger `tgoid`'s valid plan.
+unsafe fn insert(tgoid: pg_sys::Oid, rel: pg_sys::Relation, row: &Row) {
+    // SAFETY: an open relation; its rd_rel and rd_att are valid while it is open.
+    unsafe {
+        let form = &*(*rel).rd_rel;
+        let name = PLANS.with(|p| p.borrow().get(&tgoid).map(|plan| plan.buffer_name.clone()));
+        let name = name.unwrap_or_default();
+        if form.relhastriggers || form.relhasrules {
+            errors::invalid_buffer(
+                FUNCTION,
+                &format!(
+                    "{name} is refused: it has triggers or rules, which would run as its writer"
+                ),
+            );
+        }
+        if !form.relhasindex && !form.relrowsecurity {
+            let tupdesc = (*rel).rd_att;
+            let natts = (*tupdesc).natts as usize;
+            let mut values = vec![pg_sys::Datum::from(0); natts];
+            let mut isnull = vec![true; natts];
+            for i in 0..natts {
+                let att = attribute(tupdesc, i);
+                if att.attisdropped {
+                    continue;
+                }
+                let column = attribute_name(att);
+                let Some(k) = VALUE_COLUMNS.iter().position(|c| *c == column) else {
+                    errors::invalid_buffer(
+                        FUNCTION,
+                        &format!("{name} is not a change buffer: it has a column {column:?}"),
+                    );
+                };
+                values[i] = row.values[k];
+                isnull[i] = row.nulls[k];
+            }
+            let tuple = pg_sys::heap_form_tuple(tupdesc, values.as_mut_ptr(), isnull.as_mut_ptr());
+            pg_sys::simple_heap_insert(rel, tuple);
+            pg_sys::heap_freetuple(tuple);
+            pg_sys::table_close(rel, pg_sys::NoLock as i32);
+            return;
+        }
+        pg_sys::table_close(rel, pg_sys::NoLock as i32);
+        let kept = PLANS.with(|p| p.borrow().get(&tgoid).and_then(|plan| plan.spi));
+        let plan = match kept {
+            Some(plan) => plan,
+            None => {
+                let plan = prepare_insert(&name);
+                let stored = PLANS.with(|p| match p.borrow_mut().get_mut(&tgoid) {
+                    Some(cached) => {
+                        cached.spi = Some(plan);
+                        true
+                    }
+                    None => false,
+                });
+                if !stored {
+                    spi::free_plan(plan);
+
+                    errors::invalid_argument(FUNCTION, "no capture plan".into());
+                }
+                plan
+            }
+        };
+        let mut values = row.values;
+        let nulls: [std::ffi::c_char; 11] =
+            std::array::from_fn(|i| if row.nulls[i] { b'n' } else { b' ' } as std::ffi::c_char);
+        let rc = spi::execute_plan(plan, &mut values, &nulls);
+        if rc != pg_sys::SPI_OK_INSERT as i32 {
+            errors::invalid_argument(FUNCTION, format!("the buffer insert returned {rc}"));
+        }
+    }
+}
+
+/// The extension's owner (who owns `pgtrickle_changes`, and may create tables there).
+fn extension_owner() -> pg_sys::Oid {
+    spi::one::<pg_sys::Oid>(
+        "SELECT extowner FROM pg_catalog.pg_extension \
+         WHERE extname OPERATOR(pg_catalog.=) 'pg_trickle_ext'",
+        &[],
+    )
+    .unwrap_or(pg_sys::InvalidOid)
+}
+
+/// Creates the change buffer of `source` (in the extension's `pgtrickle_changes`, owned by
+/// the source's owner, without PUBLIC access, depending on the source) and its capture
+/// triggers, after validating the source and its identity; returns the buffer. The caller
+/// must have the privileges of the source's owner.
+pub fn capture_table(source_oid: pg_sys::Oid) -> String {
+    let src = source(source_oid);
+    if !src.callers {
+        errors::refused(
+            CAPTURE_TABLE,
+            "42501",
+            &format!("must be the owner of {} to capture it", src.name),
+        );
+    }
+    check_source(CAPTURE_TABLE, &src);
     // Refused by name when the source has no usable identity.
-    identity_of(CAPTURE_TABLE, source);
+    identity_of(CAPTURE_TABLE, source_oid);
     let buffer = QualifiedName::new(
         buffer::DEFAULT_SCHEMA,
-        &format!("changes_{}", u32::from(source)),
+        &format!("changes_{}", u32::from(source_oid)),
     );
-    let source_name = buffer_name(source);
-    let exists = Spi::get_one_with_args::<bool>(
-        "SELECT to_regclass($1) IS NOT NULL",
-        &[buffer.quoted().as_str().into()],
-    )
-    .unwrap_or_else(|e| errors::catalog_query(&e))
-    .unwrap_or(false);
-    let run = |sql: &str| Spi::run(sql).unwrap_or_else(|e| errors::catalog_query(&e));
-    if exists {
-        check_buffer(CAPTURE_TABLE, &buffer.quoted());
-    } else {
-        run(&format!(
-            "CREATE SCHEMA IF NOT EXISTS {}",
-            quote_ident(buffer::DEFAULT_SCHEMA)
-        ));
-        run(&buffer::create_table(&buffer));
-        run(&buffer::revoke_public(&buffer));
-        // The triggers write as the source's owner: the buffer is theirs.
-        run(&format!(
-            "DO $$ BEGIN IF (SELECT relowner FROM pg_class WHERE oid = {src}) \
-             <> (SELECT relowner FROM pg_class WHERE oid = {buf}::regclass) THEN \
-             EXECUTE format('ALTER TABLE %s OWNER TO %I', {buf}::regclass, \
-             (SELECT r.rolname FROM pg_class c JOIN pg_roles r ON r.oid = c.relowner \
-             WHERE c.oid = {src})); END IF; END $$",
-            src = u32::from(source),
-            buf = quote_literal(&buffer.quoted()),
-        ));
-    }
-    let arg = buffer.quoted().replace('\'', "''");
-    run(&format!(
-        "CREATE OR REPLACE TRIGGER pgtrickle_capture AFTER INSERT OR UPDATE OR DELETE ON {source_name} \
-         FOR EACH ROW EXECUTE FUNCTION pgtrickle.capture_changes('{arg}')"
-    ));
-    run(&format!(
-        "CREATE OR REPLACE TRIGGER pgtrickle_capture_truncate AFTER TRUNCATE ON {source_name} \
-         FOR EACH STATEMENT EXECUTE FUNCTION pgtrickle.capture_changes('{arg}')"
-    ));
-    buffer.quoted()
-}
-
-fn quote_literal(s: &str) -> String {
-    format!("'{}'", s.replace('\'', "''"))
-}
-
-/// Refuses `buffer` (a relation name) unless its columns are the buffer shape and every row
-/// is of this library's versions: what a reader calls before consuming a buffer.
-pub fn check_buffer(function: &str, buffer: &str) {
-    let oid =
-        Spi::get_one_with_args::<pg_sys::Oid>("SELECT to_regclass($1)::oid", &[buffer.into()])
-            .unwrap_or_else(|e| errors::catalog_query(&e))
-            .unwrap_or_else(|| {
-                errors::invalid_argument(function, format!("{buffer:?} does not exist"))
+    let quoted = buffer.quoted();
+    let existing = buffer_oid(&buffer);
+    let owner_name = role_name(src.owner);
+    // Creating in, and giving away objects of, the extension's schema is its owner's right:
+    // done as that role, restricted, with the locked path, from OIDs and quoted names.
+    let as_extension = |f: &dyn Fn()| as_owner(extension_owner(), f);
+    let oid = match existing {
+        Some(oid) => {
+            // An existing buffer is adopted only if capture_table made it for this source; a
+            // new owner of the source is given it.
+            verify_made_for(CAPTURE_TABLE, oid, source_oid);
+            if writers(oid).owner != owner_name {
+                as_extension(&|| {
+                    spi::run(&format!("ALTER TABLE {quoted} OWNER TO {owner_name}"), &[])
+                });
+            }
+            oid
+        }
+        None => {
+            // Fails unless the schema is the extension's own.
+            changes_schema();
+            as_extension(&|| {
+                spi::run(&buffer::create_table(&buffer), &[]);
+                spi::run(&buffer::revoke_public(&buffer), &[]);
+                spi::run(&format!("ALTER TABLE {quoted} OWNER TO {owner_name}"), &[]);
             });
-    check_shape(function, oid);
-    let name = buffer_name(oid);
-    let query = buffer::foreign_versions_query(&name);
-    let found = Spi::connect(|c| {
-        let mut rows = c.select(&query, Some(1), &[])?;
-        Ok::<_, pgrx::spi::SpiError>(match rows.next() {
-            Some(row) => Some((
-                row.get::<i16>(1)?.unwrap_or(0),
-                row.get::<i16>(2)?.unwrap_or(0),
-            )),
-            None => None,
-        })
+            let oid = buffer_oid(&buffer).unwrap_or(pg_sys::InvalidOid);
+            record_dependency(oid, source_oid);
+            oid
+        }
+    };
+    // The triggers write as the owner, who must be able to reach the buffer by name.
+    as_extension(&|| {
+        spi::run(
+            &format!(
+                "GRANT USAGE ON SCHEMA {} TO {owner_name}",
+                quote_ident(buffer::DEFAULT_SCHEMA)
+            ),
+            &[],
+        )
+    });
+    verify_buffer(CAPTURE_TABLE, oid, source_oid, src.owner);
+    let arg = quoted.replace('\'', "''");
+    with_locked_search_path(|| {
+        for (name, events, level) in [
+            ("pgtrickle_capture", "INSERT OR UPDATE OR DELETE", "ROW"),
+            ("pgtrickle_capture_truncate", "TRUNCATE", "STATEMENT"),
+        ] {
+            spi::run(
+                &format!(
+                    "CREATE OR REPLACE TRIGGER {name} AFTER {events} ON {} FOR EACH {level} \
+                     EXECUTE FUNCTION pgtrickle.capture_changes('{arg}')",
+                    src.name
+                ),
+                &[],
+            );
+        }
+    });
+    quoted
+}
+
+/// The OID of the relation `name` names, read from the catalog (the caller may not have
+/// USAGE on its schema yet, which a lookup by name through the path would need).
+fn buffer_oid(name: &QualifiedName) -> Option<pg_sys::Oid> {
+    spi::one::<pg_sys::Oid>(
+        "SELECT c.oid FROM pg_catalog.pg_class c \
+         JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace \
+         WHERE n.nspname OPERATOR(pg_catalog.=) $1 AND c.relname OPERATOR(pg_catalog.=) $2",
+        &[
+            name.schema.as_deref().unwrap_or_default().into(),
+            name.name.as_str().into(),
+        ],
+    )
+}
+
+/// Records that `buffer` depends on `source` (automatically: dropping the source drops it).
+fn record_dependency(buffer: pg_sys::Oid, source: pg_sys::Oid) {
+    let address = |oid| pg_sys::ObjectAddress {
+        classId: pg_sys::RelationRelationId,
+        objectId: oid,
+        objectSubId: 0,
+    };
+    // SAFETY: both relations exist (the buffer was created above, in this transaction).
+    unsafe {
+        pg_sys::recordDependencyOn(
+            &address(buffer),
+            &address(source),
+            pg_sys::DependencyType::DEPENDENCY_AUTO,
+        );
+        pg_sys::CommandCounterIncrement();
+    }
+}
+
+/// Refuses `buffer` (a relation) unless its columns are the buffer shape, nobody but its
+/// owner (for a trigger buffer: its source's owner) can write it, writing it runs no code,
+/// and every row is of this library's versions: what a reader calls before consuming a
+/// buffer.
+pub fn check_buffer(function: &str, oid: pg_sys::Oid) {
+    let name = relation_name(oid);
+    if let Err(e) = buffer::check_shape(&name, &buffer_columns(oid)) {
+        errors::invalid_buffer(function, &e.to_string());
+    }
+    let w = writers(oid);
+    // A trigger buffer belongs to its source's owner; another buffer (rowid-cdc's) to
+    // whoever owns it.
+    let source_owner = spi::one::<String>(
+        &format!(
+            "SELECT c.relowner::pg_catalog.regrole::pg_catalog.text \
+             FROM pg_catalog.pg_depend d \
+             JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) d.refobjid \
+             WHERE d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_class'::pg_catalog.regclass \
+               AND d.objid OPERATOR(pg_catalog.=) {} \
+               AND d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_class'::pg_catalog.regclass \
+               AND d.deptype OPERATOR(pg_catalog.=) 'a' LIMIT 1",
+            u32::from(oid)
+        ),
+        &[],
+    );
+    let owner = source_owner.unwrap_or_else(|| w.owner.clone());
+    if let Err(e) = buffer::check_writers(&name, &w, &owner) {
+        errors::invalid_buffer(function, &e.to_string());
+    }
+    let found = spi::rows(&buffer::foreign_versions_query(&name), &[], |row| {
+        Ok((
+            row.get::<i16>(1)?.unwrap_or(0),
+            row.get::<i16>(2)?.unwrap_or(0),
+        ))
     })
-    .unwrap_or_else(|e| errors::catalog_query(&e));
+    .pop();
     if let Some((identity, probe)) = found {
         errors::invalid_buffer(
             function,

@@ -2,18 +2,17 @@
 //! a relation's index candidates and columns, the server's context, the `pgtrickle.row_id`
 //! domain, the storage facts and type-cache entries the Datum readers are built from, and
 //! enum labels. Used when a call site's cache is built and by the validation
-//! functions; never per row. Syscache and lsyscache lookups where they suffice; fixed SPI
-//! queries for what spans several catalogs (index keys, the database default collation).
+//! functions; never per row. Syscache and lsyscache lookups where they suffice; fixed,
+//! fully qualified queries through [`crate::spi`] (locked search path) for what spans
+//! several catalogs (index keys, the database default collation).
 
 use pgrx::pg_sys;
-use pgrx::prelude::*;
-use pgrx::spi::SpiResult;
 use rowid_registry::{
     Collation, CollationProvider, CompositeField, FieldSpec, IndexCandidate, KeyColumn, OpClass,
     ServerContext, TypeRef,
 };
 
-use crate::errors;
+use crate::spi;
 
 /// The facts resolution and planning depend on: major, database encoding, block size.
 pub fn server_context() -> ServerContext {
@@ -33,198 +32,234 @@ pub fn type_name(oid: pg_sys::Oid) -> String {
         .into_owned()
 }
 
-/// The result of a fixed catalog query; a failure is an internal error.
-fn spi<T>(r: SpiResult<T>) -> T {
-    r.unwrap_or_else(|e| errors::catalog_query(&e))
-}
-
 /// A collation's facts from pg_collation (the database default resolved to the database's
 /// provider and locale).
 pub fn collation(oid: pg_sys::Oid) -> Option<Collation> {
-    let oid = u32::from(oid);
-    if oid == 0 {
+    if oid == pg_sys::InvalidOid {
         return None;
     }
     let query = format!(
-        "SELECT c.collname::text, \
-                CASE WHEN c.collprovider = 'd' THEN d.datlocprovider::text ELSE c.collprovider::text END, \
+        "SELECT c.collname::pg_catalog.text, \
+                CASE WHEN c.collprovider OPERATOR(pg_catalog.=) 'd' \
+                     THEN d.datlocprovider::pg_catalog.text ELSE c.collprovider::pg_catalog.text END, \
                 c.collisdeterministic, \
-                CASE WHEN c.collprovider = 'd' THEN d.datcollate ELSE coalesce(c.collcollate, '') END \
-         FROM pg_collation c, pg_database d \
-         WHERE c.oid = {oid} AND d.datname = current_database()"
+                CASE WHEN c.collprovider OPERATOR(pg_catalog.=) 'd' THEN d.datcollate \
+                     ELSE COALESCE(c.collcollate, '') END \
+         FROM pg_catalog.pg_collation c, pg_catalog.pg_database d \
+         WHERE c.oid OPERATOR(pg_catalog.=) {} \
+           AND d.datname OPERATOR(pg_catalog.=) pg_catalog.current_database()",
+        u32::from(oid)
     );
-    spi(Spi::connect(|c| {
-        let rows = c.select(&query, None, &[])?;
-        let mut out = None;
-        for row in rows {
-            let provider = match row.get::<String>(2)?.as_deref() {
-                Some("c") => CollationProvider::Libc,
-                Some("i") => CollationProvider::Icu,
-                Some("b") => CollationProvider::Builtin,
-                _ => CollationProvider::Default,
-            };
-            out = Some(Collation {
-                name: row.get::<String>(1)?.unwrap_or_default(),
-                provider,
-                deterministic: row.get::<bool>(3)?.unwrap_or(false),
-                locale: row.get::<String>(4)?.unwrap_or_default(),
-            });
-        }
-        Ok(out)
-    }))
+    spi::rows(&query, &[], |row| {
+        let provider = match row.get::<String>(2)?.as_deref() {
+            Some("c") => CollationProvider::Libc,
+            Some("i") => CollationProvider::Icu,
+            Some("b") => CollationProvider::Builtin,
+            _ => CollationProvider::Default,
+        };
+        Ok(Collation {
+            name: row.get::<String>(1)?.unwrap_or_default(),
+            provider,
+            deterministic: row.get::<bool>(3)?.unwrap_or(false),
+            locale: row.get::<String>(4)?.unwrap_or_default(),
+        })
+    })
+    .pop()
 }
 
 /// The index candidates of `rel` as catalog data.
 pub fn index_candidates(rel: pg_sys::Oid) -> Vec<IndexCandidate> {
     let query = format!(
-        "SELECT i.indexrelid::regclass::text, i.indisprimary, i.indisunique, \
-                i.indisvalid AND i.indisready, i.indpred IS NOT NULL, i.indexprs IS NOT NULL, \
-                NOT i.indimmediate, i.indnullsnotdistinct, \
-                array_agg(coalesce(a.attname::text, '') ORDER BY k.ord), \
-                array_agg(coalesce(a.attnotnull, false) ORDER BY k.ord), \
-                array_agg(coalesce(a.atttypid, 0) ORDER BY k.ord), \
-                array_agg(coalesce(a.atttypmod, -1) ORDER BY k.ord), \
-                array_agg(k.coll ORDER BY k.ord), \
-                array_agg(coalesce(oc.opcdefault, false) ORDER BY k.ord), \
-                array_agg(coalesce(oc.opcname::text, '') ORDER BY k.ord) \
-         FROM pg_index i \
-         CROSS JOIN LATERAL unnest(i.indkey::int2[], i.indcollation::oid[], i.indclass::oid[]) \
+        "SELECT i.indexrelid::pg_catalog.regclass::pg_catalog.text, i.indisprimary, \
+                i.indisunique, i.indisvalid AND i.indisready, i.indpred IS NOT NULL, \
+                i.indexprs IS NOT NULL, NOT i.indimmediate, i.indnullsnotdistinct, \
+                pg_catalog.array_agg(COALESCE(a.attname::pg_catalog.text, '') ORDER BY k.ord), \
+                pg_catalog.array_agg(COALESCE(a.attnotnull, false) ORDER BY k.ord), \
+                pg_catalog.array_agg(COALESCE(a.atttypid, 0) ORDER BY k.ord), \
+                pg_catalog.array_agg(COALESCE(a.atttypmod, -1) ORDER BY k.ord), \
+                pg_catalog.array_agg(k.coll ORDER BY k.ord), \
+                pg_catalog.array_agg(COALESCE(oc.opcdefault, false) ORDER BY k.ord), \
+                pg_catalog.array_agg(COALESCE(oc.opcname::pg_catalog.text, '') ORDER BY k.ord) \
+         FROM pg_catalog.pg_index i \
+         CROSS JOIN LATERAL ROWS FROM (pg_catalog.unnest(i.indkey::pg_catalog.int2[]), \
+              pg_catalog.unnest(i.indcollation::pg_catalog.oid[]), \
+              pg_catalog.unnest(i.indclass::pg_catalog.oid[])) \
               WITH ORDINALITY AS k(attnum, coll, opclass, ord) \
-         LEFT JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum AND k.attnum > 0 \
-         LEFT JOIN pg_opclass oc ON oc.oid = k.opclass \
-         WHERE i.indrelid = {} AND k.ord <= i.indnkeyatts \
+         LEFT JOIN pg_catalog.pg_attribute a ON a.attrelid OPERATOR(pg_catalog.=) i.indrelid \
+              AND a.attnum OPERATOR(pg_catalog.=) k.attnum AND k.attnum OPERATOR(pg_catalog.>) 0 \
+         LEFT JOIN pg_catalog.pg_opclass oc ON oc.oid OPERATOR(pg_catalog.=) k.opclass \
+         WHERE i.indrelid OPERATOR(pg_catalog.=) {} \
+           AND k.ord OPERATOR(pg_catalog.<=) i.indnkeyatts \
          GROUP BY 1, 2, 3, 4, 5, 6, 7, 8 ORDER BY 1",
         u32::from(rel)
     );
-    spi(Spi::connect(|c| {
-        let mut out = Vec::new();
-        for row in c.select(&query, None, &[])? {
-            let names: Vec<String> = row.get(9)?.unwrap_or_default();
-            let not_null: Vec<bool> = row.get(10)?.unwrap_or_default();
-            let types: Vec<pg_sys::Oid> = row.get(11)?.unwrap_or_default();
-            let typmods: Vec<i32> = row.get(12)?.unwrap_or_default();
-            let colls: Vec<pg_sys::Oid> = row.get(13)?.unwrap_or_default();
-            let defaults: Vec<bool> = row.get(14)?.unwrap_or_default();
-            let opcnames: Vec<String> = row.get(15)?.unwrap_or_default();
-            let columns = (0..names.len())
-                .map(|k| KeyColumn {
-                    name: names[k].clone(),
-                    not_null: not_null[k],
-                    field: FieldSpec {
-                        expr: names[k].clone(),
-                        // Expression columns (attnum 0) have no column type; such an
-                        // index is ineligible before its columns are resolved.
-                        ty: if types[k] == pg_sys::InvalidOid {
-                            TypeRef::Other {
-                                oid: 0,
-                                name: "expression".into(),
-                            }
-                        } else {
-                            type_ref(types[k], &collation)
-                        },
-                        typmod: typmods[k],
-                        collation: collation(colls[k]),
-                        opclass: if defaults[k] {
-                            OpClass::Default
-                        } else {
-                            OpClass::NonDefault(opcnames[k].clone())
-                        },
+    spi::rows(&query, &[], |row| {
+        let names: Vec<String> = row.get(9)?.unwrap_or_default();
+        let not_null: Vec<bool> = row.get(10)?.unwrap_or_default();
+        let types: Vec<pg_sys::Oid> = row.get(11)?.unwrap_or_default();
+        let typmods: Vec<i32> = row.get(12)?.unwrap_or_default();
+        let colls: Vec<pg_sys::Oid> = row.get(13)?.unwrap_or_default();
+        let defaults: Vec<bool> = row.get(14)?.unwrap_or_default();
+        let opcnames: Vec<String> = row.get(15)?.unwrap_or_default();
+        let columns = (0..names.len())
+            .map(|k| KeyColumn {
+                name: names[k].clone(),
+                not_null: not_null[k],
+                field: FieldSpec {
+                    expr: names[k].clone(),
+                    // Expression columns (attnum 0) have no column type; such an index is
+                    // ineligible before its columns are resolved.
+                    ty: if types[k] == pg_sys::InvalidOid {
+                        TypeRef::Other {
+                            oid: 0,
+                            name: "expression".into(),
+                        }
+                    } else {
+                        type_ref(types[k], &collation)
                     },
-                })
-                .collect();
-            out.push(IndexCandidate {
-                name: row.get::<String>(1)?.unwrap_or_default(),
-                primary: row.get::<bool>(2)?.unwrap_or(false),
-                unique: row.get::<bool>(3)?.unwrap_or(false),
-                valid: row.get::<bool>(4)?.unwrap_or(false),
-                partial: row.get::<bool>(5)?.unwrap_or(false),
-                expressions: row.get::<bool>(6)?.unwrap_or(false),
-                deferrable: row.get::<bool>(7)?.unwrap_or(false),
-                nulls_not_distinct: row.get::<bool>(8)?.unwrap_or(false),
-                columns,
-            });
-        }
-        Ok(out)
-    }))
+                    typmod: typmods[k],
+                    collation: collation(colls[k]),
+                    opclass: if defaults[k] {
+                        OpClass::Default
+                    } else {
+                        OpClass::NonDefault(opcnames[k].clone())
+                    },
+                },
+            })
+            .collect();
+        Ok(IndexCandidate {
+            name: row.get::<String>(1)?.unwrap_or_default(),
+            primary: row.get::<bool>(2)?.unwrap_or(false),
+            unique: row.get::<bool>(3)?.unwrap_or(false),
+            valid: row.get::<bool>(4)?.unwrap_or(false),
+            partial: row.get::<bool>(5)?.unwrap_or(false),
+            expressions: row.get::<bool>(6)?.unwrap_or(false),
+            deferrable: row.get::<bool>(7)?.unwrap_or(false),
+            nulls_not_distinct: row.get::<bool>(8)?.unwrap_or(false),
+            columns,
+        })
+    })
 }
 
-/// Every user column of `rel`, for the keyless rule.
+/// The OID of index `name` (as [`index_candidates`] names it) among `rel`'s indexes.
+pub fn index_oid(rel: pg_sys::Oid, name: &str) -> Option<pg_sys::Oid> {
+    spi::one::<pg_sys::Oid>(
+        &format!(
+            "SELECT i.indexrelid FROM pg_catalog.pg_index i \
+             WHERE i.indrelid OPERATOR(pg_catalog.=) {} \
+               AND i.indexrelid::pg_catalog.regclass::pg_catalog.text OPERATOR(pg_catalog.=) $1",
+            u32::from(rel)
+        ),
+        &[name.into()],
+    )
+}
+
+/// Every user column of `rel` that a row image carries (not dropped, not generated: the
+/// columns pgoutput publishes), for the keyless rule.
 pub fn all_columns(rel: pg_sys::Oid) -> Vec<FieldSpec> {
     let query = format!(
-        "SELECT attname::text, atttypid, atttypmod, attcollation FROM pg_attribute \
-         WHERE attrelid = {} AND attnum > 0 AND NOT attisdropped ORDER BY attnum",
+        "SELECT attname::pg_catalog.text, atttypid, atttypmod, attcollation \
+         FROM pg_catalog.pg_attribute \
+         WHERE attrelid OPERATOR(pg_catalog.=) {} AND attnum OPERATOR(pg_catalog.>) 0 \
+           AND NOT attisdropped AND attgenerated OPERATOR(pg_catalog.=) '' \
+         ORDER BY attnum",
         u32::from(rel)
     );
-    spi(Spi::connect(|c| {
-        let mut out = Vec::new();
-        for row in c.select(&query, None, &[])? {
-            let name = row.get::<String>(1)?.unwrap_or_default();
-            let ty = row.get::<pg_sys::Oid>(2)?.unwrap_or(pg_sys::InvalidOid);
-            out.push(FieldSpec {
-                expr: name,
-                ty: type_ref(ty, &collation),
-                typmod: row.get::<i32>(3)?.unwrap_or(-1),
-                collation: collation(row.get::<pg_sys::Oid>(4)?.unwrap_or(pg_sys::InvalidOid)),
-                opclass: OpClass::Default,
-            });
-        }
-        Ok(out)
-    }))
+    spi::rows(&query, &[], |row| {
+        let name = row.get::<String>(1)?.unwrap_or_default();
+        let ty = row.get::<pg_sys::Oid>(2)?.unwrap_or(pg_sys::InvalidOid);
+        Ok(FieldSpec {
+            expr: name,
+            ty: type_ref(ty, &collation),
+            typmod: row.get::<i32>(3)?.unwrap_or(-1),
+            collation: collation(row.get::<pg_sys::Oid>(4)?.unwrap_or(pg_sys::InvalidOid)),
+            opclass: OpClass::Default,
+        })
+    })
 }
 
-/// A table's namespace, name and `relreplident`, through SPI (so, inside a transaction
-/// that imported a snapshot, as of that snapshot); `None` when no table (plain or
-/// partitioned) has that OID.
-pub fn relation_facts(rel: pg_sys::Oid) -> Option<(String, String, u8)> {
+/// What the identity schema says of a table: namespace, name, `relreplident`, `relkind`.
+pub struct RelationFacts {
+    /// Schema name.
+    pub namespace: String,
+    /// Relation name.
+    pub relname: String,
+    /// `relreplident`.
+    pub replica_identity: u8,
+    /// `relkind`.
+    pub kind: u8,
+}
+
+/// A table's facts, through SPI (so, inside a transaction that imported a snapshot, as of
+/// that snapshot); `None` when no table (plain or partitioned) has that OID.
+pub fn relation_facts(rel: pg_sys::Oid) -> Option<RelationFacts> {
     let query = format!(
-        "SELECT n.nspname::text, c.relname::text, c.relreplident::text FROM pg_class c \
-         JOIN pg_namespace n ON n.oid = c.relnamespace \
-         WHERE c.oid = {} AND c.relkind IN ('r', 'p')",
+        "SELECT n.nspname::pg_catalog.text, c.relname::pg_catalog.text, \
+                c.relreplident::pg_catalog.text, c.relkind::pg_catalog.text \
+         FROM pg_catalog.pg_class c \
+         JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace \
+         WHERE c.oid OPERATOR(pg_catalog.=) {} AND c.relkind IN ('r', 'p')",
         u32::from(rel)
     );
-    spi(Spi::connect(|c| {
-        let mut rows = c.select(&query, Some(1), &[])?;
-        let Some(row) = rows.next() else {
-            return Ok(None);
-        };
-        let ri = row.get::<String>(3)?.unwrap_or_default();
-        Ok(Some((
-            row.get::<String>(1)?.unwrap_or_default(),
-            row.get::<String>(2)?.unwrap_or_default(),
-            ri.bytes().next().unwrap_or(b'd'),
-        )))
-    }))
+    let byte = |s: Option<String>, default| s.and_then(|s| s.bytes().next()).unwrap_or(default);
+    spi::rows(&query, &[], |row| {
+        Ok(RelationFacts {
+            namespace: row.get::<String>(1)?.unwrap_or_default(),
+            relname: row.get::<String>(2)?.unwrap_or_default(),
+            replica_identity: byte(row.get::<String>(3)?, b'd'),
+            kind: byte(row.get::<String>(4)?, b'r'),
+        })
+    })
+    .pop()
+}
+
+/// The leaf partitions of partitioned table `rel` whose replica identity setting is not
+/// `replica_identity`, by name.
+pub fn leaves_with_other_replica_identity(rel: pg_sys::Oid, replica_identity: u8) -> Vec<String> {
+    let query = format!(
+        "SELECT c.oid::pg_catalog.regclass::pg_catalog.text \
+         FROM pg_catalog.pg_partition_tree({}::pg_catalog.regclass) t \
+         JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) t.relid \
+         WHERE t.isleaf AND c.relreplident::pg_catalog.text OPERATOR(pg_catalog.<>) $1 ORDER BY 1",
+        u32::from(rel)
+    );
+    let ri = char::from(replica_identity).to_string();
+    spi::rows(&query, &[ri.as_str().into()], |row| {
+        Ok(row.get::<String>(1)?.unwrap_or_default())
+    })
 }
 
 /// A table's columns as pgoutput publishes them (not dropped, not generated), in attnum
 /// order: attnum, name, type OID, NOT NULL.
 pub fn published_columns(rel: pg_sys::Oid) -> Vec<(i16, String, u32, bool)> {
     let query = format!(
-        "SELECT attnum, attname::text, atttypid, attnotnull FROM pg_attribute \
-         WHERE attrelid = {} AND attnum > 0 AND NOT attisdropped AND attgenerated = '' \
+        "SELECT attnum, attname::pg_catalog.text, atttypid, attnotnull \
+         FROM pg_catalog.pg_attribute \
+         WHERE attrelid OPERATOR(pg_catalog.=) {} AND attnum OPERATOR(pg_catalog.>) 0 \
+           AND NOT attisdropped AND attgenerated OPERATOR(pg_catalog.=) '' \
          ORDER BY attnum",
         u32::from(rel)
     );
-    spi(Spi::connect(|c| {
-        let mut out = Vec::new();
-        for row in c.select(&query, None, &[])? {
-            out.push((
-                row.get::<i16>(1)?.unwrap_or(0),
-                row.get::<String>(2)?.unwrap_or_default(),
-                u32::from(row.get::<pg_sys::Oid>(3)?.unwrap_or(pg_sys::InvalidOid)),
-                row.get::<bool>(4)?.unwrap_or(false),
-            ));
-        }
-        Ok(out)
-    }))
+    spi::rows(&query, &[], |row| {
+        Ok((
+            row.get::<i16>(1)?.unwrap_or(0),
+            row.get::<String>(2)?.unwrap_or_default(),
+            u32::from(row.get::<pg_sys::Oid>(3)?.unwrap_or(pg_sys::InvalidOid)),
+            row.get::<bool>(4)?.unwrap_or(false),
+        ))
+    })
 }
 
-/// `rel`'s name as `regclass` prints it (schema-qualified when not on the search path).
+/// `rel`'s name as `regclass` prints it under the locked search path: always
+/// schema-qualified (unless in `pg_catalog`), whatever the caller's path.
 pub fn relation_name(rel: pg_sys::Oid) -> String {
-    spi(Spi::get_one::<String>(&format!(
-        "SELECT {}::regclass::text",
-        u32::from(rel)
-    )))
+    spi::one::<String>(
+        &format!(
+            "SELECT {}::pg_catalog.regclass::pg_catalog.text",
+            u32::from(rel)
+        ),
+        &[],
+    )
     .unwrap_or_default()
 }
 
@@ -361,6 +396,55 @@ fn composite_fields(
     // SAFETY: the copy made above, no longer referenced.
     unsafe { pg_sys::FreeTupleDesc(tupdesc) };
     fields
+}
+
+/// The relations (`typrelid`) of every composite type a value of type `oid` can contain:
+/// through domains, array elements, range subtypes, multiranges and composite attributes.
+/// `ALTER TYPE` on a composite sends a relcache invalidation for its relation; a cache of
+/// readers built from the type's descriptor watches these.
+pub fn composite_relations(oid: pg_sys::Oid) -> Vec<pg_sys::Oid> {
+    let mut out = Vec::new();
+    composite_relations_into(oid, 0, &mut out);
+    out
+}
+
+fn composite_relations_into(oid: pg_sys::Oid, depth: u32, out: &mut Vec<pg_sys::Oid>) {
+    if depth > MAX_TYPE_NESTING || oid == pg_sys::InvalidOid {
+        return;
+    }
+    let next =
+        |o: pg_sys::Oid, out: &mut Vec<pg_sys::Oid>| composite_relations_into(o, depth + 1, out);
+    // SAFETY: lsyscache lookups on type OIDs from the catalogs.
+    unsafe {
+        let base = pg_sys::getBaseType(oid);
+        if base != oid {
+            return next(base, out);
+        }
+        let element = pg_sys::get_element_type(oid);
+        if element != pg_sys::InvalidOid {
+            return next(element, out);
+        }
+        match pg_sys::get_typtype(oid) as u8 {
+            b'c' => {
+                let rel = pg_sys::get_typ_typrelid(oid);
+                if rel == pg_sys::InvalidOid || out.contains(&rel) {
+                    return;
+                }
+                out.push(rel);
+                let tupdesc = row_descriptor(oid, -1, pg_sys::CurrentMemoryContext);
+                for i in 0..(*tupdesc).natts as usize {
+                    let att = attribute(tupdesc, i);
+                    if !att.attisdropped {
+                        next(att.atttypid, out);
+                    }
+                }
+                pg_sys::FreeTupleDesc(tupdesc);
+            }
+            b'r' => next(pg_sys::get_range_subtype(oid), out),
+            b'm' => next(pg_sys::get_multirange_range(oid), out),
+            _ => {}
+        }
+    }
 }
 
 /// A domain's base type (the type itself for any other type).

@@ -415,7 +415,7 @@ fn source_identities_are_validated_from_the_catalogs() {
     )
     .expect("setup");
     let (identity, index, bytes, class, ddl, _) = source_plan("s_int", "immediate");
-    assert_eq!((identity.as_str(), index.as_deref(), bytes, class.as_str()), ("SCAN_KEY", Some("s_int_pkey"), Some(17), "direct_unique"));
+    assert_eq!((identity.as_str(), index.as_deref(), bytes, class.as_str()), ("SCAN_KEY", Some("public.s_int_pkey"), Some(17), "direct_unique"));
     assert!(ddl.starts_with("CREATE UNIQUE INDEX"), "{ddl}");
     let (identity, _, bytes, class, ddl, _) = source_plan("s_text", "refresh");
     assert_eq!((identity.as_str(), bytes, class.as_str()), ("SCAN_KEY", None, "probe_expression"));
@@ -702,7 +702,7 @@ fn identity_schema_messages_describe_the_key() {
     assert!(s.columns[0].not_null && !s.columns[3].not_null);
     let def = s.identity.expect("a key");
     assert_eq!((def.domain, def.primary), (Domain::ScanKey, true));
-    assert_eq!(def.index.as_deref(), Some("im_keyed_pkey"));
+    assert_eq!(def.index.as_deref(), Some("public.im_keyed_pkey"));
     let domain_oid = Spi::get_one::<pg_sys::Oid>("SELECT 'im_pos'::regtype::oid")
         .expect("runs")
         .expect("oid");

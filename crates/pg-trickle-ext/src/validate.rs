@@ -14,7 +14,7 @@ use rowid_registry::{
 };
 
 use crate::catalog::{
-    all_columns, collation, index_candidates, relation_name, server_context, type_collation,
+    all_columns, collation, index_candidates, relation_facts, server_context, type_collation,
     type_ref,
 };
 use crate::errors;
@@ -183,10 +183,10 @@ fn validate_source_identity(
 > {
     let mode = mode_of(SOURCE, mode);
     let ctx = server_context();
-    let table = QualifiedName {
-        schema: None,
-        name: format!("{}_storage", relation_name(rel)),
+    let Some(facts) = relation_facts(rel) else {
+        errors::invalid_argument(SOURCE, format!("OID {} is not a table", u32::from(rel)));
     };
+    let table = QualifiedName::new(&facts.namespace, &format!("{}_storage", facts.relname));
     let (identity, index, columns, schema, uniqueness, passed) =
         match choose_scan_key(&index_candidates(rel), &ctx) {
             Ok(key) => (

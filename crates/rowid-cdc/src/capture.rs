@@ -2,9 +2,17 @@
 //! in, change events with identities out. No I/O: the transport feeds it, a sink takes what
 //! it emits.
 //!
-//! - **The identity schema travels in-band** (spec/identity-messages.md): a schema message
-//!   replaces a relation's schema at its position; changes before it use the old one. Schemas
-//!   written inside a transaction become the committed authority at its Commit.
+//! - **The identity schema travels in-band** (spec/identity-messages.md, format 2): a change
+//!   of a row of `pgtrickle.identity_schemas` (the one table whose OID the caller
+//!   authenticated, [`Capture::with_identity_table`]) replaces a relation's schema at its
+//!   position; changes before it use the old one. Schemas written inside a transaction become
+//!   the committed authority at its Commit. A logical message with the format-1 prefix is
+//!   reported ([`Output::Notice`]) and ignored: any role can write one.
+//! - **One relation never stops the others**: a change whose identity cannot be derived (no
+//!   schema at its position, no old row to name what an UPDATE or DELETE removed, a Relation
+//!   message the schema does not describe) is emitted as an [`Op::Unidentified`] event naming
+//!   the change and why, unless the capture is strict ([`Capture::strict`]), where it is an
+//!   error naming the table and the fix.
 //! - **Bindings belong to their Relation message**: a binding is rebuilt whenever a new
 //!   Relation message or a schema message for the relation arrives, and checked against the
 //!   schema (key columns, replica identity) before the first change uses it.
@@ -19,7 +27,7 @@
 //!   are replayed silently: their schema messages are applied, their changes are not emitted,
 //!   and their Commit is emitted marked `delivered` so the state catches up.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use bytes::Bytes;
 use rowid_pgoutput::{
@@ -28,10 +36,10 @@ use rowid_pgoutput::{
 };
 
 use crate::error::CaptureError;
-use crate::event::{ChangeEvent, Op};
+use crate::event::{ChangeEvent, Op, Unidentified};
 use crate::lsn::Lsn;
 use rowid_registry::schema_message::{
-    MESSAGE_PREFIX, RelationSchema, ReplicaIdentity, SchemaMessage,
+    IDENTITY_TABLE, MESSAGE_PREFIX, RelationSchema, ReplicaIdentity, SchemaMessage,
 };
 
 /// What [`Capture::apply`] emits, in stream order.
@@ -62,6 +70,15 @@ pub enum Output {
         /// The sink already holds this transaction (see [`Capture::with_delivered`]): record
         /// it in the state, do not commit the sink again.
         delivered: bool,
+    },
+    /// Something the operator must hear of that did not stop capture: a logical message
+    /// claiming to be an identity schema, a malformed identity schema row. Never carries a
+    /// message's payload.
+    Notice {
+        /// LSN of the message it concerns.
+        lsn: Lsn,
+        /// What happened.
+        message: String,
     },
 }
 
@@ -101,6 +118,12 @@ pub struct Capture {
     resume_after: Lsn,
     /// Transactions whose commit is at or below this are in the sink already.
     delivered_through: Lsn,
+    /// `pgtrickle.identity_schemas`: the only relation whose rows are identity schemas.
+    identity_table: Option<u32>,
+    /// Stop on a change whose identity cannot be derived instead of emitting it unidentified.
+    strict: bool,
+    /// Relations whose changes are not captured (a sink's own tables in the source database).
+    ignored: BTreeSet<u32>,
 }
 
 impl Capture {
@@ -123,7 +146,32 @@ impl Capture {
             txn: None,
             resume_after,
             delivered_through: resume_after,
+            identity_table: None,
+            strict: false,
+            ignored: BTreeSet::new(),
         }
+    }
+
+    /// Reads identity schemas from the rows of the relation with OID `relid`: the
+    /// `pgtrickle.identity_schemas` the caller found, owned by the extension and writable by
+    /// nobody else (spec/identity-messages.md §5).
+    pub fn with_identity_table(mut self, relid: u32) -> Capture {
+        self.identity_table = Some(relid);
+        self
+    }
+
+    /// A change whose identity cannot be derived stops capture with an error naming the
+    /// table and the fix, instead of becoming an [`Op::Unidentified`] event.
+    pub fn strict(mut self, strict: bool) -> Capture {
+        self.strict = strict;
+        self
+    }
+
+    /// Changes of these relations are skipped (a sink's own buffer in the source database:
+    /// capturing its writes would feed them back forever).
+    pub fn ignoring(mut self, relids: impl IntoIterator<Item = u32>) -> Capture {
+        self.ignored.extend(relids);
+        self
     }
 
     /// Tells the capture that the sink itself recorded every transaction committing at or
@@ -237,29 +285,38 @@ impl Capture {
                 content,
                 ..
             } if prefix == MESSAGE_PREFIX => {
-                if !transactional {
-                    return Err(protocol(
-                        "a non-transactional identity schema message (they must be written \
-                         with pg_logical_emit_message(true, ...))",
-                    ));
-                }
-                let txn = self
-                    .txn
-                    .as_mut()
-                    .ok_or_else(|| protocol("identity schema message outside a transaction"))?;
-                let message = SchemaMessage::parse(&content)
-                    .map_err(|error| CaptureError::SchemaMessage { lsn, error })?;
-                if !txn.skip {
-                    let relid = message.relid();
-                    let schema = match message {
-                        SchemaMessage::Schema(s) => Some(s),
-                        SchemaMessage::Dropped { .. } => None,
-                    };
-                    txn.schemas.insert(relid, schema);
-                    self.bindings.remove(&relid);
+                // Any role can write a logical message: it is never a schema. Reported once
+                // (not again when a delivered transaction is resent).
+                if !self.txn.as_ref().is_some_and(|t| t.skip) {
+                    let claims = SchemaMessage::parse(&content)
+                        .map(|m| format!(", claiming relation OID {}", m.relid()))
+                        .unwrap_or_default();
+                    out.push(Output::Notice {
+                        lsn,
+                        message: format!(
+                            "ignored a{} logical message with prefix {MESSAGE_PREFIX} ({} bytes{claims}): \
+                             identity schemas are read only from {}.{}, which only the \
+                             extension writes (spec/identity-messages.md format 2)",
+                            if transactional { " transactional" } else { " non-transactional" },
+                            content.len(),
+                            IDENTITY_TABLE.0,
+                            IDENTITY_TABLE.1
+                        ),
+                    });
                 }
             }
             Message::Message { .. } => {}
+            Message::Insert { relid, new, .. } if Some(relid) == self.identity_table => {
+                self.schema_row(lsn, Some(&new), None, out)?;
+            }
+            Message::Update {
+                relid, old, new, ..
+            } if Some(relid) == self.identity_table => {
+                self.schema_row(lsn, Some(&new), old.as_ref(), out)?;
+            }
+            Message::Delete { relid, old, .. } if Some(relid) == self.identity_table => {
+                self.schema_row(lsn, None, Some(&old), out)?;
+            }
             Message::Insert { relid, new, .. } => {
                 if let Some(e) = self.change(lsn, relid, Op::Insert, None, Some(&new))? {
                     out.push(Output::Change(e));
@@ -279,7 +336,11 @@ impl Capture {
             }
             Message::Truncate { relids, .. } => {
                 for relid in relids {
-                    if let Some(e) = self.truncate(lsn, relid)? {
+                    if Some(relid) == self.identity_table {
+                        self.forget_all_schemas(lsn, out)?;
+                        continue;
+                    }
+                    if let Some(e) = self.change(lsn, relid, Op::Truncate, None, None)? {
                         out.push(Output::Change(e));
                     }
                 }
@@ -325,7 +386,9 @@ impl Capture {
         Ok((!txn.skip && !txn.replay).then_some(txn))
     }
 
-    /// Binds the schema in force to the current Relation message, unless already bound.
+    /// Binds the schema in force to the current Relation message, unless already bound. A
+    /// relation whose old rows cannot give the identity (REPLICA IDENTITY NOTHING, keyless
+    /// without FULL) is bound for its new rows; its UPDATEs and DELETEs are unidentified.
     fn bind(&mut self, lsn: Lsn, relid: u32) -> Result<&Binding, CaptureError> {
         if !self.bindings.contains_key(&relid) {
             let relation = self.relation(lsn, relid)?;
@@ -354,14 +417,13 @@ impl Capture {
                     });
                 }
             };
-            let bound =
-                identity
-                    .bind(relation, &self.flags)
-                    .map_err(|mismatch| CaptureError::Schema {
-                        lsn,
-                        relation: name,
-                        mismatch,
-                    })?;
+            let bound = identity
+                .bind_new_rows(relation, &self.flags)
+                .map_err(|mismatch| CaptureError::Schema {
+                    lsn,
+                    relation: name,
+                    mismatch,
+                })?;
             let key = bound.column_names().map(str::to_string).collect();
             self.bindings.insert(relid, Binding { bound, key });
         }
@@ -384,7 +446,63 @@ impl Capture {
         let Some(txn) = self.live_txn(lsn)? else {
             return Ok(None);
         };
+        if self.ignored.contains(&relid) {
+            return Ok(None);
+        }
         let (xid, commit_lsn, commit_ts) = (txn.xid, txn.commit_lsn, txn.commit_ts);
+        let relation = self.relation(lsn, relid)?;
+        let base = ChangeEvent {
+            commit_lsn,
+            lsn,
+            xid,
+            commit_ts,
+            relid,
+            relation: format!("{}.{}", relation.namespace, relation.name),
+            op,
+            domain: None,
+            key: Vec::new(),
+            old_id: None,
+            new_id: None,
+            backfilled: false,
+            unidentified: None,
+        };
+        // A truncate names no row: it has no identity to derive.
+        let identified = (op != Op::Truncate).then(|| self.identify(lsn, relid, op, old, new));
+        let event = match identified {
+            None => base,
+            Some(Ok(found)) => ChangeEvent {
+                domain: Some(found.domain),
+                key: found.key,
+                old_id: found.old_id,
+                new_id: found.new_id,
+                backfilled: found.backfilled,
+                ..base
+            },
+            Some(Err(e)) if self.strict || !e.is_about_one_change() => return Err(e),
+            Some(Err(e)) => ChangeEvent {
+                op: Op::Unidentified,
+                unidentified: Some(Unidentified {
+                    change: op,
+                    reason: e.reason(),
+                }),
+                ..base
+            },
+        };
+        if let Some(t) = self.txn.as_mut() {
+            t.changes += 1;
+        }
+        Ok(Some(event))
+    }
+
+    /// The identities of one change, or why it has none.
+    fn identify(
+        &mut self,
+        lsn: Lsn,
+        relid: u32,
+        op: Op,
+        old: Option<&OldTuple>,
+        new: Option<&Tuple>,
+    ) -> Result<Identified, CaptureError> {
         self.bind(lsn, relid)?;
         let relation = self.relation(lsn, relid)?;
         let binding = self
@@ -425,6 +543,12 @@ impl Capture {
                 Some(id)
             }
         };
+        let no_old_row = |why: String| CaptureError::OldRowUnavailable {
+            lsn,
+            relation: name.clone(),
+            op,
+            why,
+        };
         let old_id = match (op, old) {
             (_, Some(old)) => {
                 let mut id = Vec::new();
@@ -435,60 +559,171 @@ impl Capture {
                 Some(id)
             }
             // An UPDATE without an old tuple did not change the replica identity columns:
-            // the key, checked equal to them at binding, is unchanged.
-            (Op::Update, None) if relation.replica_identity != b'f' => new_id.clone(),
-            (Op::Update, None) => {
-                return Err(CaptureError::Protocol {
-                    lsn,
-                    detail: format!("UPDATE of {name} (REPLICA IDENTITY FULL) without its old row"),
-                });
+            // the key, checked equal to them at binding, is unchanged. Unless there is no
+            // replica identity to speak of (NOTHING, or a keyless identity without FULL).
+            (Op::Update, None) => match binding.bound.old_rows_unavailable() {
+                Some(why) => return Err(no_old_row(why.to_string())),
+                None if relation.replica_identity == b'f' => {
+                    return Err(no_old_row(
+                        "REPLICA IDENTITY FULL, yet the UPDATE carried no old row".into(),
+                    ));
+                }
+                None => new_id.clone(),
+            },
+            (Op::Delete, None) => {
+                return Err(no_old_row("the DELETE carried no old row".into()));
             }
             _ => None,
         };
-        let event = ChangeEvent {
-            commit_lsn,
-            lsn,
-            xid,
-            commit_ts,
-            relid,
-            relation: name,
-            op,
-            domain: Some(binding.bound.domain()),
+        Ok(Identified {
+            domain: binding.bound.domain(),
             key: binding.key.clone(),
             old_id,
             new_id,
             backfilled,
-        };
-        if let Some(t) = self.txn.as_mut() {
-            t.changes += 1;
-        }
-        Ok(Some(event))
+        })
     }
 
-    fn truncate(&mut self, lsn: Lsn, relid: u32) -> Result<Option<ChangeEvent>, CaptureError> {
-        let Some(txn) = self.live_txn(lsn)? else {
-            return Ok(None);
+    /// A change of a row of the identity schema table: `new` for an INSERT or UPDATE (the
+    /// relation's schema from here on), `old` alone for a DELETE (the relation was dropped).
+    /// A row that does not hold a valid schema is reported and leaves its relation without
+    /// one (its changes are unidentified until its next schema), it never stops capture.
+    fn schema_row(
+        &mut self,
+        lsn: Lsn,
+        new: Option<&Tuple>,
+        old: Option<&OldTuple>,
+        out: &mut Vec<Output>,
+    ) -> Result<(), CaptureError> {
+        let table = self.identity_table.unwrap_or_default();
+        let relation = self.relation(lsn, table)?;
+        let position = |column: &str| {
+            relation
+                .columns
+                .iter()
+                .position(|c| c.name == column)
+                .ok_or_else(|| CaptureError::Protocol {
+                    lsn,
+                    detail: format!(
+                        "{}.{} (OID {table}) has no column {column}: it is not the extension's \
+                         identity schema table",
+                        relation.namespace, relation.name
+                    ),
+                })
         };
-        let (xid, commit_lsn, commit_ts) = (txn.xid, txn.commit_lsn, txn.commit_ts);
-        let relation = self.relation(lsn, relid)?;
-        let event = ChangeEvent {
-            commit_lsn,
+        let (relid_at, schema_at) = (position("relid")?, position("schema")?);
+        let txn = self.txn.as_ref().ok_or_else(|| CaptureError::Protocol {
             lsn,
-            xid,
-            commit_ts,
-            relid,
-            relation: format!("{}.{}", relation.namespace, relation.name),
-            op: Op::Truncate,
-            domain: None,
-            key: Vec::new(),
-            old_id: None,
-            new_id: None,
-            backfilled: false,
+            detail: "identity schema row outside a transaction".into(),
+        })?;
+        if txn.skip {
+            return Ok(());
+        }
+        let row = match (new, old) {
+            (Some(row), _) => row,
+            (None, Some(OldTuple::Key(row) | OldTuple::Full(row))) => row,
+            (None, None) => return Ok(()),
+        };
+        let Some(relid) = oid_column(row.get(relid_at)) else {
+            out.push(Output::Notice {
+                lsn,
+                message: "ignored an identity schema row without a relation OID".into(),
+            });
+            return Ok(());
+        };
+        let schema = match new {
+            None => None,
+            Some(row) => match row.get(schema_at) {
+                // An UPDATE that left the content alone: the schema in force stays.
+                Some(Column::UnchangedToast) => return Ok(()),
+                Some(Column::Binary(b) | Column::Text(b)) => match SchemaMessage::parse(b) {
+                    Ok(SchemaMessage::Schema(s)) if s.relid == relid => Some(s),
+                    Ok(SchemaMessage::Dropped { .. }) => None,
+                    Ok(SchemaMessage::Schema(s)) => {
+                        return self.malformed_row(
+                            lsn,
+                            relid,
+                            &format!("its content describes relation OID {}", s.relid),
+                            out,
+                        );
+                    }
+                    Err(e) => return self.malformed_row(lsn, relid, &e.to_string(), out),
+                },
+                _ => return self.malformed_row(lsn, relid, "its content is NULL", out),
+            },
         };
         if let Some(t) = self.txn.as_mut() {
-            t.changes += 1;
+            t.schemas.insert(relid, schema);
         }
-        Ok(Some(event))
+        self.bindings.remove(&relid);
+        Ok(())
+    }
+
+    /// An identity schema row that is not a valid schema: reported, and its relation is left
+    /// without a schema from here on (never a stale one).
+    fn malformed_row(
+        &mut self,
+        lsn: Lsn,
+        relid: u32,
+        why: &str,
+        out: &mut Vec<Output>,
+    ) -> Result<(), CaptureError> {
+        out.push(Output::Notice {
+            lsn,
+            message: format!(
+                "the identity schema row of relation OID {relid} is not a valid schema ({why}): \
+                 its changes are unidentified until its next schema"
+            ),
+        });
+        if let Some(t) = self.txn.as_mut() {
+            t.schemas.insert(relid, None);
+        }
+        self.bindings.remove(&relid);
+        Ok(())
+    }
+
+    /// The identity schema table was truncated (only its owner can): no schema is known from
+    /// here on.
+    fn forget_all_schemas(&mut self, lsn: Lsn, out: &mut Vec<Output>) -> Result<(), CaptureError> {
+        let Some(txn) = self.txn.as_mut() else {
+            return Err(CaptureError::Protocol {
+                lsn,
+                detail: "TRUNCATE outside a transaction".into(),
+            });
+        };
+        if txn.skip {
+            return Ok(());
+        }
+        let known: Vec<u32> = self.schemas.keys().copied().collect();
+        for relid in known {
+            txn.schemas.insert(relid, None);
+        }
+        self.bindings.clear();
+        out.push(Output::Notice {
+            lsn,
+            message: "the identity schema table was truncated: every relation's changes are \
+                      unidentified until its next schema"
+                .into(),
+        });
+        Ok(())
+    }
+}
+
+/// The identities of one change.
+struct Identified {
+    domain: rowid_codec::Domain,
+    key: Vec<String>,
+    old_id: Option<Vec<u8>>,
+    new_id: Option<Vec<u8>>,
+    backfilled: bool,
+}
+
+/// An `oid` column's value (binary: 4 bytes big-endian; text: decimal).
+fn oid_column(c: Option<&Column>) -> Option<u32> {
+    match c? {
+        Column::Binary(b) => <[u8; 4]>::try_from(b.as_ref()).ok().map(u32::from_be_bytes),
+        Column::Text(t) => std::str::from_utf8(t).ok()?.parse().ok(),
+        _ => None,
     }
 }
 

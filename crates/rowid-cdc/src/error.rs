@@ -5,6 +5,7 @@ use std::fmt;
 
 use rowid_pgoutput::{DecodeError, IdentityError, IncompleteAfterImage, SchemaMismatch};
 
+use crate::event::Op;
 use crate::lsn::Lsn;
 use rowid_registry::schema_message::{Refusal, SchemaMessageError};
 
@@ -96,6 +97,59 @@ pub enum CaptureError {
         /// Which columns.
         error: IncompleteAfterImage,
     },
+    /// An UPDATE or DELETE whose old row the stream does not carry, so the row it removed
+    /// cannot be named.
+    OldRowUnavailable {
+        /// LSN of the change.
+        lsn: Lsn,
+        /// `schema.name`.
+        relation: String,
+        /// The change.
+        op: Op,
+        /// Why there is no old row to read the identity from.
+        why: String,
+    },
+}
+
+impl CaptureError {
+    /// True when the error concerns one change of one relation (its identity could not be
+    /// derived): capture can go on and emit that change unidentified. False when the stream
+    /// itself is broken or not what was asked for.
+    pub fn is_about_one_change(&self) -> bool {
+        matches!(
+            self,
+            CaptureError::NoSchema { .. }
+                | CaptureError::NoIdentity { .. }
+                | CaptureError::Schema { .. }
+                | CaptureError::ReplicaIdentityDiffers { .. }
+                | CaptureError::Identity { .. }
+                | CaptureError::Incomplete { .. }
+                | CaptureError::OldRowUnavailable { .. }
+        )
+    }
+
+    /// Why a change has no identity, for an unidentified event (the event names the relation
+    /// and the LSN itself): the message without them, never identity bytes.
+    pub fn reason(&self) -> String {
+        match self {
+            CaptureError::NoSchema { .. } => "no identity schema for the relation at this \
+                position: identity messages were not enabled when it was published, or it was \
+                created by CREATE TABLE AS and these rows come before its schema"
+                .into(),
+            CaptureError::NoIdentity { refusal, .. } => format!(
+                "no usable identity ({}): {}",
+                refusal.sqlstate, refusal.message
+            ),
+            CaptureError::Schema { mismatch, .. } => mismatch.to_string(),
+            CaptureError::ReplicaIdentityDiffers { schema, stream, .. } => format!(
+                "the identity schema says REPLICA IDENTITY {schema}, the stream says {stream}"
+            ),
+            CaptureError::Identity { error, .. } => error.to_string(),
+            CaptureError::Incomplete { error, .. } => error.to_string(),
+            CaptureError::OldRowUnavailable { why, .. } => why.clone(),
+            other => other.to_string(),
+        }
+    }
 }
 
 impl fmt::Display for CaptureError {
@@ -153,6 +207,16 @@ impl fmt::Display for CaptureError {
                 error,
             } => write!(f, "at {lsn}: {relation}: {error}"),
             CaptureError::Incomplete { lsn, error } => write!(f, "at {lsn}: {error}"),
+            CaptureError::OldRowUnavailable {
+                lsn,
+                relation,
+                op,
+                why,
+            } => write!(
+                f,
+                "at {lsn}: {relation}: the {} names no row: {why}",
+                op.name().to_uppercase()
+            ),
         }
     }
 }

@@ -17,18 +17,34 @@ pub enum Op {
     Delete,
     /// The relation was truncated: no identity.
     Truncate,
+    /// A change whose identity could not be derived (no identity schema for the relation
+    /// at its position, no old row to name the row an UPDATE or DELETE removed, a Relation
+    /// message the schema does not describe, ...): no identity, and
+    /// [`ChangeEvent::unidentified`] says which change it was and why. A consumer keeping
+    /// state of that relation must rebuild it.
+    Unidentified,
 }
 
 impl Op {
-    /// `insert`, `update`, `delete`, `truncate`.
+    /// `insert`, `update`, `delete`, `truncate`, `unidentified`.
     pub fn name(self) -> &'static str {
         match self {
             Op::Insert => "insert",
             Op::Update => "update",
             Op::Delete => "delete",
             Op::Truncate => "truncate",
+            Op::Unidentified => "unidentified",
         }
     }
+}
+
+/// What an [`Op::Unidentified`] event was, and why it has no identity.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Unidentified {
+    /// The change the stream carried (insert, update or delete).
+    pub change: Op,
+    /// Why no identity was derived, with the fix when there is one (never identity bytes).
+    pub reason: String,
 }
 
 /// One change of a committed transaction, with its identities.
@@ -59,6 +75,8 @@ pub struct ChangeEvent {
     /// The after-image had unchanged TOASTed identity columns that were filled from the old
     /// row (exact: the value did not change).
     pub backfilled: bool,
+    /// For [`Op::Unidentified`]: the change and why it has no identity (`None` otherwise).
+    pub unidentified: Option<Unidentified>,
 }
 
 /// Seconds between 1970-01-01 and PostgreSQL's epoch, 2000-01-01.
@@ -149,7 +167,12 @@ impl ChangeEvent {
             Some(id) => push_hex(out, id),
             None => out.push_str("null"),
         }
-        let _ = writeln!(out, ",\"backfilled\":{}}}", self.backfilled);
+        let _ = write!(out, ",\"backfilled\":{}", self.backfilled);
+        if let Some(u) = &self.unidentified {
+            let _ = write!(out, ",\"change\":\"{}\",\"reason\":", u.change.name());
+            push_str(out, &u.reason);
+        }
+        out.push_str("}\n");
     }
 }
 
@@ -185,6 +208,7 @@ mod tests {
             old_id: Some(vec![0x02, 0xff]),
             new_id: None,
             backfilled: true,
+            unidentified: None,
         };
         let mut line = String::new();
         e.write_json_line(&mut line);
@@ -200,5 +224,26 @@ mod tests {
         assert_eq!(v["new_id"], serde_json::Value::Null);
         assert_eq!(v["backfilled"], true);
         assert_eq!(v["commit_time"], "2000-01-01T00:00:00.000000Z");
+        assert!(v.get("reason").is_none());
+
+        let u = ChangeEvent {
+            op: Op::Unidentified,
+            domain: None,
+            key: vec![],
+            old_id: None,
+            backfilled: false,
+            unidentified: Some(Unidentified {
+                change: Op::Update,
+                reason: "no \"old\" row".into(),
+            }),
+            ..e
+        };
+        line.clear();
+        u.write_json_line(&mut line);
+        let v: serde_json::Value = serde_json::from_str(&line).unwrap_or_default();
+        assert_eq!(v["op"], "unidentified");
+        assert_eq!(v["change"], "update");
+        assert_eq!(v["reason"], "no \"old\" row");
+        assert_eq!(v["old_id"], serde_json::Value::Null);
     }
 }

@@ -1,25 +1,42 @@
-//! Following a slot: the checks at start, the slot's creation with the identity schemas read
-//! at its consistent point, the replication stream into the pipeline, acknowledgements after
-//! durability, a progress line, and reconnection with backoff when the connection drops.
+//! Following a slot, the command's main loop. The data flow:
+//!
+//! ```text
+//! SQL connection ──checks──▶ slot (created at a consistent point, schemas read there)
+//!                                    │
+//! replication connection ──pgoutput──▶ Pipeline (capture ─▶ sink ─▶ state file) ──▶ ack
+//!        ▲                                                                          │
+//!        └────────────────── standby status: the durable position ◀─────────────────┘
+//! ```
+//!
+//! Invariants: nothing is acknowledged that the sink has not made durable and the state file
+//! does not hold; a position reported with nothing in flight is acknowledged too, so an idle
+//! slot never pins WAL; a lost connection (either one) resumes at the last durable position.
+//! The checks are in [`crate::checks`], the slot in [`crate::slot`], the connections in
+//! [`crate::net`] and [`crate::replication`], the progress line in [`crate::progress`].
 
-use std::fmt;
+use std::collections::BTreeSet;
+
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use pgwire_replication::{PgWireError, ReplicationClient, ReplicationEvent};
-use rowid_codec::Domain;
 use rowid_pgoutput::{CommitInfo, FlagBits, Message};
-use rowid_registry::schema_message::{RelationSchema, ReplicaIdentity, SchemaMessage};
+use rowid_registry::schema_message::RelationSchema;
 use rowid_registry::sql::QualifiedName;
-use tokio_postgres::{Client, GenericClient, NoTls};
+use tokio_postgres::Client;
 
 use crate::capture::Capture;
-use crate::dsn::Dsn;
+pub use crate::cdc_error::CdcError;
+use crate::cdc_error::setup;
+use crate::conninfo::Conninfo;
 use crate::lsn::Lsn;
+use crate::net::{self, Session};
 use crate::pg_sink::{PostgresSink, Target};
 use crate::pipeline::{Pipeline, PipelineError};
+use crate::progress::Progress;
 use crate::sink::{JsonlFile, JsonlStdout, Null, Sink};
-use crate::state::{State, StateError};
+use crate::state::State;
+use crate::{checks, heartbeat, replication, slot};
 
 /// Where events go.
 #[derive(Clone, Debug)]
@@ -33,7 +50,7 @@ pub enum SinkSpec {
     /// Change rows into a PostgreSQL change buffer (`None`: the source's database).
     Postgres {
         /// The sink's database.
-        dsn: Option<Box<Dsn>>,
+        dsn: Option<Box<Conninfo>>,
         /// The buffer.
         buffer: QualifiedName,
     },
@@ -43,7 +60,7 @@ pub enum SinkSpec {
 #[derive(Clone, Debug)]
 pub struct Options {
     /// The server.
-    pub dsn: Dsn,
+    pub dsn: Conninfo,
     /// The logical replication slot.
     pub slot: String,
     /// The publication.
@@ -58,281 +75,53 @@ pub struct Options {
     pub progress: bool,
     /// Stop once this many changes were delivered (tests, benchmarks).
     pub stop_after: Option<u64>,
+    /// Refuse to start when a published table cannot give every change an identity, and
+    /// stop at a change without one, instead of emitting it unidentified.
+    pub strict: bool,
+    /// Write a heartbeat into the database this often (for a database that is itself idle).
+    pub heartbeat: Option<Duration>,
 }
 
-/// Why following stopped.
-#[derive(Debug)]
-pub enum CdcError {
-    /// The server, the slot, the publication or the tables are not usable as they are.
-    Setup(String),
-    /// The ordinary SQL connection failed.
-    Sql(tokio_postgres::Error),
-    /// The replication connection failed for good.
-    Replication(PgWireError),
-    /// Capture, sink or state failed.
-    Pipeline(PipelineError),
-    /// The state file.
-    State(StateError),
-    /// The sink could not be opened.
-    Sink(std::io::Error),
-}
-
-impl fmt::Display for CdcError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            CdcError::Setup(m) => write!(f, "{m}"),
-            CdcError::Sql(e) => match e.as_db_error() {
-                Some(db) => write!(f, "{}: {}", db.code().code(), db.message()),
-                None => {
-                    // tokio-postgres puts the cause (refused, no such socket, ...) in the source.
-                    write!(f, "{e}")?;
-                    let mut source = std::error::Error::source(e);
-                    while let Some(s) = source {
-                        write!(f, ": {s}")?;
-                        source = s.source();
-                    }
-                    Ok(())
-                }
-            },
-            CdcError::Replication(e) => write!(f, "replication connection: {e}"),
-            CdcError::Pipeline(e) => write!(f, "{e}"),
-            CdcError::State(e) => write!(f, "{e}"),
-            CdcError::Sink(e) => write!(f, "sink: {e}"),
-        }
-    }
-}
-
-impl std::error::Error for CdcError {}
-
-impl From<tokio_postgres::Error> for CdcError {
-    fn from(e: tokio_postgres::Error) -> CdcError {
-        CdcError::Sql(e)
-    }
-}
-
-fn setup(message: impl Into<String>) -> CdcError {
-    CdcError::Setup(message.into())
-}
-
-/// Slot names reach START_REPLICATION unquoted: PostgreSQL's own rule for them.
-fn check_slot_name(slot: &str) -> Result<(), CdcError> {
-    let ok = !slot.is_empty()
-        && slot.len() < 64
-        && slot
-            .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
-    if ok {
-        Ok(())
-    } else {
-        Err(setup(format!(
-            "--slot {slot:?}: a replication slot name has 1-63 lower-case letters, digits and \
-             underscores"
-        )))
-    }
-}
-
-async fn connect_sql(dsn: &Dsn) -> Result<Client, CdcError> {
-    let (client, connection) = dsn.sql().connect(NoTls).await.map_err(|e| {
-        setup(format!(
-            "cannot connect to {}: {}",
-            dsn.describe(),
-            CdcError::Sql(e)
-        ))
-    })?;
+/// The SQL connection of the checks, with a locked search path.
+async fn connect_sql(dsn: &Conninfo) -> Result<(Client, Session), CdcError> {
+    let connected = net::connect(dsn).await.map_err(|e| setup(e.message))?;
     tokio::spawn(async move {
-        let _ = connection.await;
+        let _ = connected.connection.await;
     });
-    Ok(client)
-}
-
-/// The server-side facts checked before anything is created or streamed.
-async fn check_server(client: &Client, opts: &Options) -> Result<(), CdcError> {
-    let wal_level: String = client.query_one("SHOW wal_level", &[]).await?.get(0);
-    if wal_level != "logical" {
-        return Err(setup(format!(
-            "wal_level is {wal_level}: logical decoding needs wal_level = logical \
-             (ALTER SYSTEM SET wal_level = logical, then restart the server)"
-        )));
-    }
-    let publication = client
-        .query_opt(
-            "SELECT 1 FROM pg_publication WHERE pubname = $1",
-            &[&opts.publication],
-        )
+    connected
+        .client
+        .batch_execute("SET search_path = pg_catalog, pg_temp")
         .await?;
-    if publication.is_none() {
-        return Err(setup(format!(
-            "publication {:?} does not exist in this database (CREATE PUBLICATION {} FOR ...)",
-            opts.publication, opts.publication
-        )));
-    }
-    let triggers: i64 = client
-        .query_one(
-            "SELECT count(*) FROM pg_event_trigger WHERE evtname IN \
-             ('pgtrickle_identity_ddl', 'pgtrickle_identity_drop') AND evtenabled <> 'D'",
-            &[],
-        )
-        .await?
-        .get(0);
-    if triggers != 2 {
-        return Err(setup(
-            "identity messages are not enabled: without them a key changed while changes are \
-             in flight would be applied to the wrong changes. As a superuser: CREATE EXTENSION \
-             IF NOT EXISTS pg_trickle_ext; SELECT pgtrickle.enable_identity_messages();",
-        ));
-    }
-    Ok(())
+    Ok((connected.client, connected.session))
 }
 
-/// The published tables' identity schemas, as the connection's snapshot sees them.
-async fn read_schemas(
-    client: &impl GenericClient,
-    publication: &str,
-) -> Result<Vec<RelationSchema>, CdcError> {
-    let rows = client
-        .query(
-            "SELECT pgtrickle.identity_schema(format('%I.%I', schemaname, tablename)::regclass) \
-             FROM pg_publication_tables WHERE pubname = $1 ORDER BY schemaname, tablename",
-            &[&publication],
-        )
-        .await?;
-    rows.iter()
-        .map(|r| {
-            let json: String = r.get(0);
-            match SchemaMessage::parse(json.as_bytes()) {
-                Ok(SchemaMessage::Schema(s)) => Ok(s),
-                Ok(other) => Err(setup(format!("unexpected identity message {other:?}"))),
-                Err(e) => Err(setup(format!("pgtrickle.identity_schema: {e}"))),
-            }
-        })
-        .collect()
-}
-
-/// Every published table must have an identity the WAL can carry; all offenders are named.
-fn check_identities(schemas: &[RelationSchema]) -> Result<(), CdcError> {
-    let mut problems = Vec::new();
-    for s in schemas {
-        let name = s.qualified_name();
-        match (&s.identity, s.replica_identity) {
-            (_, ReplicaIdentity::Nothing) => problems.push(format!(
-                "{name}: REPLICA IDENTITY NOTHING (updates and deletes carry no old key)"
-            )),
-            (Err(r), _) => problems.push(format!(
-                "{name}: no usable identity ({}): {}",
-                r.sqlstate, r.message
-            )),
-            (Ok(def), ri) if def.domain == Domain::KeylessRow && ri != ReplicaIdentity::Full => {
-                problems.push(format!(
-                    "{name}: no eligible key and REPLICA IDENTITY {}: a keyless identity needs \
-                     REPLICA IDENTITY FULL (ALTER TABLE {name} REPLICA IDENTITY FULL)",
-                    ri.name()
-                ));
-            }
-            _ => {}
-        }
-    }
+/// Names the published tables some of whose changes will have no identity (but those in
+/// `ignored`, the sink's own): a refusal under `--strict`, a warning otherwise.
+fn report(
+    schemas: &[RelationSchema],
+    ignored: &BTreeSet<u32>,
+    strict: bool,
+) -> Result<(), CdcError> {
+    let captured: Vec<RelationSchema> = schemas
+        .iter()
+        .filter(|s| !ignored.contains(&s.relid))
+        .cloned()
+        .collect();
+    let problems = checks::unidentified(&captured);
     if problems.is_empty() {
-        Ok(())
-    } else {
-        Err(setup(format!(
-            "published tables without a usable identity:\n  {}",
-            problems.join("\n  ")
-        )))
+        return Ok(());
     }
-}
-
-/// A slot as `pg_replication_slots` shows it.
-struct SlotInfo {
-    active_pid: Option<i32>,
-    plugin: Option<String>,
-}
-
-/// The slot, if it exists; slot names are cluster-wide, so one of another database or kind
-/// is an error naming it.
-async fn slot_info(client: &Client, slot: &str) -> Result<Option<SlotInfo>, CdcError> {
-    let Some(row) = client
-        .query_opt(
-            "SELECT active_pid, plugin::text, slot_type, database::text, \
-                    database = current_database() \
-             FROM pg_replication_slots WHERE slot_name = $1",
-            &[&slot],
-        )
-        .await?
-    else {
-        return Ok(None);
-    };
-    let kind: String = row.get(2);
-    let plugin: Option<String> = row.get(1);
-    if kind != "logical" || plugin.as_deref() != Some("pgoutput") {
+    let list = problems.join("\n  ");
+    if strict {
         return Err(setup(format!(
-            "slot {slot:?} is a {kind} slot with plugin {}: rowid-cdc needs a logical pgoutput slot",
-            plugin.unwrap_or_else(|| "none".into())
+            "--strict: published tables whose changes would have no identity:\n  {list}"
         )));
     }
-    if row.get::<_, Option<bool>>(4) != Some(true) {
-        return Err(setup(format!(
-            "slot {slot:?} belongs to database {}: slot names are cluster-wide, choose another",
-            row.get::<_, Option<String>>(3).unwrap_or_default()
-        )));
-    }
-    Ok(Some(SlotInfo {
-        active_pid: row.get(0),
-        plugin,
-    }))
-}
-
-/// Creates the slot and reads the identity schemas at its consistent point; returns the
-/// started-to-be client (gated: not streaming yet) and the initial state.
-async fn create_slot(
-    client: &mut Client,
-    opts: &Options,
-) -> Result<(ReplicationClient, State), CdcError> {
-    let cfg = opts.dsn.replication(&opts.slot, &opts.publication);
-    let mut repl = ReplicationClient::connect_gated(cfg)
-        .await
-        .map_err(CdcError::Replication)?;
-    let rows = repl
-        .simple_query(&format!(
-            "CREATE_REPLICATION_SLOT {} LOGICAL pgoutput (SNAPSHOT 'export')",
-            opts.slot
-        ))
-        .await
-        .map_err(CdcError::Replication)?;
-    let field = |i: usize| {
-        rows.first()
-            .and_then(|r| r.get(i).cloned().flatten())
-            .map(|b| String::from_utf8_lossy(&b).into_owned())
-            .ok_or_else(|| setup("CREATE_REPLICATION_SLOT returned no row"))
-    };
-    let consistent: Lsn = field(1)?
-        .parse()
-        .map_err(|e| setup(format!("consistent point: {e}")))?;
-    let snapshot = field(2)?;
-    // The exported snapshot lives until the replication connection's next command: read the
-    // schemas as of the consistent point now, before START_REPLICATION.
-    let tx = client
-        .build_transaction()
-        .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
-        .read_only(true)
-        .start()
-        .await?;
-    tx.batch_execute(&format!(
-        "SET TRANSACTION SNAPSHOT '{}'",
-        snapshot.replace('\'', "''")
-    ))
-    .await?;
-    let schemas = read_schemas(&tx, &opts.publication).await?;
-    tx.commit().await?;
-    check_identities(&schemas)?;
-    let state = State {
-        slot: opts.slot.clone(),
-        publication: opts.publication.clone(),
-        commit_lsn: Lsn::ZERO,
-        end_lsn: consistent,
-        sink_len: None,
-        schemas,
-    };
-    Ok((repl, state))
+    eprintln!(
+        "rowid-cdc: warning: published tables some of whose changes will be unidentified \
+         events (\"op\":\"unidentified\"; --strict refuses to start):\n  {list}"
+    );
+    Ok(())
 }
 
 /// Opens the sink. `state`: the state file's record (`None`: there is none yet, so the sink
@@ -346,7 +135,7 @@ fn open_sink(opts: &Options, state: Option<&State>) -> Result<Box<dyn Sink>, Cdc
         }
         SinkSpec::Postgres { dsn, buffer } => Box::new(
             PostgresSink::open(Target {
-                config: dsn.as_deref().unwrap_or(&opts.dsn).sql().clone(),
+                config: dsn.as_deref().unwrap_or(&opts.dsn).clone(),
                 buffer: buffer.clone(),
                 slot: opts.slot.clone(),
                 fresh: state.is_none(),
@@ -362,9 +151,13 @@ fn pipeline(
     opts: &Options,
     state: State,
     sink: Box<dyn Sink>,
+    ignored: &BTreeSet<u32>,
 ) -> Result<Pipeline<Box<dyn Sink>>, CdcError> {
     let capture = Capture::new(state.schemas.clone(), state.commit_lsn, FlagBits::default())
-        .with_delivered(sink.delivered().unwrap_or(Lsn::ZERO));
+        .with_delivered(sink.delivered().unwrap_or(Lsn::ZERO))
+        .with_identity_table(state.identity_table)
+        .strict(opts.strict)
+        .ignoring(ignored.iter().copied());
     Pipeline::new(capture, sink, state, Some(opts.state.clone())).map_err(CdcError::Pipeline)
 }
 
@@ -388,26 +181,72 @@ enum SessionEnd {
     SinkLost(CdcError),
 }
 
+/// What the checks at start leave for following: where to resume, the sink, what not to
+/// capture, how to reach the replication connection.
+struct Started {
+    /// The replication connection that created the slot (a new slot), not streaming yet.
+    gated: Option<ReplicationClient>,
+    state: State,
+    sink: Box<dyn Sink>,
+    /// The sink's own tables in the captured database.
+    ignored: BTreeSet<u32>,
+    /// What the SQL connection saw of the server (TLS, authentication, certificate).
+    seen: Session,
+}
+
 /// Follows the slot until asked to stop or an error that retrying cannot fix.
 pub async fn run(opts: Options) -> Result<(), CdcError> {
-    check_slot_name(&opts.slot)?;
-    let mut client = connect_sql(&opts.dsn).await?;
-    check_server(&client, &opts).await?;
-    let saved = State::load(&opts.state).map_err(CdcError::State)?;
-    if let Some(state) = &saved
-        && (state.slot != opts.slot || state.publication != opts.publication)
-    {
-        return Err(setup(format!(
-            "{} belongs to slot {:?} and publication {:?}, not {:?} and {:?}",
-            opts.state.display(),
-            state.slot,
-            state.publication,
-            opts.slot,
-            opts.publication
-        )));
+    let started = start(&opts).await?;
+    follow(&opts, started).await
+}
+
+/// The replication connection's settings, resuming at `start`.
+fn replication_config(
+    opts: &Options,
+    seen: &Session,
+    start: Lsn,
+) -> Result<pgwire_replication::ReplicationConfig, CdcError> {
+    replication::config(&opts.dsn, seen, &opts.slot, &opts.publication)
+        .map(|c| c.with_start_lsn(pgwire_replication::Lsn::from_u64(start.0)))
+        .map_err(setup)
+}
+
+/// The checks at start, the state, the sink and (with `--create-slot`) the slot.
+async fn start(opts: &Options) -> Result<Started, CdcError> {
+    slot::check_name(&opts.slot)?;
+    if opts.dsn.password_on_command_line() {
+        eprintln!(
+            "rowid-cdc: warning: the password is in --dsn, where other users of this machine \
+             can read it (ps); use PGPASSWORD, ~/.pgpass or ROWID_CDC_DSN"
+        );
     }
-    let slot = slot_info(&client, &opts.slot).await?;
-    if let Some(pid) = slot.as_ref().and_then(|s| s.active_pid) {
+    let (mut client, seen) = connect_sql(&opts.dsn).await?;
+    let identity_table = checks::server(&client, &opts.publication).await?;
+    let saved = State::load(&opts.state).map_err(CdcError::State)?;
+    if let Some(state) = &saved {
+        if state.slot != opts.slot || state.publication != opts.publication {
+            return Err(setup(format!(
+                "{} belongs to slot {:?} and publication {:?}, not {:?} and {:?}",
+                opts.state.display(),
+                state.slot,
+                state.publication,
+                opts.slot,
+                opts.publication
+            )));
+        }
+        if state.identity_table != identity_table {
+            return Err(setup(format!(
+                "{} trusts the identity schema table with OID {}, but the extension's is now \
+                 OID {identity_table} (the extension was dropped and created again): schema \
+                 changes in between are unknown; start over with a new state file and \
+                 --create-slot",
+                opts.state.display(),
+                state.identity_table
+            )));
+        }
+    }
+    let info = slot::info(&client, &opts.slot).await?;
+    if let Some(pid) = info.as_ref().and_then(|s| s.active_pid) {
         return Err(setup(format!(
             "slot {:?} is in use by the process with PID {pid}",
             opts.slot
@@ -415,10 +254,26 @@ pub async fn run(opts: Options) -> Result<(), CdcError> {
     }
     // The sink is opened (and checked) before a slot is created, so that a refused sink
     // leaves nothing behind.
-    let sink = open_sink(&opts, saved.as_ref())?;
-    let (mut gated, state) = match (saved, slot) {
-        (Some(state), Some(_)) => {
-            check_identities(&state.schemas)?;
+    let sink = open_sink(opts, saved.as_ref())?;
+    // A buffer in the database being captured is not captured itself: its writes would come
+    // back through the slot forever.
+    let source_database = net::database_id(&client).await;
+    let ignored: BTreeSet<u32> = match (&opts.sink, sink.own_tables()) {
+        (SinkSpec::Postgres { dsn, .. }, Some((database, tables)))
+            if dsn.is_none() || (database.is_some() && database == source_database) =>
+        {
+            eprintln!(
+                "rowid-cdc: the sink's own tables (OIDs {tables:?}) are in the captured database: \
+                 their changes are not captured"
+            );
+            tables.into_iter().collect()
+        }
+        _ => BTreeSet::new(),
+    };
+    let (gated, state) = match (saved, info) {
+        (Some(state), Some(info)) => {
+            checks::slot_position(&opts.slot, info.confirmed, state.end_lsn)?;
+            report(&state.schemas, &ignored, opts.strict)?;
             (None, state)
         }
         (Some(_), None) => {
@@ -429,13 +284,13 @@ pub async fn run(opts: Options) -> Result<(), CdcError> {
                 opts.state.display()
             )));
         }
-        (None, Some(slot)) => {
+        (None, Some(info)) => {
             return Err(setup(format!(
                 "slot {:?} exists (plugin {}) but {} does not: the identity schemas as of its \
                  position are unknown. Give the state file that followed it, or drop the slot \
                  and start with --create-slot",
                 opts.slot,
-                slot.plugin.unwrap_or_default(),
+                info.plugin.unwrap_or_default(),
                 opts.state.display()
             )));
         }
@@ -446,32 +301,72 @@ pub async fn run(opts: Options) -> Result<(), CdcError> {
             )));
         }
         (None, None) => {
-            let (repl, state) = create_slot(&mut client, &opts).await?;
-            (Some(repl), state)
+            // Checked against the catalog as it is now, before anything is created: a refusal
+            // leaves no slot behind.
+            report(
+                &checks::schemas(&client, &opts.publication).await?,
+                &ignored,
+                opts.strict,
+            )?;
+            let repl =
+                ReplicationClient::connect_gated(replication_config(opts, &seen, Lsn::ZERO)?)
+                    .await
+                    .map_err(CdcError::Replication)?;
+            let created = slot::create(repl, &mut client, &opts.slot, &opts.publication).await?;
+            if let Err(e) = report(&created.schemas, &ignored, opts.strict) {
+                drop(created.replication);
+                slot::drop(&client, &opts.slot).await?;
+                return Err(e);
+            }
+            let state = State {
+                slot: opts.slot.clone(),
+                publication: opts.publication.clone(),
+                commit_lsn: Lsn::ZERO,
+                end_lsn: created.consistent,
+                identity_table,
+                sink_len: None,
+                schemas: created.schemas,
+            };
+            (Some(created.replication), state)
         }
     };
     drop(client);
+    Ok(Started {
+        gated,
+        state,
+        sink,
+        ignored,
+        seen,
+    })
+}
 
-    let mut pipe = pipeline(&opts, state, sink)?;
+/// The replication stream into the pipeline, reconnecting when a connection is lost.
+async fn follow(opts: &Options, started: Started) -> Result<(), CdcError> {
+    let Started {
+        mut gated,
+        state,
+        sink,
+        ignored,
+        seen,
+    } = started;
+
+    let _heartbeat = opts
+        .heartbeat
+        .map(|every| heartbeat::spawn(opts.dsn.clone(), every));
+    let mut pipe = pipeline(opts, state, sink, &ignored)?;
     let mut backoff = Duration::from_millis(250);
     let mut progress = Progress::new(opts.progress);
     loop {
         let start = pipe.state().end_lsn;
         let repl = match gated.take() {
             Some(r) => Ok(r),
-            None => {
-                let cfg = opts
-                    .dsn
-                    .replication(&opts.slot, &opts.publication)
-                    .with_start_lsn(pgwire_replication::Lsn::from_u64(start.0));
-                ReplicationClient::connect_gated(cfg).await
-            }
+            None => ReplicationClient::connect_gated(replication_config(opts, &seen, start)?).await,
         };
         let end = match repl {
             Ok(mut repl) => match repl.start().await {
                 Ok(()) => {
                     backoff = Duration::from_millis(250);
-                    match stream(&mut repl, &mut pipe, &opts, &mut progress).await {
+                    match stream(&mut repl, &mut pipe, opts, &mut progress).await {
                         Ok(end) => end,
                         Err(e) if sink_transient(&e) => SessionEnd::SinkLost(e),
                         Err(e) => return Err(e),
@@ -483,7 +378,7 @@ pub async fn run(opts: Options) -> Result<(), CdcError> {
         };
         match end {
             SessionEnd::Stopped => {
-                progress.line(&pipe, true);
+                progress.line(pipe.progress(), true);
                 return Ok(());
             }
             SessionEnd::Lost(e) if !retryable(&e) => return Err(CdcError::Replication(e)),
@@ -507,8 +402,8 @@ pub async fn run(opts: Options) -> Result<(), CdcError> {
                     );
                     tokio::time::sleep(backoff).await;
                     backoff = (backoff * 2).min(Duration::from_secs(30));
-                    match open_sink(&opts, Some(&state)) {
-                        Ok(sink) => break pipeline(&opts, state.clone(), sink)?,
+                    match open_sink(opts, Some(&state)) {
+                        Ok(sink) => break pipeline(opts, state.clone(), sink, &ignored)?,
                         Err(e) if sink_transient(&e) => what = e.to_string(),
                         Err(e) => return Err(e),
                     }
@@ -530,6 +425,10 @@ fn retryable(e: &PgWireError) -> bool {
     }
 }
 
+/// How often a position reported with nothing in flight is recorded (each record is a state
+/// file write and fsync).
+const IDLE_RECORD_INTERVAL: Duration = Duration::from_secs(1);
+
 async fn stream(
     repl: &mut ReplicationClient,
     pipe: &mut Pipeline<Box<dyn Sink>>,
@@ -538,6 +437,7 @@ async fn stream(
 ) -> Result<SessionEnd, CdcError> {
     let stop = tokio::signal::ctrl_c();
     tokio::pin!(stop);
+    let mut last_idle_record = Instant::now() - IDLE_RECORD_INTERVAL;
     loop {
         let event = tokio::select! {
             _ = &mut stop => {
@@ -551,6 +451,9 @@ async fn stream(
             Ok(None) => return Ok(SessionEnd::Stopped),
             Err(e) => return Ok(SessionEnd::Lost(e)),
         };
+        // A position the server reported while no transaction is open: recorded (and then
+        // acknowledged) at most once a second.
+        let mut idle = None;
         let ack = match ev {
             ReplicationEvent::Begin {
                 final_lsn,
@@ -585,28 +488,48 @@ async fn stream(
                 lsn,
                 prefix,
                 content,
-            } => pipe.apply(
-                Lsn(lsn.as_u64()),
-                Message::Message {
-                    xid: None,
-                    transactional,
-                    lsn: lsn.as_u64(),
-                    prefix,
-                    content,
-                },
-            ),
+            } => {
+                if !transactional {
+                    idle = Some(Lsn(lsn.as_u64()));
+                }
+                pipe.apply(
+                    Lsn(lsn.as_u64()),
+                    Message::Message {
+                        xid: None,
+                        transactional,
+                        lsn: lsn.as_u64(),
+                        prefix,
+                        content,
+                    },
+                )
+            }
             ReplicationEvent::KeepAlive { wal_end, .. } => {
                 progress.server_end = progress.server_end.max(wal_end.as_u64());
+                idle = Some(Lsn(wal_end.as_u64()));
                 Ok(None)
             }
             ReplicationEvent::StoppedAt { .. } => return Ok(SessionEnd::Stopped),
         }
         .map_err(CdcError::Pipeline)?;
+        for notice in pipe.take_notices() {
+            eprintln!("rowid-cdc: notice: {notice}");
+        }
+        let ack = match (ack, idle) {
+            (Some(lsn), _) => Some(lsn),
+            (None, Some(lsn)) if last_idle_record.elapsed() >= IDLE_RECORD_INTERVAL => {
+                let recorded = pipe.idle_at(lsn).map_err(CdcError::Pipeline)?;
+                if recorded.is_some() {
+                    last_idle_record = Instant::now();
+                }
+                recorded
+            }
+            (None, _) => None,
+        };
         if let Some(lsn) = ack {
             repl.update_applied_lsn(pgwire_replication::Lsn::from_u64(lsn.0));
             progress.server_end = progress.server_end.max(lsn.0);
         }
-        progress.line(pipe, false);
+        progress.line(pipe.progress(), false);
         if opts
             .stop_after
             .is_some_and(|n| pipe.progress().changes >= n && !pipe.in_transaction())
@@ -615,56 +538,4 @@ async fn stream(
             return Ok(SessionEnd::Stopped);
         }
     }
-}
-
-/// The progress line: at most once a second, on stderr.
-struct Progress {
-    enabled: bool,
-    last: Instant,
-    last_changes: u64,
-    /// The highest WAL position the server reported.
-    server_end: u64,
-}
-
-impl Progress {
-    fn new(enabled: bool) -> Progress {
-        Progress {
-            enabled,
-            last: Instant::now(),
-            last_changes: 0,
-            server_end: 0,
-        }
-    }
-
-    fn line(&mut self, pipe: &Pipeline<Box<dyn Sink>>, last: bool) {
-        let elapsed = self.last.elapsed();
-        if !self.enabled || (!last && elapsed < Duration::from_secs(1)) {
-            return;
-        }
-        let p = pipe.progress();
-        let rate = (p.changes - self.last_changes) as f64 / elapsed.as_secs_f64().max(1e-3);
-        let peak = if last {
-            peak_rss_kib().map_or(String::new(), |k| format!(", peak RSS {} KiB", k))
-        } else {
-            String::new()
-        };
-        eprintln!(
-            "rowid-cdc: {} changes ({rate:.0}/s), {} transactions durable up to {}, lag {} bytes{peak}",
-            p.changes,
-            p.transactions,
-            p.durable,
-            self.server_end.saturating_sub(p.durable.0)
-        );
-        self.last = Instant::now();
-        self.last_changes = p.changes;
-    }
-}
-
-/// The process's peak resident set size (`VmHWM`), where /proc has it.
-fn peak_rss_kib() -> Option<u64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
 }

@@ -5,7 +5,9 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Parser;
-use rowid_cdc::dsn::Dsn;
+use std::time::Duration;
+
+use rowid_cdc::conninfo::Conninfo;
 use rowid_cdc::follow::{Options, SinkSpec, run};
 use rowid_cdc::pg_sink::default_buffer;
 use rowid_registry::sql::QualifiedName;
@@ -27,15 +29,24 @@ Example (first run creates the slot and reads the keys at its consistent point):
             --slot rowid_cdc --publication cdc --create-slot \\
             --state cdc.state --sink jsonl:changes.jsonl --progress
 
-Later runs resume from cdc.state: nothing lost, nothing twice (the file is fsynced at each
-commit before the position is acknowledged). Needs wal_level = logical and a role with
-REPLICATION. A password given in the DSN is used for both connections; it is never
-printed, logged or written to the state file."
+Later runs resume from cdc.state (the file is fsynced at each commit before the position is
+acknowledged). Needs wal_level = logical and a role with LOGIN REPLICATION (for the
+postgres sink into pgtrickle_changes also: SELECT pgtrickle.grant_capture('cdc')).
+The password comes from the DSN, PGPASSWORD or ~/.pgpass, as with libpq (in the DSN,
+other users can read it in ps: prefer the others, or ROWID_CDC_DSN); it is never printed,
+logged or written to the state file, and never sent in clear text without TLS. TLS:
+sslmode=disable|prefer|require|verify-ca|verify-full and sslrootcert=FILE in the DSN."
 )]
 struct Args {
-    /// libpq-style connection string or URI (`host=/tmp port=5432 dbname=app user=cdc`).
-    #[arg(long, value_name = "DSN")]
-    dsn: Dsn,
+    /// libpq connection string or URI (`host=/tmp port=5432 dbname=app user=cdc`), with
+    /// libpq's environment fallbacks (PGHOST, PGUSER, PGPASSWORD, PGSSLMODE, ...).
+    #[arg(
+        long,
+        value_name = "DSN",
+        env = "ROWID_CDC_DSN",
+        hide_env_values = true
+    )]
+    dsn: Conninfo,
     /// Logical replication slot (pgoutput).
     #[arg(long)]
     slot: String,
@@ -62,6 +73,15 @@ struct Args {
     /// Stop after this many changes (at a transaction's end).
     #[arg(long, value_name = "N")]
     stop_after: Option<u64>,
+    /// Refuse to start while a published table cannot give every change an identity, and stop
+    /// at a change without one (naming the table and the fix), instead of emitting it as an
+    /// "unidentified" event.
+    #[arg(long)]
+    strict: bool,
+    /// Write a heartbeat into the database every SECS seconds, so that the slot's position
+    /// advances when this database is idle while others in the cluster write.
+    #[arg(long, value_name = "SECS")]
+    heartbeat: Option<u64>,
 }
 
 fn parse_sink(s: &str) -> Result<SinkSpec, String> {
@@ -73,7 +93,9 @@ fn parse_sink(s: &str) -> Result<SinkSpec, String> {
                 let dsn = if dsn.trim().is_empty() {
                     None
                 } else {
-                    Some(Box::new(dsn.parse::<Dsn>().map_err(|e| e.to_string())?))
+                    Some(Box::new(
+                        dsn.parse::<Conninfo>().map_err(|e| e.to_string())?,
+                    ))
                 };
                 return Ok(SinkSpec::Postgres {
                     dsn,
@@ -119,6 +141,8 @@ fn main() -> ExitCode {
         },
         progress: args.progress,
         stop_after: args.stop_after,
+        strict: args.strict,
+        heartbeat: args.heartbeat.map(|s| Duration::from_secs(s.max(1))),
     };
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()

@@ -5,6 +5,11 @@
 //! these steps loses nothing and repeats nothing: the server resends from the last
 //! acknowledgement, the capture skips what the state says was delivered, and a file sink
 //! cuts off what the state does not account for.
+//!
+//! Between transactions, a position the server reports (a keepalive's, a heartbeat
+//! message's) is recorded and acknowledged too ([`Pipeline::idle_at`]): every transaction
+//! that committed before it was delivered already, so the slot need not keep the WAL before
+//! it, even when nothing published changes while other tables write gigabytes.
 
 use std::fmt;
 use std::io;
@@ -47,6 +52,10 @@ impl std::error::Error for PipelineError {}
 pub struct Progress {
     /// Changes delivered to the sink.
     pub changes: u64,
+    /// Of those, changes whose identity could not be derived ([`crate::Op::Unidentified`]).
+    pub unidentified: u64,
+    /// Notices (unauthenticated identity messages, malformed identity schema rows).
+    pub notices: u64,
     /// Transactions made durable.
     pub transactions: u64,
     /// End LSN of the last durable transaction.
@@ -62,6 +71,9 @@ pub struct Pipeline<S: Sink> {
     state_path: Option<PathBuf>,
     outputs: Vec<Output>,
     progress: Progress,
+    notices: Vec<String>,
+    /// Relations that had an unidentified change (each is named once in the notices).
+    unidentified: std::collections::BTreeSet<u32>,
 }
 
 impl<S: Sink> Pipeline<S> {
@@ -90,6 +102,8 @@ impl<S: Sink> Pipeline<S> {
                 durable,
                 ..Progress::default()
             },
+            notices: Vec::new(),
+            unidentified: std::collections::BTreeSet::new(),
         })
     }
 
@@ -126,6 +140,23 @@ impl<S: Sink> Pipeline<S> {
                 Output::Change(event) => {
                     self.sink.change(&event).map_err(PipelineError::Sink)?;
                     self.progress.changes += 1;
+                    if let Some(u) = &event.unidentified {
+                        self.progress.unidentified += 1;
+                        if self.unidentified.insert(event.relid) {
+                            self.notices.push(format!(
+                                "at {}: {}: a change without identity ({}: {}); its changes \
+                                 like it are unidentified events, counted in the progress line",
+                                event.lsn,
+                                event.relation,
+                                u.change.name(),
+                                u.reason
+                            ));
+                        }
+                    }
+                }
+                Output::Notice { lsn, message } => {
+                    self.progress.notices += 1;
+                    self.notices.push(format!("at {lsn}: {message}"));
                 }
                 Output::Commit {
                     commit_lsn,
@@ -155,6 +186,27 @@ impl<S: Sink> Pipeline<S> {
             }
         }
         Ok(ack)
+    }
+
+    /// The notices since the last call, oldest first.
+    pub fn take_notices(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.notices)
+    }
+
+    /// Records `lsn`, a position the server reported while no transaction is open, as the
+    /// position to resume from, when it is past the recorded one: every transaction that
+    /// committed before it was delivered already (the stream sends transactions in commit
+    /// order). Returns the position to acknowledge, once the state file holds it.
+    pub fn idle_at(&mut self, lsn: Lsn) -> Result<Option<Lsn>, PipelineError> {
+        if self.in_transaction() || lsn <= self.state.end_lsn {
+            return Ok(None);
+        }
+        self.state.end_lsn = lsn;
+        if let Some(path) = &self.state_path {
+            self.state.save(path).map_err(PipelineError::State)?;
+        }
+        self.progress.durable = lsn;
+        Ok(Some(lsn))
     }
 
     /// The counters so far.

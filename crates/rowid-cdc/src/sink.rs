@@ -29,6 +29,12 @@ pub trait Sink {
     fn delivered(&self) -> Option<crate::lsn::Lsn> {
         None
     }
+    /// For a sink writing into a database: that database (`system_identifier/database OID`,
+    /// when its role may read it) and the OIDs of the sink's own tables there. A capture of
+    /// the same database must not capture them.
+    fn own_tables(&self) -> Option<(Option<String>, Vec<u32>)> {
+        None
+    }
 }
 
 impl<S: Sink + ?Sized> Sink for Box<S> {
@@ -47,11 +53,17 @@ impl<S: Sink + ?Sized> Sink for Box<S> {
     fn delivered(&self) -> Option<crate::lsn::Lsn> {
         (**self).delivered()
     }
+
+    fn own_tables(&self) -> Option<(Option<String>, Vec<u32>)> {
+        (**self).own_tables()
+    }
 }
 
 /// JSON lines into a file: written through a buffer, fsynced at every commit. At open, bytes
 /// past the length the state file recorded (a transaction that never committed) are cut off,
-/// so a restart neither loses nor repeats a line.
+/// so a restart neither loses nor repeats a line. The file is created readable by its owner
+/// only (`0600`), and an existing one is made so: it holds identities, which are the source's
+/// key values (design proposal §11.1).
 #[derive(Debug)]
 pub struct JsonlFile {
     path: PathBuf,
@@ -68,12 +80,17 @@ impl JsonlFile {
     /// (`None`: no state, so the file must be empty or absent: appending to lines no state
     /// accounts for could repeat them).
     pub fn open(path: &Path, committed_len: Option<u64>) -> io::Result<JsonlFile> {
+        use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
         let file = OpenOptions::new()
             .read(true)
             .write(true)
             .create(true)
             .truncate(false)
+            .mode(0o600)
             .open(path)?;
+        if file.metadata()?.permissions().mode() & 0o077 != 0 {
+            file.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+        }
         let actual = file.metadata()?.len();
         let len = match committed_len {
             Some(len) if len <= actual => len,
@@ -229,6 +246,7 @@ mod tests {
             old_id: None,
             new_id: Some(vec![2, 1]),
             backfilled: false,
+            unidentified: None,
         }
     }
 
@@ -265,6 +283,26 @@ mod tests {
         sink.change(&event(2)).unwrap_or_else(|e| panic!("{e}"));
         sink.commit().unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(lines(&p), [1, 2], "once each");
+        let _ = std::fs::remove_file(&p);
+    }
+
+    #[test]
+    fn the_file_is_readable_by_its_owner_only() {
+        use std::os::unix::fs::PermissionsExt;
+        let p = path("mode");
+        let sink = JsonlFile::open(&p, None).unwrap_or_else(|e| panic!("{e}"));
+        drop(sink);
+        let mode = |p: &Path| std::fs::metadata(p).map(|m| m.permissions().mode() & 0o777);
+        assert_eq!(
+            mode(&p).ok(),
+            Some(0o600),
+            "created 0600 whatever the umask"
+        );
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o644))
+            .unwrap_or_else(|e| panic!("{e}"));
+        let sink = JsonlFile::open(&p, Some(0)).unwrap_or_else(|e| panic!("{e}"));
+        drop(sink);
+        assert_eq!(mode(&p).ok(), Some(0o600), "an existing file is made 0600");
         let _ = std::fs::remove_file(&p);
     }
 

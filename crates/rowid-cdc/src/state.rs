@@ -1,7 +1,9 @@
-//! The state file: where a restart resumes. It holds the slot, the last commit whose changes
-//! the sink made durable (its commit LSN, to skip it when the server sends it again, and its
-//! end LSN, the position acknowledged to the server), the sink's committed length when the
-//! sink is a file, and the identity schemas as of that commit. No password, no DSN.
+//! The state file, format 2: where a restart resumes. It holds the slot, the last commit
+//! whose changes the sink made durable (its commit LSN, to skip it when the server sends it
+//! again), the position acknowledged to the server (that commit's end, or a later position
+//! the server reported while nothing was in flight), the sink's committed length when the
+//! sink is a file, the OID of the identity schema table whose rows it trusts, and the
+//! identity schemas as of that commit. No password, no DSN.
 //!
 //! Written atomically: a temporary file beside it is written and fsynced, renamed over the
 //! state file, and the directory is fsynced, so a crash leaves the old state or the new one,
@@ -17,7 +19,7 @@ use serde_json::{Value, json};
 use crate::lsn::Lsn;
 
 /// The state file's format.
-pub const STATE_FORMAT: u64 = 1;
+pub const STATE_FORMAT: u64 = 2;
 
 /// Where capture stands.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -28,8 +30,12 @@ pub struct State {
     pub publication: String,
     /// Commit LSN of the last transaction the sink made durable (`0/0`: none yet).
     pub commit_lsn: Lsn,
-    /// End LSN of that transaction: the position acknowledged to the server.
+    /// The position acknowledged to the server and resumed from: the end of that
+    /// transaction, or a later position the server reported with nothing in flight.
     pub end_lsn: Lsn,
+    /// `pg_class.oid` of `pgtrickle.identity_schemas`, authenticated when the slot was
+    /// created (0: none).
+    pub identity_table: u32,
     /// A file sink's length after that transaction (bytes past it are an unfinished
     /// transaction and are cut off at restart).
     pub sink_len: Option<u64>,
@@ -82,6 +88,7 @@ impl State {
             "commit_lsn": self.commit_lsn.to_string(),
             "end_lsn": self.end_lsn.to_string(),
             "sink_len": self.sink_len,
+            "identity_table": self.identity_table,
             "schemas": self.schemas.iter()
                 .map(|s| SchemaMessage::Schema(s.clone()).to_json())
                 .collect::<Vec<_>>(),
@@ -98,6 +105,7 @@ impl State {
             "commit_lsn",
             "end_lsn",
             "sink_len",
+            "identity_table",
             "schemas",
         ];
         if let Some(k) = obj.keys().find(|k| !known.contains(&k.as_str())) {
@@ -128,11 +136,17 @@ impl State {
                 Err(e) => Err(format!("schemas: {e}")),
             })
             .collect::<Result<Vec<_>, _>>()?;
+        let identity_table = obj
+            .get("identity_table")
+            .and_then(Value::as_u64)
+            .and_then(|v| u32::try_from(v).ok())
+            .ok_or("identity_table: missing or not an OID")?;
         Ok(State {
             slot: str_of("slot")?.to_string(),
             publication: str_of("publication")?.to_string(),
             commit_lsn: lsn_of("commit_lsn")?,
             end_lsn: lsn_of("end_lsn")?,
+            identity_table,
             sink_len,
             schemas,
         })
@@ -214,6 +228,7 @@ mod tests {
             publication: "p".into(),
             commit_lsn: Lsn(0x16_B374_D848),
             end_lsn: Lsn(0x16_B374_D850),
+            identity_table: 16400,
             sink_len: Some(1234),
             schemas: vec![],
         };
@@ -242,9 +257,11 @@ mod tests {
             "",
             "{",
             "[]",
-            r#"{"format": 2}"#,
-            r#"{"format": 1, "slot": "s", "publication": "p", "commit_lsn": "0/0", "end_lsn": "x", "schemas": []}"#,
-            r#"{"format": 1, "slot": "s", "publication": "p", "commit_lsn": "0/0", "end_lsn": "0/0", "schemas": [], "password": "x"}"#,
+            r#"{"format": 3}"#,
+            r#"{"format": 1, "slot": "s", "publication": "p", "commit_lsn": "0/0", "end_lsn": "0/0", "schemas": []}"#,
+            r#"{"format": 2, "slot": "s", "publication": "p", "commit_lsn": "0/0", "end_lsn": "x", "identity_table": 1, "schemas": []}"#,
+            r#"{"format": 2, "slot": "s", "publication": "p", "commit_lsn": "0/0", "end_lsn": "0/0", "schemas": []}"#,
+            r#"{"format": 2, "slot": "s", "publication": "p", "commit_lsn": "0/0", "end_lsn": "0/0", "identity_table": 1, "schemas": [], "password": "x"}"#,
         ] {
             fs::write(&path, text).unwrap_or_else(|e| panic!("{e}"));
             let err = State::load(&path).expect_err(text);

@@ -1,13 +1,15 @@
 //! The capture state machine on synthetic pgoutput streams: identities equal the codec's,
-//! schema messages take effect at their position and only at commit, bindings follow
-//! Relation messages, every hazard of issue 12 is refused by name, and a resumed stream
-//! delivers nothing twice.
+//! identity schema rows take effect at their position and only at commit, bindings follow
+//! Relation messages, every hazard of issue 12 is named (an unidentified event, or under
+//! strict capture an error), logical messages that claim to be schemas change nothing and
+//! stop nothing (issue 20), and a resumed stream delivers nothing twice.
 
 // Test code: a failed expectation is a panic by design.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use bytes::Bytes;
 use rowid_cdc::capture::{Capture, Output};
+use rowid_cdc::identity_rows;
 use rowid_cdc::{
     CaptureError, ChangeEvent, Lsn, Op, RelationSchema, ReplicaIdentity, SchemaMessage,
 };
@@ -22,6 +24,8 @@ use rowid_registry::schema_message::{
 };
 
 const T: u32 = 16385;
+/// The identity schema table's OID.
+const SCHEMAS: u32 = 16300;
 
 fn int8(v: i64) -> Column {
     Column::Binary(Bytes::copy_from_slice(&v.to_be_bytes()))
@@ -99,13 +103,20 @@ fn schema(ri: ReplicaIdentity, cols: &[(&str, u32, TypeTag)], key: &[&str]) -> R
     }
 }
 
+/// The row the event trigger writes for `s` (the identity table's Relation message is fed
+/// first by [`run`]).
 fn schema_message(s: &RelationSchema) -> Message {
+    identity_rows::upsert(SCHEMAS, s)
+}
+
+/// A logical message with the format-1 prefix: anybody's.
+fn forged(transactional: bool, content: &str) -> Message {
     Message::Message {
         xid: None,
-        transactional: true,
+        transactional,
         lsn: 0,
         prefix: MESSAGE_PREFIX.into(),
-        content: Bytes::from(SchemaMessage::Schema(s.clone()).to_json().to_string()),
+        content: Bytes::from(content.to_string()),
     }
 }
 
@@ -161,9 +172,11 @@ fn key1(v: i64) -> Vec<u8> {
     id(Domain::ScanKey, &[(TypeTag::Int8, Some(Value::Int8(v)))])
 }
 
-/// Feeds `msgs` at LSNs 100, 200, ...; returns every output, or the first error.
+/// Feeds the identity table's Relation message, then `msgs` at LSNs 100, 200, ...; returns
+/// every output, or the first error.
 fn run(cap: &mut Capture, msgs: Vec<Message>) -> Result<Vec<Output>, CaptureError> {
     let mut out = Vec::new();
+    cap.apply(Lsn(50), identity_rows::relation(SCHEMAS), &mut out)?;
     for (i, m) in msgs.into_iter().enumerate() {
         cap.apply(Lsn(100 * (i as u64 + 1)), m, &mut out)?;
     }
@@ -179,16 +192,42 @@ fn changes(out: &[Output]) -> Vec<&ChangeEvent> {
         .collect()
 }
 
+fn notices(out: &[Output]) -> Vec<&str> {
+    out.iter()
+        .filter_map(|o| match o {
+            Output::Notice { message, .. } => Some(message.as_str()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// A capture reading schemas from the identity table `SCHEMAS`.
+fn capture(schemas: impl IntoIterator<Item = RelationSchema>, resume: Lsn) -> Capture {
+    Capture::new(schemas, resume, FlagBits::default()).with_identity_table(SCHEMAS)
+}
+
 fn keyed() -> Capture {
-    Capture::new(
+    capture(
         [schema(
             ReplicaIdentity::Default,
             &[("id", 20, TypeTag::Int8), ("v", 25, TypeTag::Text)],
             &["id"],
         )],
         Lsn::ZERO,
-        FlagBits::default(),
     )
+}
+
+/// The one change of `out`, which must be unidentified: (the change, the reason).
+fn unidentified(out: &[Output]) -> (Op, String) {
+    let c = changes(out);
+    assert_eq!(c.len(), 1, "{out:?}");
+    let e = c[0];
+    assert_eq!(
+        (e.op, e.domain, e.old_id.as_ref(), e.new_id.as_ref()),
+        (Op::Unidentified, None, None, None)
+    );
+    let u = e.unidentified.clone().expect("a reason");
+    (u.change, u.reason)
 }
 
 #[test]
@@ -313,16 +352,23 @@ fn schemas_of_an_unfinished_transaction_never_become_the_authority() {
 #[test]
 fn a_key_that_changed_in_the_stream_is_refused_naming_both() {
     // Snapshot key (id); the stream's replica identity is (id, v): a key "from the future".
-    let mut cap = keyed();
-    let err = run(
-        &mut cap,
+    let stream = || {
         vec![
             begin(1000, 7),
             relation(b'd', &[("id", 20, true), ("v", 25, true)]),
             insert(vec![int8(1), text("a")]),
-        ],
-    )
-    .unwrap_err();
+            commit(1000),
+        ]
+    };
+    let out = run(&mut keyed(), stream()).unwrap();
+    let (change, reason) = unidentified(&out);
+    assert_eq!(change, Op::Insert);
+    assert!(
+        reason.contains("(id)") && reason.contains("(id, v)"),
+        "{reason}"
+    );
+
+    let err = run(&mut keyed().strict(true), stream()).unwrap_err();
     assert_eq!(
         err,
         CaptureError::Schema {
@@ -344,38 +390,45 @@ fn a_key_that_changed_in_the_stream_is_refused_naming_both() {
 #[test]
 fn keyless_identities_need_full_old_rows() {
     let cols = [("a", 20, TypeTag::Int8), ("b", 25, TypeTag::Text)];
-    // The schema says DEFAULT while keyless: refused at binding.
-    let mut cap = Capture::new(
-        [schema(ReplicaIdentity::Default, &cols, &[])],
-        Lsn::ZERO,
-        FlagBits::default(),
+    let row = vec![int8(1), text("x")];
+    let want = id(
+        Domain::KeylessRow,
+        &[
+            (TypeTag::Int8, Some(Value::Int8(1))),
+            (TypeTag::Text, Some(Value::Text(b"x"))),
+        ],
     );
-    let err = run(
+    // DEFAULT while keyless (CREATE TABLE scratch (x int) under FOR ALL TABLES): an INSERT
+    // needs no old row and gets its keyless identity; an UPDATE names no old row.
+    let mut cap = capture([schema(ReplicaIdentity::Default, &cols, &[])], Lsn::ZERO);
+    let out = run(
         &mut cap,
         vec![
             begin(1000, 7),
             relation(b'd', &[("a", 20, false), ("b", 25, false)]),
-            insert(vec![int8(1), text("x")]),
+            insert(row.clone()),
+            commit(1000),
         ],
     )
-    .unwrap_err();
-    assert!(matches!(
-        err,
-        CaptureError::Schema {
-            mismatch: SchemaMismatch::KeylessNeedsFull {
-                replica_identity: 'd'
-            },
-            ..
-        }
-    ));
+    .unwrap();
+    assert_eq!(
+        changes(&out)
+            .iter()
+            .map(|e| (e.op, e.new_id.clone()))
+            .collect::<Vec<_>>(),
+        vec![(Op::Insert, Some(want.clone()))]
+    );
+    let out = run(
+        &mut cap,
+        vec![begin(2000, 8), update(None, row.clone()), commit(2000)],
+    )
+    .unwrap();
+    let (change, reason) = unidentified(&out);
+    assert_eq!(change, Op::Update);
+    assert!(reason.contains("REPLICA IDENTITY FULL"), "{reason}");
 
     // FULL: the old row is complete; the identity is every column's.
-    let mut cap = Capture::new(
-        [schema(ReplicaIdentity::Full, &cols, &[])],
-        Lsn::ZERO,
-        FlagBits::default(),
-    );
-    let row = vec![int8(1), text("x")];
+    let mut cap = capture([schema(ReplicaIdentity::Full, &cols, &[])], Lsn::ZERO);
     let out = run(
         &mut cap,
         vec![
@@ -386,30 +439,23 @@ fn keyless_identities_need_full_old_rows() {
         ],
     )
     .unwrap();
-    let want = id(
-        Domain::KeylessRow,
-        &[
-            (TypeTag::Int8, Some(Value::Int8(1))),
-            (TypeTag::Text, Some(Value::Text(b"x"))),
-        ],
-    );
     assert_eq!(changes(&out)[0].old_id, Some(want));
 
-    // A 'K' old tuple under a keyless identity reads non-key columns as NULL: refused.
-    let mut cap = Capture::new(
-        [schema(ReplicaIdentity::Full, &cols, &[])],
-        Lsn::ZERO,
-        FlagBits::default(),
-    );
-    let err = run(
-        &mut cap,
+    // A 'K' old tuple under a keyless identity reads non-key columns as NULL: unidentified,
+    // and under strict capture an error.
+    let stream = || {
         vec![
             begin(1000, 7),
             relation(b'f', &[("a", 20, true), ("b", 25, true)]),
             delete(OldTuple::Key(vec![int8(1), Column::Null])),
-        ],
-    )
-    .unwrap_err();
+            commit(1000),
+        ]
+    };
+    let mut cap = capture([schema(ReplicaIdentity::Full, &cols, &[])], Lsn::ZERO);
+    let (change, _) = unidentified(&run(&mut cap, stream()).unwrap());
+    assert_eq!(change, Op::Delete);
+    let mut cap = capture([schema(ReplicaIdentity::Full, &cols, &[])], Lsn::ZERO).strict(true);
+    let err = run(&mut cap, stream()).unwrap_err();
     assert!(matches!(
         err,
         CaptureError::Identity {
@@ -447,16 +493,17 @@ fn a_new_relation_message_rebinds() {
 
 #[test]
 fn a_column_type_change_is_refused() {
-    let mut cap = keyed();
-    let err = run(
-        &mut cap,
+    let stream = || {
         vec![
             begin(1000, 7),
             relation(b'd', &[("id", 23, true), ("v", 25, false)]),
             insert(vec![int8(1), text("a")]),
-        ],
-    )
-    .unwrap_err();
+            commit(1000),
+        ]
+    };
+    let (_, reason) = unidentified(&run(&mut keyed(), stream()).unwrap());
+    assert!(reason.contains("type OID 23"), "{reason}");
+    let err = run(&mut keyed().strict(true), stream()).unwrap_err();
     assert!(matches!(
         err,
         CaptureError::Schema {
@@ -472,14 +519,13 @@ fn a_column_type_change_is_refused() {
 
 #[test]
 fn toasted_key_values_are_backfilled_from_the_old_key() {
-    let mut cap = Capture::new(
+    let mut cap = capture(
         [schema(
             ReplicaIdentity::Default,
             &[("k", 25, TypeTag::Text), ("v", 20, TypeTag::Int8)],
             &["k"],
         )],
         Lsn::ZERO,
-        FlagBits::default(),
     );
     let out = run(
         &mut cap,
@@ -504,15 +550,21 @@ fn toasted_key_values_are_backfilled_from_the_old_key() {
         (Some(want.clone()), Some(want), true)
     );
 
-    // Without an old key the value is unknown: refused by name, never NULL.
-    let err = run(
-        &mut cap,
+    // Without an old key the value is unknown: named, never NULL.
+    let unknown = || {
         vec![
             begin(2000, 8),
             update(None, vec![Column::UnchangedToast, int8(6)]),
-        ],
-    )
-    .unwrap_err();
+            commit(2000),
+        ]
+    };
+    let (change, reason) = unidentified(&run(&mut cap, unknown()).unwrap());
+    assert_eq!(change, Op::Update);
+    assert!(reason.contains(" k"), "{reason}");
+    let mut strict = capture(cap.schemas().cloned().collect::<Vec<_>>(), Lsn(1000)).strict(true);
+    let mut msgs = vec![relation(b'd', &[("k", 25, true), ("v", 20, false)])];
+    msgs.extend(unknown());
+    let err = run(&mut strict, msgs).unwrap_err();
     let CaptureError::Incomplete { error, .. } = err else {
         panic!("{err}")
     };
@@ -565,11 +617,7 @@ fn truncate_is_one_event_per_relation() {
 
 #[test]
 fn resumed_streams_skip_what_was_delivered() {
-    let mut cap = Capture::new(
-        keyed().schemas().cloned().collect::<Vec<_>>(),
-        Lsn(1000),
-        FlagBits::default(),
-    );
+    let mut cap = capture(keyed().schemas().cloned().collect::<Vec<_>>(), Lsn(1000));
     let out = run(
         &mut cap,
         vec![
@@ -600,12 +648,8 @@ fn resumed_streams_skip_what_was_delivered() {
 fn transactions_the_sink_holds_are_replayed_without_their_changes() {
     // The state file says 0/3E8; the sink (a PostgreSQL buffer) already holds 0/7D0, whose
     // transaction also moved the key: its schema must still become the authority.
-    let mut cap = Capture::new(
-        keyed().schemas().cloned().collect::<Vec<_>>(),
-        Lsn(1000),
-        FlagBits::default(),
-    )
-    .with_delivered(Lsn(2000));
+    let mut cap = capture(keyed().schemas().cloned().collect::<Vec<_>>(), Lsn(1000))
+        .with_delivered(Lsn(2000));
     let cols = [("id", 20, TypeTag::Int8), ("v", 25, TypeTag::Text)];
     let widened = schema(ReplicaIdentity::Default, &cols, &["id", "v"]);
     let out = run(
@@ -656,16 +700,20 @@ fn transactions_the_sink_holds_are_replayed_without_their_changes() {
 
 #[test]
 fn missing_or_refused_identities_are_named() {
-    let mut cap = Capture::new([], Lsn::ZERO, FlagBits::default());
-    let err = run(
-        &mut cap,
+    let stream = || {
         vec![
             begin(1000, 7),
             relation(b'd', &[("id", 20, true)]),
             insert(vec![int8(1)]),
-        ],
-    )
-    .unwrap_err();
+            commit(1000),
+        ]
+    };
+    // No schema (a table published before identity messages were enabled, rows of CREATE
+    // TABLE AS before its schema): unidentified; strict: an error naming the fix.
+    let (change, reason) = unidentified(&run(&mut capture([], Lsn::ZERO), stream()).unwrap());
+    assert_eq!(change, Op::Insert);
+    assert!(reason.contains("no identity schema"), "{reason}");
+    let err = run(&mut capture([], Lsn::ZERO).strict(true), stream()).unwrap_err();
     assert!(matches!(err, CaptureError::NoSchema { relid: T, .. }));
     assert!(err.to_string().contains("enable_identity_messages"));
 
@@ -678,32 +726,27 @@ fn missing_or_refused_identities_are_named() {
         sqlstate: "42P16".into(),
         message: "no eligible source key".into(),
     });
-    let mut cap = Capture::new([refused], Lsn::ZERO, FlagBits::default());
-    let err = run(
-        &mut cap,
-        vec![
-            begin(1000, 7),
-            relation(b'd', &[("id", 20, true)]),
-            insert(vec![int8(1)]),
-        ],
-    )
-    .unwrap_err();
+    let (_, reason) =
+        unidentified(&run(&mut capture([refused.clone()], Lsn::ZERO), stream()).unwrap());
+    assert!(reason.contains("42P16"), "{reason}");
+    let err = run(&mut capture([refused], Lsn::ZERO).strict(true), stream()).unwrap_err();
     assert!(
         err.to_string().contains("42P16") && err.to_string().contains("public.t"),
         "{err}"
     );
 
-    // The replica identity was changed without a schema message.
-    let mut cap = keyed();
-    let err = run(
-        &mut cap,
+    // The replica identity was changed without a schema row.
+    let stream = || {
         vec![
             begin(1000, 7),
             relation(b'f', &[("id", 20, true), ("v", 25, true)]),
             insert(vec![int8(1), text("a")]),
-        ],
-    )
-    .unwrap_err();
+            commit(1000),
+        ]
+    };
+    let (_, reason) = unidentified(&run(&mut keyed(), stream()).unwrap());
+    assert!(reason.contains("REPLICA IDENTITY default"), "{reason}");
+    let err = run(&mut keyed().strict(true), stream()).unwrap_err();
     assert!(matches!(
         err,
         CaptureError::ReplicaIdentityDiffers {
@@ -712,6 +755,136 @@ fn missing_or_refused_identities_are_named() {
             ..
         }
     ));
+}
+
+/// Issue 20, items 2 and 3: any role can write a logical message with the format-1 prefix.
+/// One that retypes the key changes nothing; one that is garbage stops nothing; both are
+/// reported without their payload.
+#[test]
+fn logical_messages_claiming_to_be_schemas_change_and_stop_nothing() {
+    let cols = [("id", 20, TypeTag::Int8), ("v", 25, TypeTag::Text)];
+    let mut retyped = schema(
+        ReplicaIdentity::Default,
+        &[("id", 17, TypeTag::Bytea)],
+        &["id"],
+    );
+    retyped.columns.push(SchemaColumn {
+        attnum: 2,
+        name: "v".into(),
+        type_oid: 25,
+        not_null: false,
+    });
+    let forgery = SchemaMessage::Schema(retyped).to_json().to_string();
+    for transactional in [true, false] {
+        let mut cap = keyed();
+        let out = run(
+            &mut cap,
+            vec![
+                begin(1000, 7),
+                relation(b'd', &[("id", 20, true), ("v", 25, false)]),
+                forged(transactional, &forgery),
+                forged(transactional, "x"),
+                insert(vec![int8(1), text("a")]),
+                commit(1000),
+                begin(2000, 8),
+                insert(vec![int8(2), text("b")]),
+                commit(2000),
+            ],
+        )
+        .unwrap();
+        let ids: Vec<_> = changes(&out).iter().map(|e| e.new_id.clone()).collect();
+        assert_eq!(
+            ids,
+            vec![Some(key1(1)), Some(key1(2))],
+            "the key is still int8"
+        );
+        assert_eq!(
+            cap.schemas().next(),
+            Some(&schema(ReplicaIdentity::Default, &cols, &["id"])),
+            "the committed schema is unchanged"
+        );
+        let n = notices(&out);
+        assert_eq!(n.len(), 2, "{n:?}");
+        assert!(n[0].contains("claiming relation OID 16385"), "{}", n[0]);
+        assert!(
+            n.iter()
+                .all(|m| !m.contains("bytea") && !m.contains("\"format\"")),
+            "never the payload: {n:?}"
+        );
+    }
+}
+
+/// A row of the identity table that is not a valid schema (only the extension's owner can
+/// write one): reported, and the relation has no schema until its next row, never a stale one.
+#[test]
+fn a_malformed_schema_row_leaves_its_relation_without_a_schema() {
+    let mut cap = keyed();
+    let cols = [("id", 20, TypeTag::Int8), ("v", 25, TypeTag::Text)];
+    let out = run(
+        &mut cap,
+        vec![
+            begin(1000, 7),
+            relation(b'd', &[("id", 20, true), ("v", 25, false)]),
+            identity_rows::raw(SCHEMAS, T, b"{not json"),
+            insert(vec![int8(1), text("a")]),
+            commit(1000),
+            begin(2000, 8),
+            schema_message(&schema(ReplicaIdentity::Default, &cols, &["id"])),
+            insert(vec![int8(2), text("b")]),
+            commit(2000),
+        ],
+    )
+    .unwrap();
+    assert!(notices(&out)[0].contains("relation OID 16385 is not a valid schema"));
+    let c = changes(&out);
+    assert_eq!(c[0].op, Op::Unidentified);
+    assert_eq!(
+        c[1].new_id,
+        Some(key1(2)),
+        "its next schema row restores it"
+    );
+}
+
+/// A dropped table's row is deleted: its schema goes with it.
+#[test]
+fn a_deleted_schema_row_drops_the_schema() {
+    let mut cap = keyed();
+    let out = run(
+        &mut cap,
+        vec![
+            begin(1000, 7),
+            relation(b'd', &[("id", 20, true), ("v", 25, false)]),
+            identity_rows::dropped(SCHEMAS, T),
+            commit(1000),
+        ],
+    )
+    .unwrap();
+    assert!(
+        matches!(out.last(), Some(Output::Commit { schema_changes, .. }) if schema_changes == &[T])
+    );
+    assert_eq!(cap.schemas().count(), 0);
+}
+
+/// The sink's own tables in the captured database: their changes are not captured.
+#[test]
+fn ignored_relations_emit_nothing() {
+    let mut cap = keyed().ignoring([T]);
+    let out = run(
+        &mut cap,
+        vec![
+            begin(1000, 7),
+            relation(b'd', &[("id", 20, true), ("v", 25, false)]),
+            insert(vec![int8(1), text("a")]),
+            Message::Truncate {
+                xid: None,
+                flags: 0,
+                relids: vec![T],
+            },
+            commit(1000),
+        ],
+    )
+    .unwrap();
+    assert!(changes(&out).is_empty(), "{out:?}");
 }
 
 #[test]
@@ -746,26 +919,9 @@ fn out_of_order_and_unsupported_messages_are_errors() {
             ..
         })
     ));
-    let loose = Message::Message {
-        xid: None,
-        transactional: false,
-        lsn: 0,
-        prefix: MESSAGE_PREFIX.into(),
-        content: Bytes::from_static(b"{}"),
-    };
-    assert!(matches!(
-        run(&mut keyed(), vec![loose]),
-        Err(CaptureError::Protocol { .. })
-    ));
-    let garbled = Message::Message {
-        xid: None,
-        transactional: true,
-        lsn: 0,
-        prefix: MESSAGE_PREFIX.into(),
-        content: Bytes::from_static(b"{\"format\": 2}"),
-    };
-    let err = run(&mut keyed(), vec![begin(5, 1), garbled]).unwrap_err();
-    assert!(err.to_string().contains("format 2"), "{err}");
+    // A loose identity message outside any transaction is reported, not an error.
+    let out = run(&mut keyed(), vec![forged(false, "{}")]).unwrap();
+    assert_eq!(notices(&out).len(), 1);
     // Other prefixes are someone else's messages.
     let foreign = Message::Message {
         xid: None,

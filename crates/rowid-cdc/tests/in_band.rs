@@ -1,7 +1,9 @@
-//! Identity schemas in-band, against a real server: the extension's event trigger writes each
-//! DDL's identity schema into the WAL, and capture from a pgoutput slot gives every change the
-//! identity of the key in force at its own position (a key changed between transactions, in
-//! the middle of one, and a DDL rolled back), byte-identical to `encode_row_id_v2`.
+//! Identity schemas in-band, against a real server: the extension's event triggers write each
+//! DDL's identity schema as a row of `pgtrickle.identity_schemas`, and capture from a pgoutput
+//! slot gives every change the identity of the key in force at its own position (a key
+//! changed between transactions, in the middle of one, and a DDL rolled back),
+//! byte-identical to `encode_row_id_v2`. Every DDL that can change a published table's
+//! identity writes its row, and a DROP rewrites only what it touched (issue 20 item 5).
 //!
 //! Needs a server with `wal_level = logical` and the extension: run through `cargo xtask test`.
 
@@ -10,13 +12,109 @@
 
 use bytes::Bytes;
 use rowid_cdc::capture::{Capture, Output};
-use rowid_cdc::{Lsn, Op, SchemaMessage};
+use rowid_cdc::{Lsn, Op, RelationSchema, SchemaMessage};
 use rowid_pgoutput::FlagBits;
 use rowid_testkit::hex::{from_hex, to_hex};
-use rowid_testkit::psql::run as sql;
+use rowid_testkit::psql::Psql;
+
+/// A fresh database `name`, its slot `slot` dropped first if an earlier run left it.
+fn database(name: &str, slot: &str) -> Psql {
+    Psql::fresh_database_without_slot(name, slot).unwrap()
+}
+
+thread_local! {
+    static DB: std::cell::RefCell<Option<Psql>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Runs `script` on the test's database.
+fn sql(script: &str) -> String {
+    DB.with(|d| {
+        d.borrow()
+            .as_ref()
+            .expect("the test's database")
+            .run(script)
+            .unwrap_or_else(|e| panic!("{e}"))
+    })
+}
 
 fn one(query: &str) -> String {
     sql(query).trim().to_string()
+}
+
+fn use_database(name: &str, slot: &str) {
+    let db = database(name, slot);
+    DB.with(|d| *d.borrow_mut() = Some(db));
+}
+
+/// The identity schemas of `tables` as the catalog says now.
+fn schemas_of(tables: &[&str]) -> Vec<RelationSchema> {
+    tables
+        .iter()
+        .map(|t| {
+            let json = one(&format!(
+                "SELECT pgtrickle.identity_schema('{t}'::regclass);"
+            ));
+            match SchemaMessage::parse(json.as_bytes()).unwrap() {
+                SchemaMessage::Schema(s) => s,
+                other => panic!("{other:?}"),
+            }
+        })
+        .collect()
+}
+
+/// The OID of the extension's identity schema table.
+fn identity_table() -> u32 {
+    one("SELECT 'pgtrickle.identity_schemas'::regclass::oid;")
+        .parse()
+        .unwrap()
+}
+
+/// Every message of `slot` so far (publications `publication` and the identity table's),
+/// through `capture`.
+fn read_slot(capture: &mut Capture, slot: &str, publication: &str) -> Vec<Output> {
+    let rows = sql(&format!(
+        "SELECT lsn::text || '|' || encode(data, 'hex') FROM pg_logical_slot_get_binary_changes(
+           '{slot}', NULL, NULL, 'proto_version', '1',
+           'publication_names', '{publication},pgtrickle_identity',
+           'binary', 'true', 'messages', 'true');"
+    ));
+    let mut out = Vec::new();
+    for line in rows.lines().filter(|l| !l.is_empty()) {
+        let (lsn, hex) = line.split_once('|').unwrap();
+        capture
+            .apply_bytes(
+                lsn.parse().unwrap(),
+                Bytes::from(from_hex(hex).unwrap()),
+                &mut out,
+            )
+            .unwrap_or_else(|e| panic!("{e}"));
+    }
+    out
+}
+
+/// The relations whose schema each committed transaction of `out` changed, by name, in
+/// commit order (transactions that changed none left out).
+fn schema_changes(out: &[Output]) -> Vec<Vec<String>> {
+    out.iter()
+        .filter_map(|o| match o {
+            Output::Commit { schema_changes, .. } if !schema_changes.is_empty() => Some(
+                schema_changes
+                    .iter()
+                    .map(|relid| {
+                        one(&format!(
+                            "SELECT coalesce((SELECT relname::text FROM pg_class \
+                             WHERE oid = {relid}), 'dropped:{relid}');"
+                        ))
+                    })
+                    .collect::<Vec<_>>(),
+            ),
+            _ => None,
+        })
+        .map(|mut v| {
+            v.sort();
+            v
+        })
+        .collect()
 }
 
 /// `encode_row_id_v2(domain, ROW(row))` in hex.
@@ -29,6 +127,7 @@ fn id(domain: &str, row: &str) -> String {
 #[test]
 #[ignore = "needs a PostgreSQL server with wal_level=logical and the extension: run through `cargo xtask test`"]
 fn changes_follow_the_key_at_their_own_position() {
+    use_database("rowid_cdc_in_band", "ib_slot");
     sql("CREATE EXTENSION IF NOT EXISTS pg_trickle_ext;
          SELECT pgtrickle.enable_identity_messages();
          CREATE TYPE ib_mood AS ENUM ('sad', 'happy');
@@ -39,18 +138,7 @@ fn changes_follow_the_key_at_their_own_position() {
          CREATE PUBLICATION ibp FOR TABLE ib_t, ib_e, ib_k;
          SELECT pg_create_logical_replication_slot('ib_slot', 'pgoutput');");
     // The schemas at the slot's consistent point (no DDL ran since it was created).
-    let schemas: Vec<_> = ["ib_t", "ib_e", "ib_k"]
-        .iter()
-        .map(|t| {
-            let json = one(&format!(
-                "SELECT pgtrickle.identity_schema('{t}'::regclass);"
-            ));
-            match SchemaMessage::parse(json.as_bytes()).unwrap() {
-                SchemaMessage::Schema(s) => s,
-                other => panic!("{other:?}"),
-            }
-        })
-        .collect();
+    let schemas = schemas_of(&["ib_t", "ib_e", "ib_k"]);
 
     // Every statement is its own transaction unless wrapped.
     sql("INSERT INTO ib_t VALUES (1, 10, 'a');
@@ -73,23 +161,10 @@ fn changes_follow_the_key_at_their_own_position() {
          DELETE FROM ib_k;
          TRUNCATE ib_t;");
 
-    let rows = sql(
-        "SELECT lsn::text || '|' || encode(data, 'hex') FROM pg_logical_slot_get_binary_changes(
-           'ib_slot', NULL, NULL, 'proto_version', '1', 'publication_names', 'ibp',
-           'binary', 'true', 'messages', 'true');",
-    );
-    let mut capture = Capture::new(schemas, Lsn::ZERO, FlagBits::default());
-    let mut out = Vec::new();
-    for line in rows.lines().filter(|l| !l.is_empty()) {
-        let (lsn, hex) = line.split_once('|').unwrap();
-        capture
-            .apply_bytes(
-                lsn.parse().unwrap(),
-                Bytes::from(from_hex(hex).unwrap()),
-                &mut out,
-            )
-            .unwrap_or_else(|e| panic!("{e}"));
-    }
+    let mut capture = Capture::new(schemas, Lsn::ZERO, FlagBits::default())
+        .with_identity_table(identity_table())
+        .strict(true);
+    let out = read_slot(&mut capture, "ib_slot", "ibp");
     let got: Vec<(String, Op, Option<String>, Option<String>)> = out
         .iter()
         .filter_map(|o| match o {
@@ -134,17 +209,99 @@ fn changes_follow_the_key_at_their_own_position() {
         t(Op::Truncate, None, None),
     ];
     assert_eq!(got, want);
-    let schema_commits = out
-        .iter()
-        .filter(
-            |o| matches!(o, Output::Commit { schema_changes, .. } if !schema_changes.is_empty()),
-        )
-        .count();
     assert_eq!(
-        schema_commits, 2,
+        schema_changes(&out),
+        vec![vec!["ib_t".to_string()], vec!["ib_t".to_string()]],
         "two committed ALTERs, the rolled-back one wrote nothing"
     );
 
     sql("SELECT pg_drop_replication_slot('ib_slot');
+         SELECT pgtrickle.disable_identity_messages();");
+}
+
+/// Every DDL of issue 20 item 5 writes the rows of the published tables it changed, and only
+/// those: CREATE PUBLICATION, ALTER PUBLICATION ... ADD TABLES IN SCHEMA, a table created
+/// under FOR ALL TABLES, ATTACH and DETACH PARTITION, a key added to a partitioned table
+/// (every leaf), CREATE UNIQUE INDEX CONCURRENTLY, a leaf whose replica identity differs
+/// from its root's (the root refused), and a standalone DROP INDEX (only the table whose key
+/// it was).
+#[test]
+#[ignore = "needs a PostgreSQL server with wal_level=logical and the extension: run through `cargo xtask test`"]
+fn every_identity_changing_ddl_writes_what_it_touched() {
+    use_database("rowid_cdc_in_band_cov", "cov_slot");
+    sql("CREATE EXTENSION IF NOT EXISTS pg_trickle_ext;
+         SELECT pgtrickle.enable_identity_messages();
+         CREATE SCHEMA cov_s;
+         CREATE TABLE cov_a (id int8 PRIMARY KEY, v text);
+         CREATE TABLE cov_b (id int8 PRIMARY KEY, u int8 NOT NULL, v text);
+         CREATE UNIQUE INDEX cov_b_u ON cov_b (u);
+         CREATE TABLE cov_c (k int8 NOT NULL, v text);
+         CREATE TABLE cov_s.t1 (id int8 PRIMARY KEY);
+         CREATE TABLE cov_p (k int8 NOT NULL, v text) PARTITION BY RANGE (k);
+         CREATE TABLE cov_p1 PARTITION OF cov_p FOR VALUES FROM (0) TO (100);
+         CREATE TABLE cov_p2 (k int8 NOT NULL, v text);
+         CREATE PUBLICATION cov_pub FOR TABLE cov_a, cov_b, cov_p;
+         CREATE PUBLICATION cov_root FOR TABLE cov_p WITH (publish_via_partition_root = true);
+         SELECT pg_create_logical_replication_slot('cov_slot', 'pgoutput');");
+    let initial = schemas_of(&["cov_a", "cov_b", "cov_p", "cov_p1"]);
+    // One DDL per transaction (CREATE INDEX CONCURRENTLY cannot run in a block anyway).
+    for ddl in [
+        "CREATE PUBLICATION cov_pub2 FOR TABLE cov_c",
+        "ALTER PUBLICATION cov_pub ADD TABLES IN SCHEMA cov_s",
+        "ALTER TABLE cov_p ATTACH PARTITION cov_p2 FOR VALUES FROM (100) TO (200)",
+        "ALTER TABLE cov_p ADD PRIMARY KEY (k)",
+        "ALTER TABLE cov_p2 REPLICA IDENTITY FULL",
+        "ALTER TABLE cov_p DETACH PARTITION cov_p2",
+        "ALTER TABLE cov_p1 REPLICA IDENTITY FULL",
+        "CREATE UNIQUE INDEX CONCURRENTLY cov_c_k ON cov_c (k)",
+        "DROP INDEX cov_b_u",
+        "ALTER TABLE cov_a DROP CONSTRAINT cov_a_pkey",
+    ] {
+        sql(&format!("{ddl};"));
+    }
+    let mut capture =
+        Capture::new(initial, Lsn::ZERO, FlagBits::default()).with_identity_table(identity_table());
+    let out = read_slot(&mut capture, "cov_slot", "cov_pub");
+    let names = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    assert_eq!(
+        schema_changes(&out),
+        vec![
+            // CREATE PUBLICATION: its table
+            names(&["cov_c"]),
+            // ADD TABLES IN SCHEMA: the schema's tables
+            names(&["t1"]),
+            // ATTACH: the new leaf (the root's own identity is unchanged)
+            names(&["cov_p2"]),
+            // a key on the partitioned table: the root's and every leaf's identity
+            names(&["cov_p", "cov_p1", "cov_p2"]),
+            // a leaf's replica identity: the leaf, and its root (now refused)
+            names(&["cov_p", "cov_p2"]),
+            // DETACH: the root (refused no more)
+            names(&["cov_p"]),
+            // the other leaf: refused again
+            names(&["cov_p", "cov_p1"]),
+            // CREATE UNIQUE INDEX CONCURRENTLY: cov_c now has a key
+            names(&["cov_c"]),
+            // DROP INDEX cov_b_u touched nothing (cov_b's key is its primary key), then
+            // DROP CONSTRAINT: only cov_a
+            names(&["cov_a"]),
+        ]
+    );
+    let root = capture
+        .schemas()
+        .find(|s| s.relname == "cov_p")
+        .cloned()
+        .expect("the root's schema");
+    let refusal = root
+        .identity
+        .expect_err("a root whose leaves differ is refused");
+    assert!(refusal.message.contains("cov_p1"), "{}", refusal.message);
+    let c = capture
+        .schemas()
+        .find(|s| s.relname == "cov_c")
+        .and_then(|s| s.identity.clone().ok())
+        .expect("cov_c's identity");
+    assert_eq!(c.index.as_deref(), Some("public.cov_c_k"));
+    sql("SELECT pg_drop_replication_slot('cov_slot');
          SELECT pgtrickle.disable_identity_messages();");
 }

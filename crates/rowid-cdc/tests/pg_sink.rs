@@ -10,7 +10,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use rowid_cdc::Lsn;
-use rowid_cdc::event::{ChangeEvent, Op};
+use rowid_cdc::event::{ChangeEvent, Op, Unidentified};
 use rowid_cdc::pg_sink::{PostgresSink, Target};
 use rowid_cdc::sink::Sink;
 use rowid_registry::buffer;
@@ -46,6 +46,7 @@ fn event(commit: u64, op: Op, old: Option<&[u8]>, new: Option<&[u8]>) -> ChangeE
         old_id: old.map(<[u8]>::to_vec),
         new_id: new.map(<[u8]>::to_vec),
         backfilled: false,
+        unidentified: None,
     }
 }
 
@@ -72,6 +73,12 @@ fn buffers_are_created_checked_and_refused_by_name() {
     ] {
         sink.change(&event(0x2000, op, old, new)).unwrap();
     }
+    let mut x = event(0x2000, Op::Unidentified, None, None);
+    x.unidentified = Some(Unidentified {
+        change: Op::Update,
+        reason: "no old row".into(),
+    });
+    sink.change(&x).unwrap();
     sink.commit().unwrap();
     assert_eq!(sink.delivered(), Some(Lsn(0x2000)));
     drop(sink);
@@ -85,7 +92,13 @@ fn buffers_are_created_checked_and_refused_by_name() {
         "900|1|16385|I|0201||0/2000|0/1FF8|2|1\n\
          900|2|16385|U|0202|0201|0/2000|0/1FF8|2|1\n\
          900|3|16385|D||0202|0/2000|0/1FF8|2|1\n\
-         900|4|16385|T|||0/2000|0/1FF8|2|1\n"
+         900|4|16385|T|||0/2000|0/1FF8|2|1\n\
+         900|5|16385|X|||0/2000|0/1FF8|2|1\n"
+    );
+    assert_eq!(
+        psql.run("SELECT unidentified FROM pgtrickle_changes.wal WHERE op = 'X';")
+            .unwrap(),
+        "update: no old row\n"
     );
     // Reopened: the position it committed with the rows.
     let sink = PostgresSink::open(target(&psql, &b, false)).unwrap();
@@ -195,8 +208,131 @@ fn buffers_are_created_checked_and_refused_by_name() {
 
     // A database that does not exist: named, not retried as if transient.
     let mut t = target(&psql, &b, true);
-    t.config.dbname("rowid_cdc_no_such_db");
+    t.config = t.config.with_dbname("rowid_cdc_no_such_db");
     let e = PostgresSink::open(t).expect_err("no database");
     assert!(e.to_string().contains("rowid_cdc_no_such_db"), "{e}");
     assert_ne!(e.kind(), std::io::ErrorKind::ConnectionAborted);
+}
+
+/// The sink's session commits synchronously whatever the database's or the role's default:
+/// a COMMIT the server answered is on disk before the slot position is acknowledged.
+#[test]
+#[ignore = "needs a PostgreSQL server: run through `cargo xtask test`"]
+fn the_sink_commits_synchronously_whatever_the_default() {
+    let psql = Psql::fresh_database("rowid_cdc_pg_sink_sync").unwrap();
+    psql.run("ALTER DATABASE rowid_cdc_pg_sink_sync SET synchronous_commit = off;")
+        .unwrap();
+    assert_eq!(
+        psql.run("SHOW synchronous_commit;").unwrap(),
+        "off\n",
+        "a session of that database commits asynchronously"
+    );
+    let sink = PostgresSink::open(target(&psql, &QualifiedName::new("s", "b"), true)).unwrap();
+    assert_eq!(sink.opened().synchronous_commit, "on");
+}
+
+/// A buffer, position table or schema someone else prepared is refused before anything is
+/// written: another owner, a write grant to another role, a trigger (it would run as the
+/// sink's role), a schema another role owns.
+#[test]
+#[ignore = "needs a PostgreSQL server: run through `cargo xtask test`"]
+fn buffers_others_prepared_are_refused() {
+    let psql = Psql::fresh_database("rowid_cdc_pg_sink_squat").unwrap();
+    psql.run(
+        "DROP ROLE IF EXISTS rowid_cdc_squatter; CREATE ROLE rowid_cdc_squatter;
+         CREATE SCHEMA s;",
+    )
+    .unwrap();
+    let fresh = |name: &str| {
+        let b = QualifiedName::new("s", name);
+        psql.run(&format!("{};", buffer::create_table(&b))).unwrap();
+        b
+    };
+    let b = fresh("owned");
+    psql.run("ALTER TABLE s.owned OWNER TO rowid_cdc_squatter;")
+        .unwrap();
+    let e = refused(target(&psql, &b, true));
+    assert!(
+        e.contains("owned by rowid_cdc_squatter, not postgres"),
+        "{e}"
+    );
+
+    let b = fresh("granted");
+    psql.run("GRANT INSERT ON s.granted TO rowid_cdc_squatter;")
+        .unwrap();
+    let e = refused(target(&psql, &b, true));
+    assert!(e.contains("grants rowid_cdc_squatter:INSERT"), "{e}");
+
+    let b = fresh("triggered");
+    psql.run(
+        "CREATE FUNCTION s.noop() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RETURN NULL; END $$;
+         CREATE TRIGGER t AFTER INSERT ON s.triggered FOR EACH ROW EXECUTE FUNCTION s.noop();",
+    )
+    .unwrap();
+    let e = refused(target(&psql, &b, true));
+    assert!(e.contains("has triggers (t)"), "{e}");
+    assert_eq!(
+        psql.run("SELECT count(*) FROM s.triggered;").unwrap(),
+        "0\n",
+        "nothing written"
+    );
+
+    // The position table beside a good buffer, prepared by someone else.
+    psql.run(
+        "CREATE SCHEMA p;
+         CREATE TABLE p.rowid_cdc_position (buffer text NOT NULL, slot text NOT NULL,
+           commit_lsn pg_lsn NOT NULL, PRIMARY KEY (buffer, slot));
+         ALTER TABLE p.rowid_cdc_position OWNER TO rowid_cdc_squatter;",
+    )
+    .unwrap();
+    let e = refused(target(&psql, &QualifiedName::new("p", "b"), true));
+    assert!(
+        e.contains("rowid_cdc_position") && e.contains("owned by rowid_cdc_squatter"),
+        "{e}"
+    );
+
+    // A schema another (not superuser) role owns: it could swap the buffer.
+    psql.run("CREATE SCHEMA q AUTHORIZATION rowid_cdc_squatter;")
+        .unwrap();
+    let e = refused(target(&psql, &QualifiedName::new("q", "b"), true));
+    assert!(
+        e.contains("its schema \"q\" belongs to rowid_cdc_squatter"),
+        "{e}"
+    );
+}
+
+/// Rows wait for the sink's connection in a channel bounded in bytes: with the connection
+/// blocked (the buffer locked by another session), 200 changes of 256 kB identities hold at
+/// most the budget (plus one row) in memory, not 50 MB.
+#[test]
+#[ignore = "needs a PostgreSQL server: run through `cargo xtask test`"]
+fn the_channel_is_bounded_in_bytes() {
+    let psql = Psql::fresh_database("rowid_cdc_pg_sink_bytes").unwrap();
+    let b = QualifiedName::new("s", "big");
+    let mut sink = PostgresSink::open(target(&psql, &b, true)).unwrap();
+    let lock = std::process::Command::new("psql")
+        .args(psql.args().split_whitespace())
+        .args(["-X", "-q", "-c"])
+        .arg("BEGIN; LOCK TABLE s.big IN ACCESS EXCLUSIVE MODE; SELECT pg_sleep(3); COMMIT;")
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let id = vec![7u8; 256 << 10];
+    for _ in 0..200 {
+        sink.change(&event(0x4000, Op::Insert, None, Some(&id)))
+            .unwrap();
+    }
+    sink.commit().unwrap();
+    let peak = sink.peak_in_flight_bytes();
+    drop(sink);
+    let mut lock = lock;
+    assert!(lock.wait().unwrap().success());
+    // The documented budget, 8 MiB, plus the one row that may exceed it.
+    assert!(
+        peak <= (8 << 20) + id.len() + 64,
+        "{peak} bytes were in flight"
+    );
+    assert!(peak >= 4 << 20, "the budget was reached: {peak}");
+    assert_eq!(psql.run("SELECT count(*) FROM s.big;").unwrap(), "200\n");
 }

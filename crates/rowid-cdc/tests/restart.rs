@@ -11,21 +11,24 @@ use std::path::{Path, PathBuf};
 
 use bytes::Bytes;
 use rowid_cdc::capture::Capture;
+use rowid_cdc::identity_rows;
 use rowid_cdc::pg_sink::{PostgresSink, Target};
 use rowid_cdc::pipeline::Pipeline;
 use rowid_cdc::sink::{JsonlFile, Sink};
 use rowid_cdc::state::State;
-use rowid_cdc::{Lsn, RelationSchema, ReplicaIdentity, SchemaMessage};
+use rowid_cdc::{Lsn, RelationSchema, ReplicaIdentity};
 use rowid_codec::structure::Shape;
 use rowid_codec::{Domain, TypeTag};
 use rowid_pgoutput::{
     Column, CommitInfo, FlagBits, Message, OldTuple, Relation, RelationColumn, encode,
 };
-use rowid_registry::schema_message::{IdentityDef, IdentityField, MESSAGE_PREFIX, SchemaColumn};
+use rowid_registry::schema_message::{IdentityDef, IdentityField, SchemaColumn};
 use rowid_registry::sql::QualifiedName;
 use rowid_testkit::psql::Psql;
 
 const T: u32 = 16385;
+/// The identity schema table's OID.
+const SCHEMAS: u32 = 16300;
 
 fn schema(key: &[&str]) -> RelationSchema {
     let cols = [("id", 20u32), ("v", 20u32)];
@@ -123,17 +126,8 @@ fn stream() -> Vec<(Lsn, Bytes)> {
             );
             if t == 6 && i == 1 {
                 key = &["id", "v"];
-                let content = SchemaMessage::Schema(schema(key)).to_json().to_string();
-                push(
-                    Message::Message {
-                        xid: None,
-                        transactional: true,
-                        lsn: 0,
-                        prefix: MESSAGE_PREFIX.into(),
-                        content: Bytes::from(content),
-                    },
-                    &mut msgs,
-                );
+                push(identity_rows::relation(SCHEMAS), &mut msgs);
+                push(identity_rows::upsert(SCHEMAS, &schema(key)), &mut msgs);
                 push(relation(key), &mut msgs);
             }
         }
@@ -198,6 +192,7 @@ fn initial_state() -> State {
         publication: "p".into(),
         commit_lsn: Lsn::ZERO,
         end_lsn: Lsn::ZERO,
+        identity_table: SCHEMAS,
         sink_len: None,
         schemas: vec![schema(&["id"])],
     }
@@ -292,7 +287,8 @@ fn open(fx: &dyn Fixture, dir: &Path) -> Pipeline<Box<dyn Sink>> {
     let sink = fx.open(dir, saved.as_ref());
     let state = saved.unwrap_or_else(initial_state);
     let capture = Capture::new(state.schemas.clone(), state.commit_lsn, FlagBits::default())
-        .with_delivered(sink.delivered().unwrap_or(Lsn::ZERO));
+        .with_delivered(sink.delivered().unwrap_or(Lsn::ZERO))
+        .with_identity_table(state.identity_table);
     Pipeline::new(capture, sink, state, Some(state_path)).unwrap()
 }
 
@@ -463,7 +459,8 @@ fn buffer_crash_between_commit_and_state_rename_repeats_nothing() {
         sink.delivered() > Some(state.commit_lsn),
         "the buffer is ahead"
     );
-    let capture = Capture::new(state.schemas.clone(), state.commit_lsn, FlagBits::default());
+    let capture = Capture::new(state.schemas.clone(), state.commit_lsn, FlagBits::default())
+        .with_identity_table(state.identity_table);
     let mut p = Pipeline::new(capture, sink, state, Some(state_path)).unwrap();
     for (lsn, bytes) in &stream {
         p.message(*lsn, bytes.clone()).unwrap();

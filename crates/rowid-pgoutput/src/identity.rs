@@ -209,6 +209,8 @@ pub struct BoundIdentity {
     domain: Domain,
     positions: Vec<(usize, Shape, String)>,
     relation: Relation,
+    /// Why the stream's old tuples cannot give this identity (`None`: they can).
+    old_rows: Option<SchemaMismatch>,
 }
 
 impl RelationIdentity {
@@ -266,15 +268,30 @@ impl RelationIdentity {
         relation: &Relation,
         flags: &FlagBits,
     ) -> Result<BoundIdentity, SchemaMismatch> {
-        match (self.domain, relation.replica_identity) {
-            (_, b'n') => return Err(SchemaMismatch::NoReplicaIdentity),
-            (Domain::KeylessRow, ri) if ri != b'f' => {
-                return Err(SchemaMismatch::KeylessNeedsFull {
-                    replica_identity: char::from(ri),
-                });
-            }
-            _ => {}
+        let bound = self.bind_new_rows(relation, flags)?;
+        match bound.old_rows {
+            Some(why) => Err(why),
+            None => Ok(bound),
         }
+    }
+
+    /// As [`RelationIdentity::bind`], for a relation whose replica identity cannot give the
+    /// identity of an old row (REPLICA IDENTITY NOTHING, or a KEYLESS_ROW without FULL):
+    /// the binding encodes new rows (an INSERT needs no old row), and
+    /// [`BoundIdentity::old_rows_unavailable`] says why old rows cannot be encoded. Every
+    /// other disagreement is refused as by `bind`.
+    pub fn bind_new_rows(
+        &self,
+        relation: &Relation,
+        flags: &FlagBits,
+    ) -> Result<BoundIdentity, SchemaMismatch> {
+        let old_rows = match (self.domain, relation.replica_identity) {
+            (_, b'n') => Some(SchemaMismatch::NoReplicaIdentity),
+            (Domain::KeylessRow, ri) if ri != b'f' => Some(SchemaMismatch::KeylessNeedsFull {
+                replica_identity: char::from(ri),
+            }),
+            _ => None,
+        };
         if self.domain == Domain::KeylessRow && relation.columns.len() != self.columns.len() {
             return Err(SchemaMismatch::ColumnsDiffer);
         }
@@ -308,13 +325,15 @@ impl RelationIdentity {
             }
             positions.push((pos, col.shape.clone(), col.name.clone()));
         }
-        if self.domain == Domain::ScanKey {
+        // Under NOTHING no column is flagged: there is no stream key to compare.
+        if self.domain == Domain::ScanKey && old_rows.is_none() {
             self.check_key(relation, flags)?;
         }
         Ok(BoundIdentity {
             domain: self.domain,
             positions,
             relation: relation.clone(),
+            old_rows,
         })
     }
 
@@ -357,6 +376,12 @@ impl BoundIdentity {
         self.domain
     }
 
+    /// Why the stream's old tuples cannot give this identity (`None`: they can): set only by
+    /// [`RelationIdentity::bind_new_rows`].
+    pub fn old_rows_unavailable(&self) -> Option<&SchemaMismatch> {
+        self.old_rows.as_ref()
+    }
+
     /// The Relation message this binding was checked against.
     pub fn relation(&self) -> &Relation {
         &self.relation
@@ -381,6 +406,9 @@ impl BoundIdentity {
     /// needs the full old row (`'O'`): a `'K'` tuple holds NULL placeholders for the columns
     /// outside the key, which would yield an identity that matches no row.
     pub fn encode_old(&self, old: &OldTuple, out: &mut Vec<u8>) -> Result<usize, IdentityError> {
+        if self.old_rows.is_some() && self.domain == Domain::KeylessRow {
+            return Err(IdentityError::KeylessNeedsFullOldRow);
+        }
         match old {
             OldTuple::Full(row) => self.encode(row, out),
             OldTuple::Key(_) if self.domain == Domain::KeylessRow => {

@@ -412,3 +412,71 @@ fn registry_schemas_convert_to_relation_identities() {
     assert_eq!(names, ["id", "note"]);
     assert_eq!(keyless.columns[1].shape, Shape::Scalar(TypeTag::Text));
 }
+
+/// `bind_new_rows`: a relation whose old rows cannot give its identity (REPLICA IDENTITY
+/// NOTHING, a keyless identity without FULL) is bound for its new rows, and says why its old
+/// rows cannot be encoded; every other disagreement is refused as by `bind`.
+#[test]
+fn relations_without_usable_old_rows_bind_for_new_rows() {
+    let keyless = RelationIdentity {
+        domain: Domain::KeylessRow,
+        columns: vec![
+            IdentityColumn::scalar("a", 20, TypeTag::Int8),
+            IdentityColumn::scalar("b", 25, TypeTag::Text),
+        ],
+        key_is_primary: false,
+    };
+    let row = vec![b(&1i64.to_be_bytes()), b(b"x")];
+    let bound = keyless
+        .bind_new_rows(
+            &rel(b'd', &[("a", 20, 0), ("b", 25, 0)]),
+            &FlagBits::default(),
+        )
+        .unwrap();
+    assert_eq!(
+        bound.old_rows_unavailable(),
+        Some(&SchemaMismatch::KeylessNeedsFull {
+            replica_identity: 'd'
+        })
+    );
+    let mut new = Vec::new();
+    bound.encode(&row, &mut new).unwrap();
+    assert_eq!(
+        new,
+        codec(
+            Domain::KeylessRow,
+            &[
+                (TypeTag::Int8, Some(Value::Int8(1))),
+                (TypeTag::Text, Some(Value::Text(b"x")))
+            ]
+        )
+    );
+    let mut old = Vec::new();
+    assert_eq!(
+        bound.encode_old(&OldTuple::Full(row.clone()), &mut old),
+        Err(IdentityError::KeylessNeedsFullOldRow)
+    );
+
+    // A key under NOTHING: new rows by name, no old rows.
+    let schema = key(&[("id", 20, TypeTag::Int8)]);
+    let bound = schema
+        .bind_new_rows(&rel(b'n', &[("id", 20, 0)]), &FlagBits::default())
+        .unwrap();
+    assert_eq!(
+        bound.old_rows_unavailable(),
+        Some(&SchemaMismatch::NoReplicaIdentity)
+    );
+    // Under FULL everything is available: no reason given.
+    let bound = keyless
+        .bind_new_rows(
+            &rel(b'f', &[("a", 20, 1), ("b", 25, 1)]),
+            &FlagBits::default(),
+        )
+        .unwrap();
+    assert_eq!(bound.old_rows_unavailable(), None);
+    // A changed type is still refused.
+    assert!(matches!(
+        schema.bind_new_rows(&rel(b'n', &[("id", 23, 0)]), &FlagBits::default()),
+        Err(SchemaMismatch::TypeChanged { .. })
+    ));
+}

@@ -1,12 +1,18 @@
-//! The change buffer (spec/change-buffer.md): one table shape for every capture path, the
-//! WAL consumer's PostgreSQL sink and the extension's capture trigger alike, and the check a
-//! writer or reader runs before it touches a buffer.
+//! The change buffer, format 2 (spec/change-buffer.md): one table shape for every capture
+//! path, the WAL consumer's PostgreSQL sink and the extension's capture trigger alike, and
+//! the checks a writer or reader runs before it touches a buffer.
 //!
 //! A change is one row: its transaction and order in it, the source relation, the operation,
 //! the new identity (`__pgt_row_id`, insert and update) and the old one (`__pgt_old_row_id`,
-//! update and delete), and the non-null version columns of design proposal §10. Which
-//! identities an operation has is a table constraint, so a row can never hold an identity
-//! its operation does not have, or lack one it has.
+//! update and delete), the non-null version columns of design proposal §10, and for a
+//! change whose identity could not be derived (`X`), why. Which identities an operation has
+//! is a table constraint, so a row can never hold an identity its operation does not have,
+//! or lack one it has.
+//!
+//! Who may write a buffer is part of the contract: [`WRITERS_QUERY`] and [`check_writers`]
+//! refuse a buffer owned by another role than the one expected, one that grants any right
+//! but `SELECT` to another role, or one with triggers or rules (code that would run as its
+//! writer).
 //!
 //! The versions are enforced in code as well as in DDL: a new library can meet a buffer
 //! created by an older one. [`check_shape`] compares the catalog's view of a table with the
@@ -32,8 +38,13 @@ pub const ROW_IDENTITY_VERSION: i16 = 2;
 pub const ROW_PROBE_VERSION: i16 = 1;
 /// The old identity column.
 pub const OLD_ROW_ID: &str = "__pgt_old_row_id";
-/// The schema buffers are created in unless the caller names another.
+/// The schema buffers are created in unless the caller names another. The extension owns it
+/// (its install script creates it), so no other role can create a buffer there first.
 pub const DEFAULT_SCHEMA: &str = "pgtrickle_changes";
+/// The column saying why a change has no identity (`X` rows only).
+pub const UNIDENTIFIED: &str = "unidentified";
+/// The format of spec/change-buffer.md this module implements.
+pub const FORMAT: u32 = 2;
 
 /// What a change did, as the `op` column stores it (`"char"`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -46,6 +57,10 @@ pub enum BufferOp {
     Delete,
     /// `T`: the relation was truncated; no identity.
     Truncate,
+    /// `X`: a change whose identity could not be derived (WAL capture: no identity schema,
+    /// no old row, ...); no identity, and the `unidentified` column says which operation and
+    /// why. A reader that meets one must rebuild what it keeps of that relation.
+    Unidentified,
 }
 
 impl BufferOp {
@@ -56,6 +71,7 @@ impl BufferOp {
             BufferOp::Update => b'U',
             BufferOp::Delete => b'D',
             BufferOp::Truncate => b'T',
+            BufferOp::Unidentified => b'X',
         }
     }
 
@@ -66,6 +82,7 @@ impl BufferOp {
             b'U' => Some(BufferOp::Update),
             b'D' => Some(BufferOp::Delete),
             b'T' => Some(BufferOp::Truncate),
+            b'X' => Some(BufferOp::Unidentified),
             _ => None,
         }
     }
@@ -114,7 +131,7 @@ const fn col(
 
 /// The buffer's columns, in table order. The version defaults are [`ROW_IDENTITY_VERSION`]
 /// and [`ROW_PROBE_VERSION`] (a test keeps them equal).
-pub const COLUMNS: [BufferColumn; 10] = [
+pub const COLUMNS: [BufferColumn; 11] = [
     col(
         "xid",
         "bigint",
@@ -141,7 +158,7 @@ pub const COLUMNS: [BufferColumn; 10] = [
         "\"char\"",
         true,
         None,
-        "I insert, U update, D delete, T truncate",
+        "I insert, U update, D delete, T truncate, X unidentified",
     ),
     col(
         ROW_ID,
@@ -185,6 +202,13 @@ pub const COLUMNS: [BufferColumn; 10] = [
         Some("1"),
         "probe version readers derive from them",
     ),
+    col(
+        UNIDENTIFIED,
+        "text",
+        false,
+        None,
+        "X only: the operation and why no identity was derived",
+    ),
 ];
 
 /// `CREATE TABLE` for a buffer named `table`. Without privileges for PUBLIC: identities can
@@ -207,11 +231,16 @@ pub fn create_table(table: &QualifiedName) -> String {
             sql.push_str(d);
         }
     }
-    let (new, old) = (quote_ident(ROW_ID), quote_ident(OLD_ROW_ID));
+    let (new, old, why) = (
+        quote_ident(ROW_ID),
+        quote_ident(OLD_ROW_ID),
+        quote_ident(UNIDENTIFIED),
+    );
     sql.push_str(&format!(
-        ", CHECK (\"op\" IN ('I', 'U', 'D', 'T')), \
+        ", CHECK (\"op\" IN ('I', 'U', 'D', 'T', 'X')), \
          CHECK ((\"op\" IN ('I', 'U')) = ({new} IS NOT NULL)), \
          CHECK ((\"op\" IN ('U', 'D')) = ({old} IS NOT NULL)), \
+         CHECK ((\"op\" = 'X') = ({why} IS NOT NULL)), \
          CHECK (\"row_identity_version\" = {ROW_IDENTITY_VERSION}), \
          CHECK (\"row_probe_version\" = {ROW_PROBE_VERSION}))"
     ));
@@ -236,9 +265,11 @@ pub fn column_list() -> String {
 /// A query over a table's catalog entry returning, per live column in order,
 /// `attname`, `format_type(atttypid, atttypmod)` and `attnotnull`; one parameter, the
 /// table's name as text (`$1::text::regclass`).
-pub const SHAPE_QUERY: &str = "SELECT a.attname::text, format_type(a.atttypid, a.atttypmod), \
-     a.attnotnull FROM pg_attribute a WHERE a.attrelid = $1::text::regclass AND a.attnum > 0 \
-     AND NOT a.attisdropped ORDER BY a.attnum";
+pub const SHAPE_QUERY: &str = "SELECT a.attname::pg_catalog.text, \
+     pg_catalog.format_type(a.atttypid, a.atttypmod), a.attnotnull \
+     FROM pg_catalog.pg_attribute a \
+     WHERE a.attrelid OPERATOR(pg_catalog.=) $1::pg_catalog.text::pg_catalog.regclass \
+     AND a.attnum OPERATOR(pg_catalog.>) 0 AND NOT a.attisdropped ORDER BY a.attnum";
 
 /// A query returning one row written under versions other than this library's, if any (no
 /// parameter). `table` is the buffer as SQL names it (quoted, as
@@ -246,8 +277,8 @@ pub const SHAPE_QUERY: &str = "SELECT a.attname::text, format_type(a.atttypid, a
 pub fn foreign_versions_query(table: &str) -> String {
     format!(
         "SELECT \"row_identity_version\", \"row_probe_version\" FROM {table} \
-         WHERE \"row_identity_version\" <> {ROW_IDENTITY_VERSION} \
-         OR \"row_probe_version\" <> {ROW_PROBE_VERSION} LIMIT 1"
+         WHERE \"row_identity_version\" OPERATOR(pg_catalog.<>) {ROW_IDENTITY_VERSION} \
+         OR \"row_probe_version\" OPERATOR(pg_catalog.<>) {ROW_PROBE_VERSION} LIMIT 1"
     )
 }
 
@@ -262,8 +293,10 @@ pub fn version_constraints() -> [String; 2] {
 
 /// A query over a buffer's CHECK constraints (`pg_get_constraintdef`), one parameter: the
 /// buffer's name as text.
-pub const CONSTRAINTS_QUERY: &str = "SELECT pg_get_constraintdef(oid) FROM pg_constraint \
-     WHERE conrelid = $1::text::regclass AND contype = 'c' ORDER BY conname";
+pub const CONSTRAINTS_QUERY: &str = "SELECT pg_catalog.pg_get_constraintdef(oid) \
+     FROM pg_catalog.pg_constraint \
+     WHERE conrelid OPERATOR(pg_catalog.=) $1::pg_catalog.text::pg_catalog.regclass \
+     AND contype OPERATOR(pg_catalog.=) 'c' ORDER BY conname";
 
 /// Checks that a buffer's CHECK constraints (rows of [`CONSTRAINTS_QUERY`]) pin the versions
 /// this library writes: both of [`version_constraints`] present, and no other constraint
@@ -292,6 +325,80 @@ pub fn check_version_constraints(table: &str, defs: &[String]) -> Result<(), Buf
     Ok(())
 }
 
+/// A query over a table's catalog entry saying who can write it or run code when it is
+/// written; one parameter, the table's name as text. One row: the owner (`regrole` text),
+/// `relkind`, `relpersistence`, the grants of anything but `SELECT` to another role than the
+/// owner (`role:PRIVILEGE, ...`, `PUBLIC` for PUBLIC; NULL when none), its triggers' names
+/// (NULL when none), and whether it has rules or row-level security.
+pub const WRITERS_QUERY: &str = "SELECT c.relowner::pg_catalog.regrole::pg_catalog.text, \
+     c.relkind::pg_catalog.text, c.relpersistence::pg_catalog.text, \
+     (SELECT pg_catalog.string_agg(DISTINCT CASE WHEN a.grantee OPERATOR(pg_catalog.=) 0 \
+             THEN 'PUBLIC' ELSE a.grantee::pg_catalog.regrole::pg_catalog.text END \
+             OPERATOR(pg_catalog.||) ':' OPERATOR(pg_catalog.||) a.privilege_type, ', ') \
+      FROM pg_catalog.aclexplode(c.relacl) a \
+      WHERE a.grantee OPERATOR(pg_catalog.<>) c.relowner \
+        AND a.privilege_type OPERATOR(pg_catalog.<>) 'SELECT'), \
+     (SELECT pg_catalog.string_agg(t.tgname::pg_catalog.text, ', ' ORDER BY t.tgname) \
+      FROM pg_catalog.pg_trigger t WHERE t.tgrelid OPERATOR(pg_catalog.=) c.oid), \
+     c.relhasrules, c.relrowsecurity \
+     FROM pg_catalog.pg_class c \
+     WHERE c.oid OPERATOR(pg_catalog.=) $1::pg_catalog.text::pg_catalog.regclass";
+
+/// A row of [`WRITERS_QUERY`].
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Writers {
+    /// The owner, as `regrole` prints it.
+    pub owner: String,
+    /// `relkind`.
+    pub kind: String,
+    /// `relpersistence`.
+    pub persistence: String,
+    /// Grants of anything but `SELECT` to other roles (`role:PRIVILEGE, ...`).
+    pub grants: Option<String>,
+    /// Trigger names.
+    pub triggers: Option<String>,
+    /// It has rules.
+    pub rules: bool,
+    /// Row-level security is enabled.
+    pub row_security: bool,
+}
+
+/// Checks that only `owner` can write `table` (a buffer, or a writer's own bookkeeping
+/// table) and that writing it runs no code: an ordinary, permanent table owned by `owner`,
+/// granting nothing but `SELECT` to anyone else, without triggers, rules or row-level
+/// security. A table someone else created first (squatted) or prepared (a trigger would run
+/// as its writer) is refused, naming what is wrong.
+pub fn check_writers(table: &str, w: &Writers, owner: &str) -> Result<(), BufferMismatch> {
+    let refuse = |detail: String| {
+        Err(BufferMismatch::Unsafe {
+            table: table.to_string(),
+            detail,
+        })
+    };
+    if w.kind != "r" {
+        return refuse(format!("it is not an ordinary table (relkind {})", w.kind));
+    }
+    if w.persistence != "p" {
+        return refuse("it is unlogged or temporary".into());
+    }
+    if w.owner != owner {
+        return refuse(format!("it is owned by {}, not {owner}", w.owner));
+    }
+    if let Some(g) = &w.grants {
+        return refuse(format!("it grants {g}"));
+    }
+    if let Some(t) = &w.triggers {
+        return refuse(format!("it has triggers ({t})"));
+    }
+    if w.rules {
+        return refuse("it has rules".into());
+    }
+    if w.row_security {
+        return refuse("it has row-level security enabled".into());
+    }
+    Ok(())
+}
+
 /// One live column as the catalog describes it (a row of [`SHAPE_QUERY`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CatalogColumn {
@@ -313,6 +420,13 @@ pub enum BufferMismatch {
         /// What differs first.
         detail: String,
     },
+    /// Another role than the expected one could write it, or writing it would run code.
+    Unsafe {
+        /// The table.
+        table: String,
+        /// What is wrong.
+        detail: String,
+    },
     /// A row was written under other versions.
     Versions {
         /// The table.
@@ -330,6 +444,11 @@ impl fmt::Display for BufferMismatch {
             BufferMismatch::Columns { table, detail } => write!(
                 f,
                 "{table} is not a Row Identity V2 change buffer: {detail}"
+            ),
+            BufferMismatch::Unsafe { table, detail } => write!(
+                f,
+                "{table} is refused: {detail}; only its expected owner may write it, and \
+                 writing it may run no code"
             ),
             BufferMismatch::Versions {
                 table,
@@ -458,7 +577,7 @@ mod tests {
         let mut c = catalog();
         c.pop();
         let e = check_shape(t(), &c).expect_err("missing");
-        assert!(e.to_string().contains("row_probe_version"), "{e}");
+        assert!(e.to_string().contains("unidentified"), "{e}");
 
         let mut c = catalog();
         c[4].sql_type = "bigint".into();
@@ -516,14 +635,16 @@ mod tests {
             BufferOp::Update,
             BufferOp::Delete,
             BufferOp::Truncate,
+            BufferOp::Unidentified,
         ] {
             assert_eq!(BufferOp::from_code(op.code()), Some(op));
         }
-        assert_eq!(BufferOp::from_code(b'X'), None);
+        assert_eq!(BufferOp::from_code(b'Z'), None);
         assert!(BufferOp::Insert.has_new() && !BufferOp::Insert.has_old());
         assert!(BufferOp::Update.has_new() && BufferOp::Update.has_old());
         assert!(!BufferOp::Delete.has_new() && BufferOp::Delete.has_old());
         assert!(!BufferOp::Truncate.has_new() && !BufferOp::Truncate.has_old());
+        assert!(!BufferOp::Unidentified.has_new() && !BufferOp::Unidentified.has_old());
     }
 
     #[test]
@@ -531,5 +652,69 @@ mod tests {
         let e = foreign_versions(t(), 3, 1).to_string();
         assert!(e.contains("row_identity_version 3"), "{e}");
         assert!(e.contains("writes and reads 2 and 1"), "{e}");
+    }
+
+    #[test]
+    fn only_the_owner_writes_and_writing_runs_no_code() {
+        let ok = Writers {
+            owner: "app".into(),
+            kind: "r".into(),
+            persistence: "p".into(),
+            ..Writers::default()
+        };
+        assert_eq!(check_writers(t(), &ok, "app"), Ok(()));
+        let refused = |w: Writers, owner: &str, want: &str| {
+            let e = check_writers(t(), &w, owner).expect_err(want).to_string();
+            assert!(e.contains(want) && e.contains(t()), "{e}");
+        };
+        refused(ok.clone(), "cdc", "owned by app, not cdc");
+        refused(
+            Writers {
+                grants: Some("mallory:INSERT".into()),
+                ..ok.clone()
+            },
+            "app",
+            "grants mallory:INSERT",
+        );
+        refused(
+            Writers {
+                triggers: Some("t".into()),
+                ..ok.clone()
+            },
+            "app",
+            "has triggers (t)",
+        );
+        refused(
+            Writers {
+                rules: true,
+                ..ok.clone()
+            },
+            "app",
+            "has rules",
+        );
+        refused(
+            Writers {
+                row_security: true,
+                ..ok.clone()
+            },
+            "app",
+            "row-level security",
+        );
+        refused(
+            Writers {
+                persistence: "t".into(),
+                ..ok.clone()
+            },
+            "app",
+            "unlogged or temporary",
+        );
+        refused(
+            Writers {
+                kind: "v".into(),
+                ..ok
+            },
+            "app",
+            "not an ordinary table",
+        );
     }
 }

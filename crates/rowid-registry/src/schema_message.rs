@@ -1,8 +1,10 @@
-//! Identity schema messages, format 1 (spec/identity-messages.md): a relation's identity
-//! schema as of one WAL position. The extension's event trigger writes them into the WAL,
-//! a WAL consumer reads them (and keeps them in its state); both use this one
-//! implementation. Parsing is strict: an unknown format, a missing or unknown member, or a
-//! value of the wrong type is an error naming the member.
+//! Identity schema messages, format 2 (spec/identity-messages.md): a relation's identity
+//! schema as of one WAL position. The extension's event trigger writes them as rows of
+//! [`IDENTITY_TABLE`], a table only the extension's owner may write, published by
+//! [`IDENTITY_PUBLICATION`]; a WAL consumer reads those rows from the stream (and keeps the
+//! schemas in its state); both use this one implementation. A logical message, which any
+//! role can write, is never a schema. Parsing is strict: an unknown format, a missing or
+//! unknown member, or a value of the wrong type is an error naming the member.
 
 use std::fmt;
 
@@ -14,11 +16,26 @@ use crate::error::Rejection;
 use crate::resolve::IdentitySchema;
 use crate::source_key::ScanKey;
 
-/// The `pg_logical_emit_message` prefix of identity schema messages.
+/// The `pg_logical_emit_message` prefix format 1 used. Format 2 ignores (and reports) every
+/// logical message with it: `pg_logical_emit_message` is executable by PUBLIC, so such a
+/// message says nothing about who wrote it.
 pub const MESSAGE_PREFIX: &str = "pgtrickle.identity";
 
 /// The format this crate reads and writes.
-pub const FORMAT: u64 = 1;
+pub const FORMAT: u64 = 2;
+
+/// Schema and name of the table whose rows carry the messages: `relid oid PRIMARY KEY`,
+/// `key_index oid`, `schema text NOT NULL` (the content, JSON). An INSERT or UPDATE of a row
+/// is the relation's schema from that position on; a DELETE says it was dropped.
+pub const IDENTITY_TABLE: (&str, &str) = ("pgtrickle", "identity_schemas");
+
+/// The publication (created with the extension) that carries [`IDENTITY_TABLE`]'s rows; a
+/// consumer streams it beside its own.
+pub const IDENTITY_PUBLICATION: &str = "pgtrickle_identity";
+
+/// The columns of [`IDENTITY_TABLE`], in order: the relation, the index its key comes from
+/// (NULL: keyless or none), the content.
+pub const IDENTITY_COLUMNS: [&str; 3] = ["relid", "key_index", "schema"];
 
 /// `pg_class.relreplident`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -219,7 +236,7 @@ impl SchemaMessage {
     }
 }
 
-/// A message's content is not a valid format-1 identity schema message.
+/// A message's content is not a valid identity schema message of this format.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SchemaMessageError {
     /// Where: a JSON path such as `identity.fields[0].shape`.
@@ -326,7 +343,7 @@ impl<'a> Obj<'a> {
         match self.map.keys().find(|k| !self.taken.contains(&k.as_str())) {
             Some(k) => err(
                 &self.path(k),
-                "unknown member (format 1 defines no such member)",
+                "unknown member (this format defines no such member)",
             ),
             None => Ok(()),
         }

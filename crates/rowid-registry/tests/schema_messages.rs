@@ -1,4 +1,4 @@
-//! Identity schema messages, format 1: the spec's example parses, every shape round-trips,
+//! Identity schema messages, format 2: the spec's example parses, every shape round-trips,
 //! and the reader is strict about everything else.
 
 // Test code: a failed expectation is a panic by design.
@@ -35,7 +35,7 @@ fn the_spec_example_parses() {
     let def = s.identity.as_ref().unwrap();
     assert_eq!(
         (def.domain, def.index.as_deref(), def.primary),
-        (Domain::ScanKey, Some("orders_pkey"), true)
+        (Domain::ScanKey, Some("public.orders_pkey"), true)
     );
     assert_eq!(def.fields[0].shape, Shape::Scalar(TypeTag::Int8));
     // Written back, it reads the same.
@@ -78,7 +78,8 @@ fn mutated(f: impl FnOnce(&mut Value)) -> String {
 #[test]
 fn the_reader_is_strict_and_says_where() {
     let cases: Vec<(String, &str)> = vec![
-        (mutated(|v| v["format"] = json!(2)), "format"),
+        (mutated(|v| v["format"] = json!(1)), "format"),
+        (mutated(|v| v["format"] = json!(3)), "format"),
         (mutated(|v| v["surprise"] = json!(1)), "surprise"),
         (
             mutated(|v| v["identity"]["fields"][0]["shape"] = json!("no_such_type")),
@@ -144,12 +145,12 @@ fn refusals_and_drops_round_trip() {
     );
 
     let dropped =
-        json!({"format": 1, "event": "dropped", "relid": 5, "namespace": "s", "relname": "t"});
+        json!({"format": 2, "event": "dropped", "relid": 5, "namespace": "s", "relname": "t"});
     let msg = SchemaMessage::parse(dropped.to_string().as_bytes()).unwrap();
     assert_eq!(msg.relid(), 5);
     assert_eq!(msg.to_json(), dropped);
     // A drop carries nothing else.
-    let extra = json!({"format": 1, "event": "dropped", "relid": 5, "namespace": "s", "relname": "t", "columns": []});
+    let extra = json!({"format": 2, "event": "dropped", "relid": 5, "namespace": "s", "relname": "t", "columns": []});
     assert!(SchemaMessage::parse(extra.to_string().as_bytes()).is_err());
 }
 

@@ -147,6 +147,27 @@ impl Cluster {
     pub fn bindir(&self) -> &Path {
         &self.bindir
     }
+
+    /// The data directory (`pg_hba.conf`, certificates a test writes there).
+    pub fn data_dir(&self) -> &Path {
+        &self.data
+    }
+
+    /// Writes `name` into the data directory with `contents`, owned by the server's user and
+    /// readable by it only (as a private key must be).
+    pub fn write_file(&self, name: &str, contents: &[u8]) -> Result<(), String> {
+        let path = self.data.join(name);
+        std::fs::write(&path, contents).map_err(|e| format!("{}: {e}", path.display()))?;
+        if self.as_postgres {
+            run(Command::new("chown").arg("postgres:postgres").arg(&path))?;
+        }
+        run(Command::new("chmod").arg("0600").arg(&path))
+    }
+
+    /// The port the server listens on.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
 }
 
 impl Drop for Cluster {

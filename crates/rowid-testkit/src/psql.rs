@@ -53,6 +53,17 @@ impl Psql {
         Ok(server.with_db(dbname))
     }
 
+    /// [`Psql::fresh_database`], after dropping the replication slot `slot` if an earlier run
+    /// left it (a slot of a database keeps it from being dropped).
+    pub fn fresh_database_without_slot(dbname: &str, slot: &str) -> Result<Psql, String> {
+        Psql::from_env()?.run(&format!(
+            "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots \
+             WHERE slot_name = {};",
+            crate::sql::quote(slot)
+        ))?;
+        Psql::fresh_database(dbname)
+    }
+
     /// The same server and user, database `dbname`.
     pub fn with_db(&self, dbname: &str) -> Psql {
         let mut args = Vec::with_capacity(self.args.len() + 2);

@@ -1,0 +1,68 @@
+//! Running SQL that a caller cannot steer.
+//!
+//! Every statement the extension runs goes through [`crate::spi`], which runs it with
+//! `search_path` locked to `pg_catalog, pg_temp` for its duration: a GUC nest level opened
+//! with `NewGUCNestLevel` and closed with `AtEOXact_GUC`, the way PostgreSQL's own
+//! maintenance commands (VACUUM, CREATE INDEX, REFRESH MATERIALIZED VIEW) restrict the path
+//! while they evaluate user expressions. An error inside unwinds to the transaction's (or
+//! subtransaction's) abort, which pops the nest level and restores the user id.
+//!
+//! [`as_owner`] adds what the capture trigger needs to work as a table's owner: the user id
+//! switched with `SECURITY_LOCAL_USERID_CHANGE | SECURITY_RESTRICTED_OPERATION` (no temporary
+//! objects, no `SET ROLE`), as RI triggers and maintenance commands do. With the path
+//! locked, no function, operator, type or table the caller created can be resolved by a
+//! name the extension's SQL uses: `pg_catalog` comes first, `pg_temp` last, and PostgreSQL
+//! never resolves functions or operators in `pg_temp`. The SQL itself also qualifies every
+//! name (`pg_catalog.pg_class`, `OPERATOR(pg_catalog.=)`) and builds statements from OIDs.
+
+use pgrx::pg_sys;
+
+/// The search path every statement of the extension runs with.
+pub const LOCKED_SEARCH_PATH: &std::ffi::CStr = c"pg_catalog, pg_temp";
+
+/// Runs `f` with `search_path` set to [`LOCKED_SEARCH_PATH`], restored afterwards (and, on an
+/// error, by the abort of the transaction or subtransaction it happens in).
+pub fn with_locked_search_path<R>(f: impl FnOnce() -> R) -> R {
+    // SAFETY: called inside a backend; the nest level opened here is closed below, or by the
+    // (sub)transaction abort when `f` raises an error.
+    let level = unsafe {
+        let level = pg_sys::NewGUCNestLevel();
+        pg_sys::set_config_option(
+            c"search_path".as_ptr(),
+            LOCKED_SEARCH_PATH.as_ptr(),
+            pg_sys::GucContext::PGC_USERSET,
+            pg_sys::GucSource::PGC_S_SESSION,
+            pg_sys::GucAction::GUC_ACTION_SAVE,
+            true,
+            0,
+            false,
+        );
+        level
+    };
+    let out = f();
+    // SAFETY: the nest level opened above, closed once; `false`: the values set inside it are
+    // not kept.
+    unsafe { pg_sys::AtEOXact_GUC(false, level) };
+    out
+}
+
+/// Runs `f` as `owner`, in a security-restricted operation, with the locked search path:
+/// what the capture trigger does as the source table's owner.
+pub fn as_owner<R>(owner: pg_sys::Oid, f: impl FnOnce() -> R) -> R {
+    let (mut user, mut sec) = (pg_sys::InvalidOid, 0);
+    // SAFETY: reads and sets this backend's user id and security context; restored below,
+    // or by the (sub)transaction abort when `f` raises an error.
+    unsafe {
+        pg_sys::GetUserIdAndSecContext(&mut user, &mut sec);
+        pg_sys::SetUserIdAndSecContext(
+            owner,
+            sec | (pg_sys::SECURITY_LOCAL_USERID_CHANGE
+                | pg_sys::SECURITY_RESTRICTED_OPERATION
+                | pg_sys::SECURITY_NOFORCE_RLS) as i32,
+        );
+    }
+    let out = with_locked_search_path(f);
+    // SAFETY: restores what was read above.
+    unsafe { pg_sys::SetUserIdAndSecContext(user, sec) };
+    out
+}

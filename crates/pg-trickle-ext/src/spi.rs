@@ -1,0 +1,139 @@
+//! Every SQL statement the extension runs: read-only queries through [`rows`] and [`one`],
+//! everything else through [`run`]. Each runs with the search path locked
+//! ([`crate::guard::with_locked_search_path`]), so no object the calling session put on its
+//! path can stand in for a catalog, function or operator the statement names. Statements
+//! are fixed text with every name qualified, built from OIDs and quoted identifiers. A
+//! failure is an internal error ([`crate::errors::catalog_query`]).
+
+use pgrx::datum::DatumWithOid;
+use pgrx::prelude::*;
+use pgrx::spi::{SpiHeapTupleData, SpiResult};
+
+use crate::errors;
+use crate::guard::with_locked_search_path;
+
+/// Runs the read-only query `sql` with `args` and maps each row with `f`.
+pub fn rows<T>(
+    sql: &str,
+    args: &[DatumWithOid<'_>],
+    mut f: impl FnMut(&SpiHeapTupleData<'_>) -> SpiResult<T>,
+) -> Vec<T> {
+    with_locked_search_path(|| {
+        Spi::connect(|c| {
+            let mut out = Vec::new();
+            for row in c.select(sql, None, args)? {
+                out.push(f(&row)?);
+            }
+            Ok::<_, pgrx::spi::SpiError>(out)
+        })
+    })
+    .unwrap_or_else(|e| errors::catalog_query(&e))
+}
+
+/// The first column of the first row of the read-only query `sql` (`None`: no row, or NULL).
+pub fn one<T: FromDatum + IntoDatum>(sql: &str, args: &[DatumWithOid<'_>]) -> Option<T> {
+    with_locked_search_path(|| {
+        Spi::connect(|c| {
+            let mut rows = c.select(sql, Some(1), args)?;
+            match rows.next() {
+                Some(row) => row.get::<T>(1),
+                None => Ok(None),
+            }
+        })
+    })
+    .unwrap_or_else(|e| errors::catalog_query(&e))
+}
+
+/// Runs the statement `sql` (DML) with `args`; returns how many rows it processed.
+pub fn rows_mut(sql: &str, args: &[DatumWithOid<'_>]) -> usize {
+    with_locked_search_path(|| Spi::connect_mut(|c| c.update(sql, None, args).map(|t| t.len())))
+        .unwrap_or_else(|e| errors::catalog_query(&e))
+}
+
+/// Runs the statement `sql` (DDL or DML) with `args`.
+pub fn run(sql: &str, args: &[DatumWithOid<'_>]) {
+    with_locked_search_path(|| Spi::run_with_args(sql, args))
+        .unwrap_or_else(|e| errors::catalog_query(&e));
+}
+
+/// Prepares `sql` with parameters of `types` as a kept plan (outliving the SPI connection);
+/// `None` when it cannot be prepared or kept. Free it with [`free_plan`].
+pub fn prepare_kept(sql: &std::ffi::CStr, types: &[pg_sys::Oid]) -> Option<pg_sys::SPIPlanPtr> {
+    let mut types = types.to_vec();
+    with_locked_search_path(|| {
+        Spi::connect(|_| {
+            // SAFETY: SPI is connected for this scope; the plan is moved out of the SPI
+            // procedure's memory by SPI_keepplan, so it outlives the connection.
+            unsafe {
+                let plan =
+                    pg_sys::SPI_prepare(sql.as_ptr(), types.len() as i32, types.as_mut_ptr());
+                (!plan.is_null() && pg_sys::SPI_keepplan(plan) == 0).then_some(plan)
+            }
+        })
+    })
+}
+
+/// Executes a kept plan with `values` and `nulls` (`'n'` for NULL, `' '` otherwise, one per
+/// parameter); returns SPI's result code.
+///
+/// # Safety
+/// `plan` must be a live plan from [`prepare_kept`] whose parameters are `values`' types.
+pub unsafe fn execute_plan(
+    plan: pg_sys::SPIPlanPtr,
+    values: &mut [pg_sys::Datum],
+    nulls: &[std::ffi::c_char],
+) -> i32 {
+    with_locked_search_path(|| {
+        Spi::connect_mut(|_| {
+            // SAFETY: a kept plan of this backend whose parameter count is `values.len()`
+            // (and `nulls.len()`); SPI is connected for this scope.
+            unsafe { pg_sys::SPI_execute_plan(plan, values.as_mut_ptr(), nulls.as_ptr(), false, 0) }
+        })
+    })
+}
+
+/// Frees a plan [`prepare_kept`] made.
+///
+/// # Safety
+/// `plan` must be a live plan from [`prepare_kept`], not used afterwards.
+pub unsafe fn free_plan(plan: pg_sys::SPIPlanPtr) {
+    // SAFETY: a kept plan of this backend, freed once by its owner.
+    unsafe { pg_sys::SPI_freeplan(plan) };
+}
+
+#[cfg(test)]
+mod tests {
+    /// Every module's source, but this one and the tests: no statement may bypass [`super`].
+    const SOURCES: [(&str, &str); 14] = [
+        ("args.rs", include_str!("args.rs")),
+        ("bench.rs", include_str!("bench.rs")),
+        ("call_site.rs", include_str!("call_site.rs")),
+        ("capture.rs", include_str!("capture.rs")),
+        ("catalog.rs", include_str!("catalog.rs")),
+        ("datum.rs", include_str!("datum.rs")),
+        ("domain_arg.rs", include_str!("domain_arg.rs")),
+        ("errors.rs", include_str!("errors.rs")),
+        ("fields.rs", include_str!("fields.rs")),
+        ("guard.rs", include_str!("guard.rs")),
+        ("identity_messages.rs", include_str!("identity_messages.rs")),
+        ("lib.rs", include_str!("lib.rs")),
+        ("reader.rs", include_str!("reader.rs")),
+        ("validate.rs", include_str!("validate.rs")),
+    ];
+
+    #[test]
+    fn every_statement_runs_through_the_locked_path() {
+        for (name, text) in SOURCES {
+            let body = text
+                .split("#[cfg(any(test, feature = \"pg_test\"))]")
+                .next();
+            let body = body.unwrap_or(text);
+            for needle in ["Spi::", "SPI_execute", "SPI_prepare", "SPI_exec("] {
+                assert!(
+                    !body.contains(needle),
+                    "{name} calls {needle} outside crate::spi"
+                );
+            }
+        }
+    }
+}

@@ -1,0 +1,218 @@
+//! What is checked on the SQL connection before anything is created or streamed: the server
+//! (logical decoding, a database encoding whose text the WAL carries as the SQL encoder
+//! reads it, the publication), the identity schema source (the event triggers, and the one
+//! table whose rows are trusted as schemas: the extension's, owned by its owner, writable by
+//! nobody else, the only table of its publication), the published tables' identity schemas
+//! and which of them cannot give every change an identity, and, on a restart, that the slot
+//! has not moved past the state.
+
+use rowid_codec::Domain;
+use rowid_registry::buffer::{self, Writers};
+use rowid_registry::schema_message::{
+    IDENTITY_PUBLICATION, IDENTITY_TABLE, RelationSchema, ReplicaIdentity, SchemaMessage,
+};
+use tokio_postgres::GenericClient;
+
+use crate::cdc_error::{CdcError, setup};
+use crate::lsn::Lsn;
+
+/// The server-side facts checked before anything is created or streamed; returns the OID of
+/// the identity schema table.
+pub async fn server(client: &impl GenericClient, publication: &str) -> Result<u32, CdcError> {
+    let wal_level: String = client.query_one("SHOW wal_level", &[]).await?.get(0);
+    if wal_level != "logical" {
+        return Err(setup(format!(
+            "wal_level is {wal_level}: logical decoding needs wal_level = logical \
+             (ALTER SYSTEM SET wal_level = logical, then restart the server)"
+        )));
+    }
+    let encoding: String = client.query_one("SHOW server_encoding", &[]).await?.get(0);
+    if encoding != "UTF8" && encoding != "SQL_ASCII" {
+        return Err(setup(format!(
+            "the database encoding is {encoding}: text arrives from the WAL converted to UTF8, \
+             while pgtrickle.encode_row_id_v2 encodes the database's own bytes, so text \
+             identities would differ; rowid-cdc needs a UTF8 (or SQL_ASCII) database"
+        )));
+    }
+    let exists = client
+        .query_opt(
+            "SELECT 1 FROM pg_catalog.pg_publication WHERE pubname OPERATOR(pg_catalog.=) $1",
+            &[&publication],
+        )
+        .await?;
+    if exists.is_none() {
+        return Err(setup(format!(
+            "publication {publication:?} does not exist in this database (CREATE PUBLICATION \
+             {publication} FOR ...)"
+        )));
+    }
+    let triggers: i64 = client
+        .query_one(
+            "SELECT pg_catalog.count(*) FROM pg_catalog.pg_event_trigger \
+             WHERE evtname OPERATOR(pg_catalog.=) ANY (ARRAY['pgtrickle_identity_ddl', \
+                   'pgtrickle_identity_drop']) \
+               AND evtenabled OPERATOR(pg_catalog.<>) 'D'",
+            &[],
+        )
+        .await?
+        .get(0);
+    if triggers != 2 {
+        return Err(setup(
+            "identity messages are not enabled: without them a key changed while changes are \
+             in flight would be applied to the wrong changes. As a superuser: CREATE EXTENSION \
+             IF NOT EXISTS pg_trickle_ext; SELECT pgtrickle.enable_identity_messages();",
+        ));
+    }
+    identity_table(client).await
+}
+
+/// The identity schema table, authenticated: a member of the extension pg_trickle_ext, owned
+/// by the extension's owner, nobody else may write it or make writing it run code, and it is
+/// the only table of the publication that carries it.
+async fn identity_table(client: &impl GenericClient) -> Result<u32, CdcError> {
+    let (schema, table) = IDENTITY_TABLE;
+    let name = format!("{schema}.{table}");
+    let row = client
+        .query_opt(
+            "SELECT c.oid, e.extowner::pg_catalog.regrole::pg_catalog.text \
+             FROM pg_catalog.pg_class c \
+             JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace \
+             JOIN pg_catalog.pg_depend d \
+               ON d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_class'::pg_catalog.regclass \
+              AND d.objid OPERATOR(pg_catalog.=) c.oid AND d.deptype OPERATOR(pg_catalog.=) 'e' \
+             JOIN pg_catalog.pg_extension e ON e.oid OPERATOR(pg_catalog.=) d.refobjid \
+             WHERE n.nspname OPERATOR(pg_catalog.=) $1 AND c.relname OPERATOR(pg_catalog.=) $2 \
+               AND e.extname OPERATOR(pg_catalog.=) 'pg_trickle_ext'",
+            &[&schema, &table],
+        )
+        .await?;
+    let Some(row) = row else {
+        return Err(setup(format!(
+            "{name} does not exist or does not belong to the extension pg_trickle_ext: install \
+             this release of the extension (ALTER EXTENSION pg_trickle_ext UPDATE, or drop and \
+             create it)"
+        )));
+    };
+    let oid: u32 = row.get(0);
+    let owner: String = row.get(1);
+    let w = client.query_one(buffer::WRITERS_QUERY, &[&name]).await?;
+    let writers = Writers {
+        owner: w.get(0),
+        kind: w.get(1),
+        persistence: w.get(2),
+        grants: w.get(3),
+        triggers: w.get(4),
+        rules: w.get(5),
+        row_security: w.get(6),
+    };
+    buffer::check_writers(&name, &writers, &owner).map_err(|e| {
+        setup(format!(
+            "the identity schema table cannot be trusted: {e} (only the extension's event \
+             triggers may write it)"
+        ))
+    })?;
+    let published: Vec<String> = client
+        .query(
+            "SELECT schemaname::pg_catalog.text OPERATOR(pg_catalog.||) '.' \
+                    OPERATOR(pg_catalog.||) tablename::pg_catalog.text \
+             FROM pg_catalog.pg_publication_tables WHERE pubname OPERATOR(pg_catalog.=) $1",
+            &[&IDENTITY_PUBLICATION],
+        )
+        .await?
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    if published != [name.clone()] {
+        return Err(setup(format!(
+            "publication {IDENTITY_PUBLICATION} must carry {name} and nothing else; it carries \
+             [{}]",
+            published.join(", ")
+        )));
+    }
+    Ok(oid)
+}
+
+/// The published tables' identity schemas, as the connection's snapshot sees them (the
+/// identity schema table itself is not a captured table).
+pub async fn schemas(
+    client: &impl GenericClient,
+    publication: &str,
+) -> Result<Vec<RelationSchema>, CdcError> {
+    let rows = client
+        .query(
+            "SELECT pgtrickle.identity_schema(pg_catalog.format('%I.%I', schemaname, tablename)\
+             ::pg_catalog.regclass) FROM pg_catalog.pg_publication_tables \
+             WHERE pubname OPERATOR(pg_catalog.=) $1 \
+               AND NOT (schemaname OPERATOR(pg_catalog.=) $2 \
+                        AND tablename OPERATOR(pg_catalog.=) $3) \
+             ORDER BY schemaname, tablename",
+            &[&publication, &IDENTITY_TABLE.0, &IDENTITY_TABLE.1],
+        )
+        .await?;
+    rows.iter()
+        .map(|r| {
+            let json: String = r.get(0);
+            match SchemaMessage::parse(json.as_bytes()) {
+                Ok(SchemaMessage::Schema(s)) => Ok(s),
+                Ok(other) => Err(setup(format!("unexpected identity message {other:?}"))),
+                Err(e) => Err(setup(format!("pgtrickle.identity_schema: {e}"))),
+            }
+        })
+        .collect()
+}
+
+/// The published tables some of whose changes will have no identity, each with which
+/// changes and why, and the fix.
+pub fn unidentified(schemas: &[RelationSchema]) -> Vec<String> {
+    let mut out = Vec::new();
+    for s in schemas {
+        let name = s.qualified_name();
+        match &s.identity {
+            Err(r) => out.push(format!(
+                "{name}: every change: no usable identity ({}): {}",
+                r.sqlstate, r.message
+            )),
+            Ok(def) => {
+                if let Some(f) = def
+                    .fields
+                    .iter()
+                    .find(|f| !s.columns.iter().any(|c| c.name == f.column))
+                {
+                    out.push(format!(
+                        "{name}: every change: key column {} is generated, and pgoutput does \
+                         not publish generated columns",
+                        f.column
+                    ));
+                } else if s.replica_identity == ReplicaIdentity::Nothing {
+                    out.push(format!(
+                        "{name}: updates and deletes: REPLICA IDENTITY NOTHING carries no old \
+                         row (ALTER TABLE {name} REPLICA IDENTITY DEFAULT)"
+                    ));
+                } else if def.domain == Domain::KeylessRow
+                    && s.replica_identity != ReplicaIdentity::Full
+                {
+                    out.push(format!(
+                        "{name}: updates and deletes: no eligible key, and a keyless identity \
+                         needs the full old row (ALTER TABLE {name} REPLICA IDENTITY FULL)"
+                    ));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The slot's confirmed position must not be past the state's: the server acknowledged
+/// changes this consumer never made durable (someone advanced the slot, or dropped it and
+/// created another under the same name).
+pub fn slot_position(slot: &str, confirmed: Option<Lsn>, state_end: Lsn) -> Result<(), CdcError> {
+    match confirmed {
+        Some(c) if c > state_end => Err(setup(format!(
+            "slot {slot:?} has confirmed position {c}, past the state's {state_end}: the \
+             changes in between were acknowledged without this consumer delivering them (the \
+             slot was advanced, or dropped and created again); they are gone. Start over with \
+             a new state file and --create-slot, and resynchronise what consumes the output"
+        ))),
+        _ => Ok(()),
+    }
+}
