@@ -82,6 +82,12 @@ struct Plan {
     attnos: Vec<usize>,
     /// The kept `INSERT` for buffers the heap path may not write, prepared when first needed.
     spi: Option<pg_sys::SPIPlanPtr>,
+    /// Per attribute of the buffer's tuple descriptor when the plan was built (with the
+    /// buffer locked): which of [`VALUE_COLUMNS`] it holds, `None` for a dropped attribute.
+    heap_columns: Vec<Option<usize>>,
+    /// Scratch for the heap row.
+    heap_values: Vec<pg_sys::Datum>,
+    heap_nulls: Vec<bool>,
     old: Vec<u8>,
     new: Vec<u8>,
 }
@@ -381,11 +387,18 @@ fn identity_of(function: &str, relid: pg_sys::Oid) -> IdentityDef {
     }
 }
 
-/// Builds the plan of a trigger on `relation` writing into `buffer`, after verifying both.
+/// Builds the plan of a trigger on `relation` writing into `buffer` (`buffer_rel`, open and
+/// locked), after verifying both.
 ///
 /// # Safety
-/// Must run inside a backend, in a trigger call on `relation`, as the source's owner.
-unsafe fn build(relation: pg_sys::Relation, buffer: pg_sys::Oid, valid: Rc<Cell<bool>>) -> Plan {
+/// Must run inside a backend, in a trigger call on `relation`, as the source's owner;
+/// `buffer_rel` is `buffer`, open.
+unsafe fn build(
+    relation: pg_sys::Relation,
+    buffer: pg_sys::Oid,
+    buffer_rel: pg_sys::Relation,
+    valid: Rc<Cell<bool>>,
+) -> Plan {
     // SAFETY: the trigger's open relation; rd_att is its tuple descriptor.
     let (relid, tupdesc, owner) = unsafe {
         (
@@ -435,18 +448,52 @@ unsafe fn build(relation: pg_sys::Relation, buffer: pg_sys::Oid, valid: Rc<Cell<
             w.push((rel, valid.clone()));
         }
     });
+    let buffer_name = relation_name(buffer);
+    // SAFETY: the open buffer's descriptor, valid while it is open.
+    let heap_columns = unsafe { heap_columns(&buffer_name, (*buffer_rel).rd_att) };
     Plan {
         relid,
         buffer,
-        buffer_name: relation_name(buffer),
+        buffer_name,
         valid,
         domain: def.domain,
         fields,
         attnos,
         spi: None,
+        heap_values: Vec::with_capacity(heap_columns.len()),
+        heap_nulls: Vec::with_capacity(heap_columns.len()),
+        heap_columns,
         old: Vec::new(),
         new: Vec::new(),
     }
+}
+
+/// Which value column each attribute of the buffer's descriptor `tupdesc` holds (`None`:
+/// dropped); a live attribute of another name is refused (the shape check has already
+/// refused such a buffer; this is the heap path's own guard).
+///
+/// # Safety
+/// `tupdesc` must be a valid tuple descriptor.
+unsafe fn heap_columns(buffer: &str, tupdesc: pg_sys::TupleDesc) -> Vec<Option<usize>> {
+    // SAFETY: guaranteed by the caller; i < natts.
+    let natts = unsafe { (*tupdesc).natts } as usize;
+    (0..natts)
+        .map(|i| {
+            // SAFETY: i < natts.
+            let att = unsafe { attribute(tupdesc, i) };
+            if att.attisdropped {
+                return None;
+            }
+            let column = attribute_name(att);
+            match VALUE_COLUMNS.iter().position(|c| *c == column) {
+                Some(k) => Some(k),
+                None => errors::invalid_buffer(
+                    FUNCTION,
+                    &format!("{buffer} is not a change buffer: it has a column {column:?}"),
+                ),
+            }
+        })
+        .collect()
 }
 
 /// The kept `INSERT` into the buffer: every value column, commit_lsn NULL (a trigger runs
@@ -688,7 +735,7 @@ unsafe fn capture_as_owner(
                 }
             }
             let valid = Rc::new(Cell::new(true));
-            let plan = build(relation, buffer, valid);
+            let plan = build(relation, buffer, rel, valid);
             PLANS.with(|p| p.borrow_mut().insert(tgoid, plan));
         }
         let tupdesc = (*relation).rd_att;
@@ -789,40 +836,59 @@ fn open_buffer(buffer: pg_sys::Oid) -> pg_sys::Relation {
 /// # Safety
 /// `rel` is the open, locked buffer of trigger `tgoid`'s valid plan.
 unsafe fn insert(tgoid: pg_sys::Oid, rel: pg_sys::Relation, row: &Row) {
+    let name = || PLANS.with(|p| p.borrow().get(&tgoid).map(|plan| plan.buffer_name.clone()));
     // SAFETY: an open relation; its rd_rel and rd_att are valid while it is open.
     unsafe {
         let form = &*(*rel).rd_rel;
-        let name = PLANS.with(|p| p.borrow().get(&tgoid).map(|plan| plan.buffer_name.clone()));
-        let name = name.unwrap_or_default();
         if form.relhastriggers || form.relhasrules {
             errors::invalid_buffer(
                 FUNCTION,
                 &format!(
-                    "{name} is refused: it has triggers or rules, which would run as its writer"
+                    "{} is refused: it has triggers or rules, which would run as its writer",
+                    name().unwrap_or_default()
                 ),
             );
         }
         if !form.relhasindex && !form.relrowsecurity {
             let tupdesc = (*rel).rd_att;
             let natts = (*tupdesc).natts as usize;
-            let mut values = vec![pg_sys::Datum::from(0); natts];
-            let mut isnull = vec![true; natts];
-            for i in 0..natts {
-                let att = attribute(tupdesc, i);
-                if att.attisdropped {
-                    continue;
+            // The row per attribute of the descriptor the plan was built with (the plan is
+            // valid, so it is this one); heap_form_tuple only allocates.
+            let tuple = PLANS.with(|p| {
+                let mut plans = p.borrow_mut();
+                let plan = plans.get_mut(&tgoid)?;
+                if plan.heap_columns.len() != natts {
+                    return None;
                 }
-                let column = attribute_name(att);
-                let Some(k) = VALUE_COLUMNS.iter().position(|c| *c == column) else {
-                    errors::invalid_buffer(
-                        FUNCTION,
-                        &format!("{name} is not a change buffer: it has a column {column:?}"),
-                    );
-                };
-                values[i] = row.values[k];
-                isnull[i] = row.nulls[k];
-            }
-            let tuple = pg_sys::heap_form_tuple(tupdesc, values.as_mut_ptr(), isnull.as_mut_ptr());
+                plan.heap_values.clear();
+                plan.heap_nulls.clear();
+                for column in &plan.heap_columns {
+                    match column {
+                        Some(k) => {
+                            plan.heap_values.push(row.values[*k]);
+                            plan.heap_nulls.push(row.nulls[*k]);
+                        }
+                        None => {
+                            plan.heap_values.push(pg_sys::Datum::from(0));
+                            plan.heap_nulls.push(true);
+                        }
+                    }
+                }
+                Some(pg_sys::heap_form_tuple(
+                    tupdesc,
+                    plan.heap_values.as_mut_ptr(),
+                    plan.heap_nulls.as_mut_ptr(),
+                ))
+            });
+            let Some(tuple) = tuple else {
+                errors::invalid_buffer(
+                    FUNCTION,
+                    &format!(
+                        "{}: the change buffer's columns changed under the trigger",
+                        name().unwrap_or_default()
+                    ),
+                );
+            };
             pg_sys::simple_heap_insert(rel, tuple);
             pg_sys::heap_freetuple(tuple);
             pg_sys::table_close(rel, pg_sys::NoLock as i32);
@@ -833,7 +899,7 @@ unsafe fn insert(tgoid: pg_sys::Oid, rel: pg_sys::Relation, row: &Row) {
         let plan = match kept {
             Some(plan) => plan,
             None => {
-                let plan = prepare_insert(&name);
+                let plan = prepare_insert(&name().unwrap_or_default());
                 let stored = PLANS.with(|p| match p.borrow_mut().get_mut(&tgoid) {
                     Some(cached) => {
                         cached.spi = Some(plan);
@@ -843,7 +909,6 @@ unsafe fn insert(tgoid: pg_sys::Oid, rel: pg_sys::Relation, row: &Row) {
                 });
                 if !stored {
                     spi::free_plan(plan);
-
                     errors::invalid_argument(FUNCTION, "no capture plan".into());
                 }
                 plan

@@ -14,6 +14,13 @@
 //! name the extension's SQL uses: `pg_catalog` comes first, `pg_temp` last, and PostgreSQL
 //! never resolves functions or operators in `pg_temp`. The SQL itself also qualifies every
 //! name (`pg_catalog.pg_class`, `OPERATOR(pg_catalog.=)`) and builds statements from OIDs.
+//!
+//! The lock is taken per statement, not around the whole owner-switched region: between its
+//! statements the trigger resolves no name at all (it opens the buffer by OID, reads enum
+//! labels and composite descriptors by OID, and appends to the heap), and the one place that
+//! runs SQL is [`crate::spi`], where every statement locks the path (a unit test there fails
+//! when another module calls SPI). Locking it once per row as well cost about 1 µs per
+//! captured row, a third of the trigger's cost (benches/RESULTS.md, issue 20).
 
 use pgrx::pg_sys;
 
@@ -46,8 +53,9 @@ pub fn with_locked_search_path<R>(f: impl FnOnce() -> R) -> R {
     out
 }
 
-/// Runs `f` as `owner`, in a security-restricted operation, with the locked search path:
-/// what the capture trigger does as the source table's owner.
+/// Runs `f` as `owner`, in a security-restricted operation: what the capture trigger does as
+/// the source table's owner. `f` runs SQL only through [`crate::spi`], which locks the search
+/// path for each statement.
 pub fn as_owner<R>(owner: pg_sys::Oid, f: impl FnOnce() -> R) -> R {
     let (mut user, mut sec) = (pg_sys::InvalidOid, 0);
     // SAFETY: reads and sets this backend's user id and security context; restored below,
@@ -61,7 +69,7 @@ pub fn as_owner<R>(owner: pg_sys::Oid, f: impl FnOnce() -> R) -> R {
                 | pg_sys::SECURITY_NOFORCE_RLS) as i32,
         );
     }
-    let out = with_locked_search_path(f);
+    let out = f();
     // SAFETY: restores what was read above.
     unsafe { pg_sys::SetUserIdAndSecContext(user, sec) };
     out
