@@ -129,10 +129,23 @@ impl Cdc<'_> {
         Running(self.command(extra).spawn().unwrap())
     }
 
-    /// Runs to its end (a refusal); status and stderr.
+    /// Runs to its end (a refusal); status and stderr. Killed, and reported as a failure
+    /// with what it printed, if it is still running after 60 s.
     fn run(&self, extra: &[&str]) -> Output {
-        let mut c = self.command(extra);
-        c.output().unwrap()
+        let mut child = self.command(extra).spawn().unwrap();
+        let t = Instant::now();
+        while child.try_wait().unwrap().is_none() {
+            if t.elapsed() > Duration::from_secs(60) {
+                let _ = child.kill();
+                let out = child.wait_with_output().unwrap();
+                panic!(
+                    "rowid-cdc was still running after 60 s instead of refusing: {}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        child.wait_with_output().unwrap()
     }
 
     /// The complete JSON lines written so far.
