@@ -784,15 +784,13 @@ fn generated_key_columns_are_named() {
         .unwrap();
 }
 
-/// The capture trigger decides heap or executor with the buffer locked (issue 20 item 5): a
-/// session whose plan was built for the heap path, blocked on the buffer's lock while another
-/// session creates an index on it, writes through the executor once it gets the lock, so the
-/// index has the row.
-#[test]
-#[ignore = "needs a PostgreSQL server with wal_level=logical and the extension: run through `cargo xtask test`"]
-fn an_index_created_while_the_trigger_waits_is_not_bypassed() {
-    let _serial = serial();
-    let db = database("rowid_cdc_hard_race", "hard_race_unused");
+/// A source `src` captured into its buffer in a fresh database `name`, one row written by
+/// session A (so A's backend has built its capture plan for the buffer as it was), then
+/// `ddl` run on the buffer by session B in a transaction that keeps its lock for 6 s while A
+/// writes a second row and is seen waiting for that lock. Returns the database, the buffer
+/// and A's exit status and stderr.
+fn race(name: &str, ddl: &str) -> (Psql, String, std::process::Output) {
+    let db = database(name, "hard_race_unused");
     db.run(
         "CREATE EXTENSION pg_trickle_ext;
          CREATE TABLE src (id int8 PRIMARY KEY);
@@ -823,23 +821,63 @@ fn an_index_created_while_the_trigger_waits_is_not_bypassed() {
         );
         std::thread::sleep(Duration::from_millis(50));
     }
-    // Session B holds the buffer's ShareLock while it builds an index, and commits later.
+    let ddl = ddl.replace("BUFFER", &buffer);
     let mut b = Command::new("psql")
         .args(db.args().split_whitespace())
         .args(["-X", "-q", "-v", "ON_ERROR_STOP=1", "-c"])
-        .arg(format!(
-            "BEGIN; CREATE INDEX race_seq ON {buffer} (xid, seq); SELECT pg_sleep(2); COMMIT;"
-        ))
+        .arg(format!("BEGIN; {ddl} SELECT pg_sleep(6); COMMIT;"))
         .stdout(Stdio::null())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(700));
-    // A's insert waits for the lock, then finds the index.
+    // B's lock, and A's wait for it, as pg_locks shows them: A's second insert must be
+    // blocked on the buffer before B commits, or the race was not set up.
+    let locks = |granted: bool| {
+        one(
+            &db,
+            &format!(
+                "SELECT count(*) FROM pg_catalog.pg_locks WHERE locktype = 'relation' \
+                 AND relation = '{buffer}'::regclass AND granted = {granted} \
+                 AND mode IN ('ShareLock', 'ShareRowExclusiveLock', 'RowExclusiveLock');"
+            ),
+        )
+    };
+    let t = Instant::now();
+    while locks(true) != "1" {
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "B never took its lock"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
     writeln!(stdin, "INSERT INTO src VALUES (2);").unwrap();
     writeln!(stdin, "\\q").unwrap();
     drop(stdin);
+    while locks(false) != "1" {
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "A never waited for B's lock: the race was not set up"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
     assert!(b.wait().unwrap().success());
     let out = a.wait_with_output().unwrap();
+    (db, buffer, out)
+}
+
+/// The capture trigger decides heap or executor with the buffer locked (issue 20 item 5): a
+/// session whose plan was built for the heap path, blocked on the buffer's lock while another
+/// session creates an index on it, writes through the executor once it gets the lock, so the
+/// index has the row. (A regression guard: CREATE INDEX sets `relhasindex` in place, visible
+/// before its commit, and the code before issue 20 passed this test on PostgreSQL 16 too; the
+/// trigger test below is the one that failed before the fix.)
+#[test]
+#[ignore = "needs a PostgreSQL server with wal_level=logical and the extension: run through `cargo xtask test`"]
+fn an_index_created_while_the_trigger_waits_is_not_bypassed() {
+    let _serial = serial();
+    let (db, buffer, out) = race(
+        "rowid_cdc_hard_race",
+        "CREATE INDEX race_seq ON BUFFER (xid, seq);",
+    );
     assert!(
         out.status.success(),
         "{}",
@@ -861,4 +899,35 @@ fn an_index_created_while_the_trigger_waits_is_not_bypassed() {
     );
     assert!(plan.contains("race_seq"), "{plan}");
     assert_eq!(via_index, "2", "the second row is missing from the index");
+}
+
+/// The same race with a trigger created on the buffer (`relhastriggers` is updated in the
+/// transaction, so A's plan is still valid when A's trigger starts): once A gets the lock it
+/// sees the trigger and refuses the buffer, naming it, instead of writing around the trigger
+/// straight into the heap.
+#[test]
+#[ignore = "needs a PostgreSQL server with wal_level=logical and the extension: run through `cargo xtask test`"]
+fn a_trigger_created_while_the_trigger_waits_is_not_bypassed() {
+    let _serial = serial();
+    let (db, buffer, out) = race(
+        "rowid_cdc_hard_race_trigger",
+        "CREATE TABLE public.seen (n int);
+         CREATE FUNCTION public.note() RETURNS trigger LANGUAGE plpgsql AS
+           $$BEGIN INSERT INTO public.seen VALUES (1); RETURN NEW; END$$;
+         CREATE TRIGGER race_note AFTER INSERT ON BUFFER FOR EACH ROW
+           EXECUTE FUNCTION public.note();",
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let seen = one(&db, "SELECT count(*) FROM public.seen;");
+    let rows = one(&db, &format!("SELECT count(*) FROM {buffer};"));
+    assert!(
+        !out.status.success(),
+        "the second row was written ({rows} rows in the buffer) and the trigger ran {seen} \
+         times: it was bypassed"
+    );
+    assert!(
+        stderr.contains(&buffer) && stderr.contains("race_note"),
+        "the refusal names the buffer and its trigger: {stderr}"
+    );
+    assert_eq!(rows, "1", "{stderr}");
 }
