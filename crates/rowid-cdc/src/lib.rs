@@ -2,65 +2,75 @@
 //!
 //! Follows a logical replication slot (pgoutput, protocol 1, binary values) and emits one
 //! event per committed change with its Row Identity V2 identities, byte-identical to
-//! `pgtrickle.encode_row_id_v2` on the same row. The `rowid-cdc` command ([`follow`]) runs the
-//! parts below against a server:
+//! `pgtrickle.encode_row_id_v2` on the same row.
 //!
-//! - identity schemas (spec/identity-messages.md format 2, implemented in
-//!   `rowid_registry::schema_message` and shared with the extension that writes them): the
-//!   relation's key as of a WAL position, carried in-band as rows of the extension's
-//!   `pgtrickle.identity_schemas`, a table only the extension may write;
-//! - [`capture`]: the state machine from pgoutput messages to [`event::ChangeEvent`]s, with
-//!   the schema authority, bindings checked against every Relation message, explicit
-//!   unidentified events where no identity can be derived, and resume after the last
-//!   acknowledged commit;
-//! - [`event`]: change events and their JSON lines; [`identity_rows`]: the messages that
-//!   carry identity schemas, as a walsender sends them;
-//! - [`sink`], [`state`], [`pipeline`]: JSON lines made durable at each commit, the state file
-//!   written atomically after the sink, and the order between them that makes a restart
-//!   neither lose nor repeat a change; [`pg_sink`]: change rows into a PostgreSQL change
-//!   buffer (`rowid_registry::buffer`), committed with the sink's position;
-//! - the command's connections: [`conninfo`] (libpq connection strings, `PGPASSWORD`, the
-//!   password file), [`tls`] (`sslmode`), [`net`] (SQL sessions that refuse clear-text
-//!   passwords without TLS), [`replication`]; and its steps: [`checks`], [`slot`],
-//!   [`heartbeat`], [`progress`], with its errors in [`cdc_error`];
-//! - [`lsn`]: WAL positions as PostgreSQL writes them.
+//! ## The data flow
 //!
-//! Errors ([`error::CaptureError`]) name the relation, key and LSN; identity bytes appear only
-//! in the events themselves, never in a message (design proposal §11.1).
+//! ```text
+//!  source (cli)                      I/O-free core                          sink
+//!  ───────────                       ─────────────                          ────
+//!  start: checks, state, slot ─┐
+//!  stream: pgoutput messages ──┴──▶ pipeline: capture ─▶ events ─▶ Sink::change / commit
+//!        ▲                                   │                              │
+//!        │                                   └──── state file ◀── Durable ──┘
+//!        └──── acknowledged: the durable position ◀──┘
+//! ```
+//!
+//! ## The invariants
+//!
+//! - **Exact identities**: an event's identity is the one `encode_row_id_v2` gives the row,
+//!   its key taken from the identity schema in force at the change's own WAL position;
+//!   schemas come only from the extension's `pgtrickle.identity_schemas` rows
+//!   (spec/identity-messages.md format 2), never from what any role may write.
+//! - **Nothing lost, nothing repeated**: a position is acknowledged only after the sink made
+//!   everything before it durable and the state file (spec/state-file.md) holds it; a restart
+//!   resumes there, the sink cut back to it.
+//! - **Nothing silent**: a change whose identity cannot be derived is an explicit
+//!   unidentified event (or, with `--strict`, a stop naming the table and the fix).
+//! - **Bounded**: an idle slot is acknowledged forward; nothing read from the stream is
+//!   trusted for sizes.
+//!
+//! ## The modules
+//!
+//! - the core, without I/O (what the fuzz target builds, without the `cli` feature):
+//!   [`capture`] (pgoutput messages to [`event::ChangeEvent`]s: the schema authority,
+//!   bindings checked against every Relation message, unidentified events, resume after
+//!   the last acknowledged commit), [`event`] (the events' data), [`json_line`] (their JSON
+//!   line), [`pipeline`] (capture into a sink and the state file, in the order that makes a
+//!   restart exact), [`state`], [`lsn`], [`identity_rows`] (the messages that carry identity
+//!   schemas, as a walsender sends them);
+//! - [`sink`]: the one [`sink::Sink`] trait, one module per sink;
+//! - with the `cli` feature, the command: [`config`] (what it was asked), [`source`] (the
+//!   start checks, the slot, one replication session, heartbeats), [`connect`] (connection
+//!   strings, TLS, SQL sessions), [`run`] (the loop that reconnects), [`progress`] (the
+//!   progress line) and [`error`] (its errors).
+//!
+//! Errors ([`capture::CaptureError`], [`error::CdcError`]) name the relation, key and LSN;
+//! identity bytes appear only in the events themselves, never in a message (design proposal
+//! §11.1).
 
 pub mod capture;
 #[cfg(feature = "cli")]
-pub mod cdc_error;
+pub mod config;
 #[cfg(feature = "cli")]
-pub mod checks;
+pub mod connect;
 #[cfg(feature = "cli")]
-pub mod conninfo;
 pub mod error;
 pub mod event;
-#[cfg(feature = "cli")]
-pub mod follow;
-#[cfg(feature = "cli")]
-pub mod heartbeat;
 pub mod identity_rows;
+pub mod json_line;
 pub mod lsn;
-#[cfg(feature = "cli")]
-pub mod net;
-#[cfg(feature = "cli")]
-pub mod pg_sink;
 pub mod pipeline;
 #[cfg(feature = "cli")]
 pub mod progress;
 #[cfg(feature = "cli")]
-pub mod replication;
+pub mod run;
 pub mod sink;
 #[cfg(feature = "cli")]
-pub mod slot;
+pub mod source;
 pub mod state;
-#[cfg(feature = "cli")]
-pub mod tls;
 
-pub use capture::{Capture, Output};
-pub use error::CaptureError;
+pub use capture::{Capture, CaptureError, Output};
 pub use event::{ChangeEvent, Op, Unidentified};
 pub use lsn::Lsn;
 pub use rowid_registry::schema_message::{RelationSchema, ReplicaIdentity, SchemaMessage};

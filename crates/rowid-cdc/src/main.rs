@@ -7,9 +7,10 @@ use std::process::ExitCode;
 use clap::Parser;
 use std::time::Duration;
 
-use rowid_cdc::conninfo::Conninfo;
-use rowid_cdc::follow::{Options, SinkSpec, run};
-use rowid_cdc::pg_sink::default_buffer;
+use rowid_cdc::config::{Options, SinkSpec};
+use rowid_cdc::connect::conninfo::Conninfo;
+use rowid_cdc::run::run;
+use rowid_cdc::sink::postgres::default_buffer;
 use rowid_registry::sql::QualifiedName;
 
 /// Follows a logical replication slot and writes one JSON line per committed change, with

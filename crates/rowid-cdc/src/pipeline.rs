@@ -11,15 +11,16 @@
 //! that committed before it was delivered already, so the slot need not keep the WAL before
 //! it, even when nothing published changes while other tables write gigabytes.
 
+use std::collections::BTreeSet;
 use std::fmt;
 use std::io;
 use std::path::PathBuf;
 
 use bytes::Bytes;
-use rowid_pgoutput::Message;
+use rowid_pgoutput::{FlagBits, Message};
 
+use crate::capture::CaptureError;
 use crate::capture::{Capture, Output};
-use crate::error::CaptureError;
 use crate::lsn::Lsn;
 use crate::sink::Sink;
 use crate::state::{State, StateError};
@@ -73,7 +74,7 @@ pub struct Pipeline<S: Sink> {
     progress: Progress,
     notices: Vec<String>,
     /// Relations that had an unidentified change (each is named once in the notices).
-    unidentified: std::collections::BTreeSet<u32>,
+    unidentified: BTreeSet<u32>,
 }
 
 impl<S: Sink> Pipeline<S> {
@@ -87,7 +88,7 @@ impl<S: Sink> Pipeline<S> {
         mut state: State,
         state_path: Option<PathBuf>,
     ) -> Result<Self, PipelineError> {
-        state.sink_len = sink.durable().len;
+        state.sink = sink.durable().record;
         if let Some(path) = &state_path {
             state.save(path).map_err(PipelineError::State)?;
         }
@@ -103,8 +104,26 @@ impl<S: Sink> Pipeline<S> {
                 ..Progress::default()
             },
             notices: Vec::new(),
-            unidentified: std::collections::BTreeSet::new(),
+            unidentified: BTreeSet::new(),
         })
+    }
+
+    /// The pipeline resuming from `state` into `sink` (a capture made from the state, which
+    /// skips what the sink already holds beyond it, `--strict` or not, and leaves the
+    /// relations in `ignored` out), as [`Pipeline::new`].
+    pub fn resume(
+        state: State,
+        sink: S,
+        state_path: Option<PathBuf>,
+        strict: bool,
+        ignored: &BTreeSet<u32>,
+    ) -> Result<Self, PipelineError> {
+        let capture = Capture::new(state.schemas.clone(), state.commit_lsn, FlagBits::default())
+            .with_delivered(sink.delivered().unwrap_or(Lsn::ZERO))
+            .with_identity_table(state.identity_table)
+            .strict(strict)
+            .ignoring(ignored.iter().copied());
+        Pipeline::new(capture, sink, state, state_path)
     }
 
     /// Applies one pgoutput message starting at `lsn`. Returns the position to acknowledge
@@ -172,7 +191,7 @@ impl<S: Sink> Pipeline<S> {
                     };
                     self.state.commit_lsn = commit_lsn;
                     self.state.end_lsn = end_lsn;
-                    self.state.sink_len = durable.len;
+                    self.state.sink = durable.record;
                     if !schema_changes.is_empty() {
                         self.state.schemas = self.capture.schemas().cloned().collect();
                     }

@@ -1,9 +1,11 @@
-//! The state file, format 2: where a restart resumes. It holds the slot, the last commit
-//! whose changes the sink made durable (its commit LSN, to skip it when the server sends it
-//! again), the position acknowledged to the server (that commit's end, or a later position
-//! the server reported while nothing was in flight), the sink's committed length when the
-//! sink is a file, the OID of the identity schema table whose rows it trusts, and the
-//! identity schemas as of that commit. No password, no DSN.
+//! The state file, format 3 (`spec/state-file.md`): where a restart resumes. It holds the
+//! slot, the last commit whose changes the sink made durable (its commit LSN, to skip it when
+//! the server sends it again), the position acknowledged to the server (that commit's end,
+//! or a later position the server reported while nothing was in flight), the sink's own
+//! record of where that commit left it (opaque here: [`crate::sink::Durable`]), the OID of
+//! the identity schema table whose rows it trusts, and the identity schemas as of that
+//! commit. No password, no DSN. A format 2 file (which kept a file sink's length as
+//! `sink_len`) is read too.
 //!
 //! Written atomically: a temporary file beside it is written and fsynced, renamed over the
 //! state file, and the directory is fsynced, so a crash leaves the old state or the new one,
@@ -19,7 +21,7 @@ use serde_json::{Value, json};
 use crate::lsn::Lsn;
 
 /// The state file's format.
-pub const STATE_FORMAT: u64 = 2;
+pub const STATE_FORMAT: u64 = 3;
 
 /// Where capture stands.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -36,9 +38,9 @@ pub struct State {
     /// `pg_class.oid` of `pgtrickle.identity_schemas`, authenticated when the slot was
     /// created (0: none).
     pub identity_table: u32,
-    /// A file sink's length after that transaction (bytes past it are an unfinished
-    /// transaction and are cut off at restart).
-    pub sink_len: Option<u64>,
+    /// The sink's record of where that transaction left it ([`crate::sink::Durable`]),
+    /// kept without being read here (`None`: the sink keeps none).
+    pub sink: Option<Value>,
     /// The identity schemas as of that transaction.
     pub schemas: Vec<RelationSchema>,
 }
@@ -87,7 +89,7 @@ impl State {
             "publication": self.publication,
             "commit_lsn": self.commit_lsn.to_string(),
             "end_lsn": self.end_lsn.to_string(),
-            "sink_len": self.sink_len,
+            "sink": self.sink,
             "identity_table": self.identity_table,
             "schemas": self.schemas.iter()
                 .map(|s| SchemaMessage::Schema(s.clone()).to_json())
@@ -104,6 +106,7 @@ impl State {
             "publication",
             "commit_lsn",
             "end_lsn",
+            "sink",
             "sink_len",
             "identity_table",
             "schemas",
@@ -116,14 +119,24 @@ impl State {
                 .and_then(Value::as_str)
                 .ok_or_else(|| format!("{k}: missing or not a string"))
         };
-        match obj.get("format").and_then(Value::as_u64) {
-            Some(STATE_FORMAT) => {}
-            other => return Err(format!("format {other:?} is not {STATE_FORMAT}")),
+        let format = obj.get("format").and_then(Value::as_u64);
+        let (sink_key, other_key) = match format {
+            Some(STATE_FORMAT) => ("sink", "sink_len"),
+            Some(2) => ("sink_len", "sink"),
+            other => return Err(format!("format {other:?} is not {STATE_FORMAT} (or 2)")),
+        };
+        if obj.contains_key(other_key) {
+            return Err(format!("unknown member {other_key:?} in format {format:?}"));
         }
         let lsn_of = |k: &str| str_of(k)?.parse::<Lsn>().map_err(|e| format!("{k}: {e}"));
-        let sink_len = match obj.get("sink_len") {
-            None | Some(Value::Null) => None,
-            Some(v) => Some(v.as_u64().ok_or("sink_len: not a length")?),
+        let sink = match (obj.get(sink_key), format) {
+            (None | Some(Value::Null), _) => None,
+            (Some(v @ Value::Object(_)), Some(STATE_FORMAT)) => Some(v.clone()),
+            // Format 2 kept only a file sink's length.
+            (Some(v), Some(2)) => Some(json!({
+                "file_len": v.as_u64().ok_or("sink_len: not a length")?
+            })),
+            (Some(_), _) => return Err("sink: not an object".to_string()),
         };
         let schemas = obj
             .get("schemas")
@@ -147,7 +160,7 @@ impl State {
             commit_lsn: lsn_of("commit_lsn")?,
             end_lsn: lsn_of("end_lsn")?,
             identity_table,
-            sink_len,
+            sink,
             schemas,
         })
     }
@@ -229,7 +242,7 @@ mod tests {
             commit_lsn: Lsn(0x16_B374_D848),
             end_lsn: Lsn(0x16_B374_D850),
             identity_table: 16400,
-            sink_len: Some(1234),
+            sink: Some(json!({"file_len": 1234})),
             schemas: vec![],
         };
         s.save(&path).unwrap_or_else(|e| panic!("{e}"));
@@ -241,7 +254,7 @@ mod tests {
         // A later state replaces it whole.
         let later = State {
             commit_lsn: Lsn(0x17_0000_0000),
-            sink_len: None,
+            sink: None,
             ..s
         };
         later.save(&path).unwrap_or_else(|e| panic!("{e}"));
@@ -258,6 +271,10 @@ mod tests {
             "{",
             "[]",
             r#"{"format": 3}"#,
+            r#"{"format": 4, "slot": "s", "publication": "p", "commit_lsn": "0/0", "end_lsn": "0/0", "identity_table": 1, "schemas": []}"#,
+            r#"{"format": 3, "slot": "s", "publication": "p", "commit_lsn": "0/0", "end_lsn": "0/0", "identity_table": 1, "sink": 5, "schemas": []}"#,
+            r#"{"format": 3, "slot": "s", "publication": "p", "commit_lsn": "0/0", "end_lsn": "0/0", "identity_table": 1, "sink_len": 5, "schemas": []}"#,
+            r#"{"format": 2, "slot": "s", "publication": "p", "commit_lsn": "0/0", "end_lsn": "0/0", "identity_table": 1, "sink": {}, "schemas": []}"#,
             r#"{"format": 1, "slot": "s", "publication": "p", "commit_lsn": "0/0", "end_lsn": "0/0", "schemas": []}"#,
             r#"{"format": 2, "slot": "s", "publication": "p", "commit_lsn": "0/0", "end_lsn": "x", "identity_table": 1, "schemas": []}"#,
             r#"{"format": 2, "slot": "s", "publication": "p", "commit_lsn": "0/0", "end_lsn": "0/0", "schemas": []}"#,
@@ -268,5 +285,19 @@ mod tests {
             assert!(err.to_string().contains("cdc.state"), "{err}");
         }
         let _ = fs::remove_dir_all(&d);
+    }
+
+    #[test]
+    fn format_2_files_are_read_with_their_file_length() {
+        let v: Value = serde_json::from_str(
+            r#"{"format": 2, "slot": "s", "publication": "p", "commit_lsn": "0/10", "end_lsn": "0/20", "sink_len": 77, "identity_table": 9, "schemas": []}"#,
+        )
+        .unwrap_or_default();
+        let s = State::from_json(&v).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(s.sink, Some(json!({"file_len": 77})));
+        assert_eq!((s.commit_lsn, s.end_lsn), (Lsn(0x10), Lsn(0x20)));
+        // Written back as format 3.
+        assert_eq!(s.to_json()["format"], 3);
+        assert_eq!(s.to_json()["sink"], json!({"file_len": 77}));
     }
 }

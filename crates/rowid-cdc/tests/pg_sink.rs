@@ -11,8 +11,8 @@
 
 use rowid_cdc::Lsn;
 use rowid_cdc::event::{ChangeEvent, Op, Unidentified};
-use rowid_cdc::pg_sink::{PostgresSink, Target};
 use rowid_cdc::sink::Sink;
+use rowid_cdc::sink::postgres::{PostgresSink, Target};
 use rowid_registry::buffer;
 use rowid_registry::sql::QualifiedName;
 use rowid_testkit::psql::Psql;

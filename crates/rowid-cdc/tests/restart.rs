@@ -12,8 +12,8 @@ use std::path::{Path, PathBuf};
 use bytes::Bytes;
 use rowid_cdc::capture::Capture;
 use rowid_cdc::identity_rows;
-use rowid_cdc::pg_sink::{PostgresSink, Target};
 use rowid_cdc::pipeline::Pipeline;
+use rowid_cdc::sink::postgres::{PostgresSink, Target};
 use rowid_cdc::sink::{JsonlFile, Sink};
 use rowid_cdc::state::State;
 use rowid_cdc::{Lsn, RelationSchema, ReplicaIdentity};
@@ -193,7 +193,7 @@ fn initial_state() -> State {
         commit_lsn: Lsn::ZERO,
         end_lsn: Lsn::ZERO,
         identity_table: SCHEMAS,
-        sink_len: None,
+        sink: None,
         schemas: vec![schema(&["id"])],
     }
 }
@@ -217,7 +217,7 @@ impl Fixture for FileSink {
     }
 
     fn open(&self, dir: &Path, state: Option<&State>) -> Box<dyn Sink> {
-        let sink = JsonlFile::open(&dir.join("out.jsonl"), state.and_then(|s| s.sink_len));
+        let sink = JsonlFile::open(&dir.join("out.jsonl"), state.and_then(|s| s.sink.as_ref()));
         Box::new(sink.unwrap())
     }
 
@@ -316,7 +316,7 @@ fn run_to_end(fx: &dyn Fixture, dir: &Path, stream: &[(Lsn, Bytes)]) -> u64 {
     let mut p = open(fx, dir);
     // Reopened, a file holds exactly what the state accounts for: a reader never sees
     // lines of a transaction that did not commit.
-    if let Some(len) = p.state().sink_len {
+    if let Some(len) = p.state().sink.as_ref().and_then(|r| r["file_len"].as_u64()) {
         assert_eq!(std::fs::metadata(dir.join("out.jsonl")).unwrap().len(), len);
     }
     let from = resend_from(stream, p.state().end_lsn);

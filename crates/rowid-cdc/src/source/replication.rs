@@ -1,18 +1,27 @@
 //! The replication connection's settings from the connection string: the same server, role,
 //! database and TLS as the SQL connection, both publications (the user's and the one that
 //! carries the identity schema table), binary values, and the password only when it cannot
-//! travel in clear text (see [`crate::net::Session::password_safe`]).
+//! travel in clear text (see [`crate::connect::net::Session::password_safe`]).
 
 use pgwire_replication::ReplicationConfig;
 use rowid_registry::schema_message::IDENTITY_PUBLICATION;
 
-use crate::conninfo::{Conninfo, Host};
-use crate::net::{Auth, Session};
-use crate::tls;
+use crate::config::Options;
+use crate::connect::conninfo::{Conninfo, Host};
+use crate::connect::net::{Auth, Session};
+use crate::connect::tls;
+use crate::error::{CdcError, setup};
+use crate::lsn::Lsn;
 
-/// The replication connection for `slot` and `publication`, given what the SQL connection
-/// to the same server showed (`seen`).
-pub fn config(
+/// The replication connection for the slot and publication of `opts`, resuming at `start`,
+/// given what the SQL connection to the same server showed (`seen`).
+pub fn config(opts: &Options, seen: &Session, start: Lsn) -> Result<ReplicationConfig, CdcError> {
+    settings(&opts.dsn, seen, &opts.slot, &opts.publication)
+        .map(|c| c.with_start_lsn(pgwire_replication::Lsn::from_u64(start.0)))
+        .map_err(setup)
+}
+
+fn settings(
     info: &Conninfo,
     seen: &Session,
     slot: &str,

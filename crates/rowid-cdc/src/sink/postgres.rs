@@ -18,7 +18,7 @@
 //! must belong to the sink's role or a superuser). A mismatch refuses the buffer.
 //!
 //! The connection runs on a thread of its own (tokio-postgres on a one-thread runtime,
-//! connected by [`crate::net`]: TLS, no clear-text password), fed through a channel bounded
+//! connected by [`crate::connect::net`]: TLS, no clear-text password), fed through a channel bounded
 //! in bytes ([`MAX_IN_FLIGHT_BYTES`]), not rows: memory stays flat in transaction size and in
 //! identity size, and the replication stream's runtime never waits on the sink except at a
 //! commit or when that budget is spent.
@@ -36,10 +36,10 @@ use tokio_postgres::Client;
 use tokio_postgres::binary_copy::BinaryCopyInWriter;
 use tokio_postgres::types::{PgLsn, ToSql, Type};
 
-use crate::conninfo::Conninfo;
+use crate::connect::conninfo::Conninfo;
+use crate::connect::net;
 use crate::event::{ChangeEvent, Op};
 use crate::lsn::Lsn;
-use crate::net;
 use crate::sink::{Durable, Sink};
 
 /// The table, beside the buffer, where the sink records its position per slot.
@@ -304,11 +304,11 @@ impl Sink for PostgresSink {
             }
             self.delivered = Some(commit_lsn);
         }
-        Ok(Durable { len: None })
+        Ok(Durable::default())
     }
 
     fn durable(&self) -> Durable {
-        Durable { len: None }
+        Durable::default()
     }
 
     fn delivered(&self) -> Option<Lsn> {

@@ -1,63 +1,14 @@
-//! Sinks for change events. A sink receives a transaction's events between `begin` and
-//! `commit`; when `commit` returns, everything up to that transaction is durable, and only
-//! then may its position be acknowledged to the server.
+//! JSON lines: into a file made durable at each commit, or to standard output.
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, BufWriter, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
+use serde_json::{Value, json};
+
+use super::{Durable, Sink};
 use crate::event::ChangeEvent;
-
-/// Where a committed transaction left the sink (recorded in the state file).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Durable {
-    /// For a file: its length after the transaction.
-    pub len: Option<u64>,
-}
-
-/// Receives change events, transaction by transaction.
-pub trait Sink {
-    /// One change of the open transaction.
-    fn change(&mut self, event: &ChangeEvent) -> io::Result<()>;
-    /// Makes every change written so far durable.
-    fn commit(&mut self) -> io::Result<Durable>;
-    /// Where the last commit (or the opening) left the sink.
-    fn durable(&self) -> Durable;
-    /// The commit LSN through which the sink itself recorded delivery, when it records one
-    /// (a PostgreSQL sink commits its position with the changes; it can be ahead of the
-    /// state file). `None`: the state file is the only record.
-    fn delivered(&self) -> Option<crate::lsn::Lsn> {
-        None
-    }
-    /// For a sink writing into a database: that database (`system_identifier/database OID`,
-    /// when its role may read it) and the OIDs of the sink's own tables there. A capture of
-    /// the same database must not capture them.
-    fn own_tables(&self) -> Option<(Option<String>, Vec<u32>)> {
-        None
-    }
-}
-
-impl<S: Sink + ?Sized> Sink for Box<S> {
-    fn change(&mut self, event: &ChangeEvent) -> io::Result<()> {
-        (**self).change(event)
-    }
-
-    fn commit(&mut self) -> io::Result<Durable> {
-        (**self).commit()
-    }
-
-    fn durable(&self) -> Durable {
-        (**self).durable()
-    }
-
-    fn delivered(&self) -> Option<crate::lsn::Lsn> {
-        (**self).delivered()
-    }
-
-    fn own_tables(&self) -> Option<(Option<String>, Vec<u32>)> {
-        (**self).own_tables()
-    }
-}
+use crate::json_line;
 
 /// JSON lines into a file: written through a buffer, fsynced at every commit. At open, bytes
 /// past the length the state file recorded (a transaction that never committed) are cut off,
@@ -76,10 +27,11 @@ pub struct JsonlFile {
 }
 
 impl JsonlFile {
-    /// Opens `path` for appending. `committed_len` is the length the state file recorded
-    /// (`None`: no state, so the file must be empty or absent: appending to lines no state
-    /// accounts for could repeat them).
-    pub fn open(path: &Path, committed_len: Option<u64>) -> io::Result<JsonlFile> {
+    /// Opens `path` for appending. `recorded` is what the state file holds of this sink,
+    /// written by [`Sink::commit`] (`None`: no state, so the file must be empty or absent:
+    /// appending to lines no state accounts for could repeat them).
+    pub fn open(path: &Path, recorded: Option<&Value>) -> io::Result<JsonlFile> {
+        let committed_len = recorded.map(committed_len).transpose()?;
         use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
         let file = OpenOptions::new()
             .read(true)
@@ -141,7 +93,7 @@ impl JsonlFile {
 impl Sink for JsonlFile {
     fn change(&mut self, event: &ChangeEvent) -> io::Result<()> {
         self.line.clear();
-        event.write_json_line(&mut self.line);
+        json_line::write(event, &mut self.line);
         self.out.write_all(self.line.as_bytes())?;
         self.len += self.line.len() as u64;
         Ok(())
@@ -151,16 +103,35 @@ impl Sink for JsonlFile {
         self.out.flush()?;
         self.out.get_ref().sync_data()?;
         self.committed = self.len;
-        Ok(Durable {
-            len: Some(self.len),
-        })
+        Ok(record(self.len))
     }
 
     fn durable(&self) -> Durable {
-        Durable {
-            len: Some(self.committed),
-        }
+        record(self.committed)
     }
+}
+
+/// The state file's record of a file sink: its length after the last durable transaction.
+fn record(len: u64) -> Durable {
+    Durable {
+        record: Some(json!({ "file_len": len })),
+    }
+}
+
+/// The length in a record written by [`record`].
+fn committed_len(recorded: &Value) -> io::Result<u64> {
+    recorded
+        .get("file_len")
+        .and_then(Value::as_u64)
+        .ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!(
+                    "the state file's sink record {recorded} is not a file sink's (it was \
+                     written by another sink): give that sink, or start over"
+                ),
+            )
+        })
 }
 
 /// JSON lines to standard output, flushed at every commit. Durable only as far as the reader
@@ -190,39 +161,17 @@ impl Default for JsonlStdout {
 impl Sink for JsonlStdout {
     fn change(&mut self, event: &ChangeEvent) -> io::Result<()> {
         self.line.clear();
-        event.write_json_line(&mut self.line);
+        json_line::write(event, &mut self.line);
         self.out.write_all(self.line.as_bytes())
     }
 
     fn commit(&mut self) -> io::Result<Durable> {
         self.out.flush()?;
-        Ok(Durable { len: None })
+        Ok(Durable::default())
     }
 
     fn durable(&self) -> Durable {
-        Durable { len: None }
-    }
-}
-
-/// Counts and drops (the throughput benchmark's sink).
-#[derive(Debug, Default)]
-pub struct Null {
-    /// Changes received.
-    pub changes: u64,
-}
-
-impl Sink for Null {
-    fn change(&mut self, _event: &ChangeEvent) -> io::Result<()> {
-        self.changes += 1;
-        Ok(())
-    }
-
-    fn commit(&mut self) -> io::Result<Durable> {
-        Ok(Durable { len: None })
-    }
-
-    fn durable(&self) -> Durable {
-        Durable { len: None }
+        Durable::default()
     }
 }
 
@@ -279,7 +228,8 @@ mod tests {
         drop(sink);
         assert_eq!(lines(&p), [1, 2]);
         // The restart resumes at the recorded length; transaction 2 is sent again.
-        let mut sink = JsonlFile::open(&p, durable.len).unwrap_or_else(|e| panic!("{e}"));
+        let mut sink =
+            JsonlFile::open(&p, durable.record.as_ref()).unwrap_or_else(|e| panic!("{e}"));
         sink.change(&event(2)).unwrap_or_else(|e| panic!("{e}"));
         sink.commit().unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(lines(&p), [1, 2], "once each");
@@ -300,7 +250,8 @@ mod tests {
         );
         std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o644))
             .unwrap_or_else(|e| panic!("{e}"));
-        let sink = JsonlFile::open(&p, Some(0)).unwrap_or_else(|e| panic!("{e}"));
+        let sink =
+            JsonlFile::open(&p, Some(&json!({"file_len": 0}))).unwrap_or_else(|e| panic!("{e}"));
         drop(sink);
         assert_eq!(mode(&p).ok(), Some(0o600), "an existing file is made 0600");
         let _ = std::fs::remove_file(&p);
@@ -315,8 +266,12 @@ mod tests {
             err.to_string().contains("no state file accounts for"),
             "{err}"
         );
-        let err = JsonlFile::open(&p, Some(100)).expect_err("shorter than recorded");
+        let err = JsonlFile::open(&p, Some(&json!({"file_len": 100})))
+            .expect_err("shorter than recorded");
         assert!(err.to_string().contains("truncated or replaced"), "{err}");
+        let err = JsonlFile::open(&p, Some(&json!({"buffer": "x"})))
+            .expect_err("a record another sink wrote");
+        assert!(err.to_string().contains("not a file sink's"), "{err}");
         let _ = std::fs::remove_file(&p);
     }
 }

@@ -22,7 +22,7 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
 
-use crate::conninfo::{Conninfo, Host, RootCert, SslMode};
+use crate::connect::conninfo::{Conninfo, Host, RootCert, SslMode};
 
 /// What a connection does about TLS, once `require` with a root certificate is read as
 /// `verify-ca`.

@@ -35,9 +35,11 @@ use rowid_pgoutput::{
     RelationIdentity, Tuple, complete,
 };
 
-use crate::error::CaptureError;
+pub mod error;
+
 use crate::event::{ChangeEvent, Op, Unidentified};
 use crate::lsn::Lsn;
+pub use error::CaptureError;
 use rowid_registry::schema_message::{
     IDENTITY_TABLE, MESSAGE_PREFIX, RelationSchema, ReplicaIdentity, SchemaMessage,
 };

@@ -1,5 +1,5 @@
 //! The SQL connections (start checks, heartbeats, a PostgreSQL sink): the socket, TLS as
-//! `sslmode` says ([`crate::tls`]), and a watch on the authentication exchange that refuses
+//! `sslmode` says ([`crate::connect::tls`]), and a watch on the authentication exchange that refuses
 //! to send a password in clear text over a connection without TLS. tokio-postgres speaks the
 //! protocol over the stream this module hands it.
 //!
@@ -22,8 +22,8 @@ use tokio_postgres::{Client, Connection, NoTls};
 use tokio_rustls::TlsConnector;
 use tokio_rustls::client::TlsStream;
 
-use crate::conninfo::{Conninfo, Host, SslMode};
-use crate::tls;
+use crate::connect::conninfo::{Conninfo, Host, SslMode};
+use crate::connect::tls;
 
 /// How the server authenticated the connection.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

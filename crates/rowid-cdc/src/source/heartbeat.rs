@@ -7,8 +7,8 @@
 
 use std::time::Duration;
 
-use crate::conninfo::Conninfo;
-use crate::net;
+use crate::connect::conninfo::Conninfo;
+use crate::connect::net;
 
 /// The prefix of heartbeat messages.
 pub const PREFIX: &str = "pgtrickle.heartbeat";

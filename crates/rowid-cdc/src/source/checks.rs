@@ -6,15 +6,61 @@
 //! and which of them cannot give every change an identity, and, on a restart, that the slot
 //! has not moved past the state.
 
+use std::collections::BTreeSet;
+
 use rowid_codec::Domain;
 use rowid_registry::buffer::{self, Writers};
 use rowid_registry::schema_message::{
     IDENTITY_PUBLICATION, IDENTITY_TABLE, RelationSchema, ReplicaIdentity, SchemaMessage,
 };
-use tokio_postgres::GenericClient;
+use tokio_postgres::{Client, GenericClient};
 
-use crate::cdc_error::{CdcError, setup};
+use crate::connect::conninfo::Conninfo;
+use crate::connect::net::{self, Session};
+use crate::error::{CdcError, setup};
 use crate::lsn::Lsn;
+
+/// The SQL connection of the checks, with a locked search path.
+pub async fn connect(dsn: &Conninfo) -> Result<(Client, Session), CdcError> {
+    let connected = net::connect(dsn).await.map_err(|e| setup(e.message))?;
+    tokio::spawn(async move {
+        let _ = connected.connection.await;
+    });
+    connected
+        .client
+        .batch_execute("SET search_path = pg_catalog, pg_temp")
+        .await?;
+    Ok((connected.client, connected.session))
+}
+
+/// Names the published tables some of whose changes will have no identity (but those in
+/// `ignored`, the sink's own): a refusal under `--strict`, a warning otherwise.
+pub fn report(
+    schemas: &[RelationSchema],
+    ignored: &BTreeSet<u32>,
+    strict: bool,
+) -> Result<(), CdcError> {
+    let captured: Vec<RelationSchema> = schemas
+        .iter()
+        .filter(|s| !ignored.contains(&s.relid))
+        .cloned()
+        .collect();
+    let problems = unidentified(&captured);
+    if problems.is_empty() {
+        return Ok(());
+    }
+    let list = problems.join("\n  ");
+    if strict {
+        return Err(setup(format!(
+            "--strict: published tables whose changes would have no identity:\n  {list}"
+        )));
+    }
+    eprintln!(
+        "rowid-cdc: warning: published tables some of whose changes will be unidentified \
+         events (\"op\":\"unidentified\"; --strict refuses to start):\n  {list}"
+    );
+    Ok(())
+}
 
 /// The server-side facts checked before anything is created or streamed; returns the OID of
 /// the identity schema table.

@@ -5,8 +5,8 @@ use pgwire_replication::ReplicationClient;
 use rowid_registry::schema_message::RelationSchema;
 use tokio_postgres::Client;
 
-use crate::cdc_error::{CdcError, setup};
-use crate::checks;
+use super::checks;
+use crate::error::{CdcError, setup};
 use crate::lsn::Lsn;
 
 /// A slot as `pg_replication_slots` shows it.

@@ -1,0 +1,52 @@
+//! What the command was asked to do: the server, the slot, the sink, and how to run.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use rowid_registry::sql::QualifiedName;
+
+use crate::connect::conninfo::Conninfo;
+
+/// Where events go.
+#[derive(Clone, Debug)]
+pub enum SinkSpec {
+    /// JSON lines on standard output.
+    Stdout,
+    /// JSON lines appended to a file, fsynced at each commit.
+    File(PathBuf),
+    /// Counted and dropped (benchmarks).
+    Null,
+    /// Change rows into a PostgreSQL change buffer (`None`: the source's database).
+    Postgres {
+        /// The sink's database.
+        dsn: Option<Box<Conninfo>>,
+        /// The buffer.
+        buffer: QualifiedName,
+    },
+}
+
+/// What to follow and where to write.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// The server.
+    pub dsn: Conninfo,
+    /// The logical replication slot.
+    pub slot: String,
+    /// The publication.
+    pub publication: String,
+    /// Create the slot when there is no state file.
+    pub create_slot: bool,
+    /// The state file.
+    pub state: PathBuf,
+    /// The sink.
+    pub sink: SinkSpec,
+    /// Print a progress line on stderr, at most once a second.
+    pub progress: bool,
+    /// Stop once this many changes were delivered (tests, benchmarks).
+    pub stop_after: Option<u64>,
+    /// Refuse to start when a published table cannot give every change an identity, and
+    /// stop at a change without one, instead of emitting it unidentified.
+    pub strict: bool,
+    /// Write a heartbeat into the database this often (for a database that is itself idle).
+    pub heartbeat: Option<Duration>,
+}

@@ -1,0 +1,112 @@
+//! Sinks for change events: the one [`Sink`] trait and one module per sink.
+//!
+//! A sink receives a transaction's events, then `commit`; when `commit` returns, everything
+//! up to that transaction is durable, and only then may its position be acknowledged to the
+//! server. What a sink needs to resume exactly after a crash is its own business: it returns
+//! it as a [`Durable`] record, which the state file keeps without reading it and hands back
+//! when the sink is reopened ([`jsonl::JsonlFile`]: its committed length); a sink that commits
+//! its position with its changes ([`postgres::PostgresSink`]) reports it through
+//! [`Sink::delivered`] instead.
+//!
+//! - [`jsonl`]: JSON lines into a file (fsynced at each commit) or to standard output;
+//! - [`null`]: counted and dropped (benchmarks);
+//! - [`postgres`]: change rows into a PostgreSQL change buffer (the `cli` feature).
+
+use std::io;
+
+use serde_json::Value;
+
+use crate::event::ChangeEvent;
+
+pub mod jsonl;
+pub mod null;
+#[cfg(feature = "cli")]
+pub mod postgres;
+
+pub use jsonl::{JsonlFile, JsonlStdout};
+pub use null::Null;
+
+/// Where a committed transaction left the sink, in the sink's own terms, recorded in the
+/// state file (under `"sink"`, opaque to it) and given back when the sink is reopened.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Durable {
+    /// `None`: the sink keeps no record of its own.
+    pub record: Option<Value>,
+}
+
+/// Receives change events, transaction by transaction.
+pub trait Sink {
+    /// One change of the open transaction.
+    fn change(&mut self, event: &ChangeEvent) -> io::Result<()>;
+    /// Makes every change written so far durable.
+    fn commit(&mut self) -> io::Result<Durable>;
+    /// Where the last commit (or the opening) left the sink.
+    fn durable(&self) -> Durable;
+    /// The commit LSN through which the sink itself recorded delivery, when it records one
+    /// (a PostgreSQL sink commits its position with the changes; it can be ahead of the
+    /// state file). `None`: the state file is the only record.
+    fn delivered(&self) -> Option<crate::lsn::Lsn> {
+        None
+    }
+    /// For a sink writing into a database: that database (`system_identifier/database OID`,
+    /// when its role may read it) and the OIDs of the sink's own tables there. A capture of
+    /// the same database must not capture them.
+    fn own_tables(&self) -> Option<(Option<String>, Vec<u32>)> {
+        None
+    }
+}
+
+impl<S: Sink + ?Sized> Sink for Box<S> {
+    fn change(&mut self, event: &ChangeEvent) -> io::Result<()> {
+        (**self).change(event)
+    }
+
+    fn commit(&mut self) -> io::Result<Durable> {
+        (**self).commit()
+    }
+
+    fn durable(&self) -> Durable {
+        (**self).durable()
+    }
+
+    fn delivered(&self) -> Option<crate::lsn::Lsn> {
+        (**self).delivered()
+    }
+
+    fn own_tables(&self) -> Option<(Option<String>, Vec<u32>)> {
+        (**self).own_tables()
+    }
+}
+
+#[cfg(feature = "cli")]
+pub use open::open;
+
+#[cfg(feature = "cli")]
+mod open {
+    use super::{JsonlFile, JsonlStdout, Null, Sink, postgres};
+    use crate::config::{Options, SinkSpec};
+    use crate::error::CdcError;
+    use crate::state::State;
+
+    /// Opens the sink `opts` names. `state`: the state file's record (`None`: there is none
+    /// yet, so the sink must hold nothing).
+    pub fn open(opts: &Options, state: Option<&State>) -> Result<Box<dyn Sink>, CdcError> {
+        Ok(match &opts.sink {
+            SinkSpec::Stdout => Box::new(JsonlStdout::new()),
+            SinkSpec::Null => Box::new(Null::default()),
+            SinkSpec::File(path) => Box::new(
+                JsonlFile::open(path, state.and_then(|s| s.sink.as_ref()))
+                    .map_err(CdcError::Sink)?,
+            ),
+            SinkSpec::Postgres { dsn, buffer } => Box::new(
+                postgres::PostgresSink::open(postgres::Target {
+                    config: dsn.as_deref().unwrap_or(&opts.dsn).clone(),
+                    buffer: buffer.clone(),
+                    slot: opts.slot.clone(),
+                    fresh: state.is_none(),
+                })
+                .map_err(CdcError::Sink)?,
+            ),
+        })
+    }
+}

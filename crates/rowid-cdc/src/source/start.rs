@@ -1,0 +1,157 @@
+//! The checks at start: the server, the state file, the slot (created at a consistent point,
+//! with the identity schemas as of it, when there is none yet), the sink opened and checked
+//! before anything is created, and which tables are the sink's own.
+
+use std::collections::BTreeSet;
+
+use pgwire_replication::ReplicationClient;
+
+use super::{checks, replication, slot};
+use crate::config::{Options, SinkSpec};
+use crate::connect::net::{self, Session};
+use crate::error::{CdcError, setup};
+use crate::lsn::Lsn;
+use crate::sink::{self, Sink};
+use crate::state::State;
+
+/// What the checks at start leave for following: where to resume, the sink, what not to
+/// capture, how to reach the replication connection.
+pub(crate) struct Started {
+    /// The replication connection that created the slot (a new slot), not streaming yet.
+    pub(crate) gated: Option<ReplicationClient>,
+    pub(crate) state: State,
+    pub(crate) sink: Box<dyn Sink>,
+    /// The sink's own tables in the captured database.
+    pub(crate) ignored: BTreeSet<u32>,
+    /// What the SQL connection saw of the server (TLS, authentication, certificate).
+    pub(crate) seen: Session,
+}
+
+/// The checks at start, the state, the sink and (with `--create-slot`) the slot.
+pub(crate) async fn start(opts: &Options) -> Result<Started, CdcError> {
+    slot::check_name(&opts.slot)?;
+    if opts.dsn.password_on_command_line() {
+        eprintln!(
+            "rowid-cdc: warning: the password is in --dsn, where other users of this machine \
+             can read it (ps); use PGPASSWORD, ~/.pgpass or ROWID_CDC_DSN"
+        );
+    }
+    let (mut client, seen) = checks::connect(&opts.dsn).await?;
+    let identity_table = checks::server(&client, &opts.publication).await?;
+    let saved = State::load(&opts.state).map_err(CdcError::State)?;
+    if let Some(state) = &saved {
+        if state.slot != opts.slot || state.publication != opts.publication {
+            return Err(setup(format!(
+                "{} belongs to slot {:?} and publication {:?}, not {:?} and {:?}",
+                opts.state.display(),
+                state.slot,
+                state.publication,
+                opts.slot,
+                opts.publication
+            )));
+        }
+        if state.identity_table != identity_table {
+            return Err(setup(format!(
+                "{} trusts the identity schema table with OID {}, but the extension's is now \
+                 OID {identity_table} (the extension was dropped and created again): schema \
+                 changes in between are unknown; start over with a new state file and \
+                 --create-slot",
+                opts.state.display(),
+                state.identity_table
+            )));
+        }
+    }
+    let info = slot::info(&client, &opts.slot).await?;
+    if let Some(pid) = info.as_ref().and_then(|s| s.active_pid) {
+        return Err(setup(format!(
+            "slot {:?} is in use by the process with PID {pid}",
+            opts.slot
+        )));
+    }
+    // The sink is opened (and checked) before a slot is created, so that a refused sink
+    // leaves nothing behind.
+    let sink = sink::open(opts, saved.as_ref())?;
+    // A buffer in the database being captured is not captured itself: its writes would come
+    // back through the slot forever.
+    let source_database = net::database_id(&client).await;
+    let ignored: BTreeSet<u32> = match (&opts.sink, sink.own_tables()) {
+        (SinkSpec::Postgres { dsn, .. }, Some((database, tables)))
+            if dsn.is_none() || (database.is_some() && database == source_database) =>
+        {
+            eprintln!(
+                "rowid-cdc: the sink's own tables (OIDs {tables:?}) are in the captured database: \
+                 their changes are not captured"
+            );
+            tables.into_iter().collect()
+        }
+        _ => BTreeSet::new(),
+    };
+    let (gated, state) = match (saved, info) {
+        (Some(state), Some(info)) => {
+            checks::slot_position(&opts.slot, info.confirmed, state.end_lsn)?;
+            checks::report(&state.schemas, &ignored, opts.strict)?;
+            (None, state)
+        }
+        (Some(_), None) => {
+            return Err(setup(format!(
+                "slot {:?} named by {} does not exist (it was dropped?): the changes since the \
+                 state's position are gone; start over with a new state file and --create-slot",
+                opts.slot,
+                opts.state.display()
+            )));
+        }
+        (None, Some(info)) => {
+            return Err(setup(format!(
+                "slot {:?} exists (plugin {}) but {} does not: the identity schemas as of its \
+                 position are unknown. Give the state file that followed it, or drop the slot \
+                 and start with --create-slot",
+                opts.slot,
+                info.plugin.unwrap_or_default(),
+                opts.state.display()
+            )));
+        }
+        (None, None) if !opts.create_slot => {
+            return Err(setup(format!(
+                "slot {:?} does not exist: pass --create-slot to create it",
+                opts.slot
+            )));
+        }
+        (None, None) => {
+            // Checked against the catalog as it is now, before anything is created: a refusal
+            // leaves no slot behind.
+            checks::report(
+                &checks::schemas(&client, &opts.publication).await?,
+                &ignored,
+                opts.strict,
+            )?;
+            let repl =
+                ReplicationClient::connect_gated(replication::config(opts, &seen, Lsn::ZERO)?)
+                    .await
+                    .map_err(CdcError::Replication)?;
+            let created = slot::create(repl, &mut client, &opts.slot, &opts.publication).await?;
+            if let Err(e) = checks::report(&created.schemas, &ignored, opts.strict) {
+                drop(created.replication);
+                slot::drop(&client, &opts.slot).await?;
+                return Err(e);
+            }
+            let state = State {
+                slot: opts.slot.clone(),
+                publication: opts.publication.clone(),
+                commit_lsn: Lsn::ZERO,
+                end_lsn: created.consistent,
+                identity_table,
+                sink: None,
+                schemas: created.schemas,
+            };
+            (Some(created.replication), state)
+        }
+    };
+    drop(client);
+    Ok(Started {
+        gated,
+        state,
+        sink,
+        ignored,
+        seen,
+    })
+}

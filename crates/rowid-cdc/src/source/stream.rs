@@ -1,0 +1,139 @@
+//! One replication session: pgoutput messages from the replication connection into the
+//! pipeline, and its durable positions acknowledged back, until the session ends.
+
+use std::time::{Duration, Instant};
+
+use pgwire_replication::{PgWireError, ReplicationClient, ReplicationEvent};
+use rowid_pgoutput::{CommitInfo, Message};
+
+use crate::config::Options;
+use crate::error::CdcError;
+use crate::lsn::Lsn;
+use crate::pipeline::Pipeline;
+use crate::progress::Progress;
+use crate::sink::Sink;
+
+/// What ended one replication session.
+pub(crate) enum SessionEnd {
+    /// Asked to stop (signal, `stop_after`, server's end of stream).
+    Stopped,
+    /// The connection dropped: reconnect.
+    Lost(PgWireError),
+    /// The sink's connection dropped: reconnect both.
+    SinkLost(CdcError),
+}
+
+/// How often a position reported with nothing in flight is recorded (each record is a state
+/// file write and fsync).
+const IDLE_RECORD_INTERVAL: Duration = Duration::from_secs(1);
+
+pub(crate) async fn stream(
+    repl: &mut ReplicationClient,
+    pipe: &mut Pipeline<Box<dyn Sink>>,
+    opts: &Options,
+    progress: &mut Progress,
+) -> Result<SessionEnd, CdcError> {
+    let stop = tokio::signal::ctrl_c();
+    tokio::pin!(stop);
+    let mut last_idle_record = Instant::now() - IDLE_RECORD_INTERVAL;
+    loop {
+        let event = tokio::select! {
+            _ = &mut stop => {
+                repl.stop();
+                return Ok(SessionEnd::Stopped);
+            }
+            e = repl.recv() => e,
+        };
+        let ev = match event {
+            Ok(Some(ev)) => ev,
+            Ok(None) => return Ok(SessionEnd::Stopped),
+            Err(e) => return Ok(SessionEnd::Lost(e)),
+        };
+        // A position the server reported while no transaction is open: recorded (and then
+        // acknowledged) at most once a second.
+        let mut idle = None;
+        let ack = match ev {
+            ReplicationEvent::Begin {
+                final_lsn,
+                xid,
+                commit_time_micros,
+            } => pipe.apply(
+                Lsn(final_lsn.as_u64()),
+                Message::Begin {
+                    final_lsn: final_lsn.as_u64(),
+                    commit_ts: commit_time_micros,
+                    xid,
+                },
+            ),
+            ReplicationEvent::XLogData {
+                wal_start, data, ..
+            } => pipe.message(Lsn(wal_start.as_u64()), data),
+            ReplicationEvent::Commit {
+                lsn,
+                end_lsn,
+                commit_time_micros,
+            } => pipe.apply(
+                Lsn(lsn.as_u64()),
+                Message::Commit(CommitInfo {
+                    flags: 0,
+                    commit_lsn: lsn.as_u64(),
+                    end_lsn: end_lsn.as_u64(),
+                    commit_ts: commit_time_micros,
+                }),
+            ),
+            ReplicationEvent::Message {
+                transactional,
+                lsn,
+                prefix,
+                content,
+            } => {
+                if !transactional {
+                    idle = Some(Lsn(lsn.as_u64()));
+                }
+                pipe.apply(
+                    Lsn(lsn.as_u64()),
+                    Message::Message {
+                        xid: None,
+                        transactional,
+                        lsn: lsn.as_u64(),
+                        prefix,
+                        content,
+                    },
+                )
+            }
+            ReplicationEvent::KeepAlive { wal_end, .. } => {
+                progress.server_end = progress.server_end.max(wal_end.as_u64());
+                idle = Some(Lsn(wal_end.as_u64()));
+                Ok(None)
+            }
+            ReplicationEvent::StoppedAt { .. } => return Ok(SessionEnd::Stopped),
+        }
+        .map_err(CdcError::Pipeline)?;
+        for notice in pipe.take_notices() {
+            eprintln!("rowid-cdc: notice: {notice}");
+        }
+        let ack = match (ack, idle) {
+            (Some(lsn), _) => Some(lsn),
+            (None, Some(lsn)) if last_idle_record.elapsed() >= IDLE_RECORD_INTERVAL => {
+                let recorded = pipe.idle_at(lsn).map_err(CdcError::Pipeline)?;
+                if recorded.is_some() {
+                    last_idle_record = Instant::now();
+                }
+                recorded
+            }
+            (None, _) => None,
+        };
+        if let Some(lsn) = ack {
+            repl.update_applied_lsn(pgwire_replication::Lsn::from_u64(lsn.0));
+            progress.server_end = progress.server_end.max(lsn.0);
+        }
+        progress.line(pipe.progress(), false);
+        if opts
+            .stop_after
+            .is_some_and(|n| pipe.progress().changes >= n && !pipe.in_transaction())
+        {
+            repl.stop();
+            return Ok(SessionEnd::Stopped);
+        }
+    }
+}
