@@ -5,12 +5,14 @@
 //!   error, same fields), and an accepted identity re-encodes to the same bytes;
 //! - the probe is defined and bounded for any bytes;
 //! - every send-format parser either rejects the bytes or yields a value that, once encoded,
-//!   decodes and re-encodes to the same identity.
+//!   decodes and re-encodes to the same identity;
+//! - the row image writer either rejects the bytes (appending nothing) or writes one JSON
+//!   value without a line break, for bytes the identity parsers accept as well.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use rowid_codec::probe::{PROBE_PREFIX_CANDIDATES, max_probe_len, probe_with_prefix};
-use rowid_codec::send::{jsonb_from_text, owned_from_send, value_from_send};
+use rowid_codec::send::{jsonb_from_text, owned_from_send, value_from_send, write_image_json};
 use rowid_codec::structure::Shape;
 use rowid_codec::value::JsonbValue;
 use rowid_codec::{Domain, OwnedValue, TypeTag, Value, decode, encode_identity, validate};
@@ -49,6 +51,26 @@ fn check_owned(value: &OwnedValue) {
     }
 }
 
+/// The row image of `data` as a value of `shape`, when the writer accepts it: one JSON value
+/// on one line, and only for bytes the identity parser accepts too.
+fn check_image(shape: &Shape, data: &[u8]) {
+    let mut out = String::from("x");
+    match write_image_json(shape, data, &mut out) {
+        Err(_) => assert_eq!(out, "x", "a refused value appended something"),
+        Ok(()) => {
+            let text = &out[1..];
+            assert!(!text.contains('\n') && !text.contains('\r'), "{text}");
+            if let Err(e) = serde_json::from_str::<serde_json::Value>(text) {
+                panic!("not JSON ({e}): {text}");
+            }
+            assert!(
+                owned_from_send(shape, data).is_ok(),
+                "the image accepted what the identity parser refuses: {text}"
+            );
+        }
+    }
+}
+
 fuzz_target!(|data: &[u8]| {
     let decoded = decode(data);
     assert_eq!(decoded.is_ok(), validate(data).is_ok());
@@ -75,6 +97,12 @@ fuzz_target!(|data: &[u8]| {
     for shape in shapes() {
         if let Ok(value) = owned_from_send(&shape, data) {
             check_owned(&value);
+        }
+        check_image(&shape, data);
+    }
+    for tag in TypeTag::ALL {
+        if tag.is_scalar() {
+            check_image(&Shape::Scalar(tag), data);
         }
     }
     if let Ok(j) = jsonb_from_text(data) {

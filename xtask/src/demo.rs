@@ -270,13 +270,15 @@ fn follow_with_rowid_cdc(cluster: &Cluster) -> Result<(), String> {
         CREATE TABLE blobs (k int4, body text);
         ALTER TABLE blobs ALTER COLUMN body SET STORAGE EXTERNAL;
         ALTER TABLE blobs REPLICA IDENTITY FULL;
-        CREATE PUBLICATION demo_cdc FOR TABLE docs, blobs;
+        CREATE TABLE pages (id int4 PRIMARY KEY, title text, body text);
+        ALTER TABLE pages ALTER COLUMN body SET STORAGE EXTERNAL;
+        CREATE PUBLICATION demo_cdc FOR TABLE docs, blobs, pages;
         SELECT pgtrickle.identity_schema('docs'::regclass) AS docs_identity_schema",
     )?;
     let binary = root().join("target").join("debug").join("rowid-cdc");
     let dsn = cluster.dsn("postgres");
     println!(
-        "\n$ rowid-cdc --dsn '{dsn}' --slot demo_cdc --publication demo_cdc --create-slot \\\n    --state target/demo/cdc.state --sink jsonl:target/demo/changes.jsonl --stop-after 5"
+        "\n$ rowid-cdc --dsn '{dsn}' --slot demo_cdc --publication demo_cdc --create-slot \\\n    --state target/demo/cdc.state --sink jsonl:target/demo/changes.jsonl --stop-after 7"
     );
     let mut child = std::process::Command::new(&binary)
         .args([
@@ -287,7 +289,7 @@ fn follow_with_rowid_cdc(cluster: &Cluster) -> Result<(), String> {
             "--publication",
             "demo_cdc",
         ])
-        .args(["--create-slot", "--stop-after", "5", "--state"])
+        .args(["--create-slot", "--stop-after", "7", "--state"])
         .arg(&state)
         .arg("--sink")
         .arg(format!("jsonl:{}", out.display()))
@@ -303,7 +305,7 @@ fn follow_with_rowid_cdc(cluster: &Cluster) -> Result<(), String> {
     }
     show(
         cluster,
-        "one transaction: a key change, the primary key moved to (id, title) between two inserts, a TOASTed keyless row updated through a sibling column",
+        "one transaction: a key change, the primary key moved to (id, title) between two inserts, a TOASTed row updated through a sibling column under REPLICA IDENTITY FULL (its value filled from the old row: backfilled) and under DEFAULT (not in the WAL: unchanged_toast, absent, never NULL)",
         "
         INSERT INTO docs VALUES (1, 'draft');
         UPDATE docs SET id = 2 WHERE id = 1;
@@ -311,6 +313,8 @@ fn follow_with_rowid_cdc(cluster: &Cluster) -> Result<(), String> {
         INSERT INTO docs VALUES (3, 'final');
         INSERT INTO blobs VALUES (1, (SELECT string_agg(md5(g::text), '') FROM generate_series(1, 100) g));
         UPDATE blobs SET k = 2;
+        INSERT INTO pages VALUES (1, 'a', (SELECT string_agg(md5(g::text), '') FROM generate_series(1, 100) g));
+        UPDATE pages SET title = 'b';
         SELECT 'done' AS workload",
     )?;
     let status = child.wait().map_err(|e| e.to_string())?;
@@ -331,13 +335,41 @@ fn follow_with_rowid_cdc(cluster: &Cluster) -> Result<(), String> {
             })
         };
         println!(
-            "{:<14} {:<8} key {:<12} old {:<44} new {:<44} backfilled {}",
+            "{:<14} {:<8} key {:<12} old {:<44} new {:<44}",
             v["relation"].as_str().unwrap_or_default(),
             v["op"].as_str().unwrap_or_default(),
             v["key"].to_string(),
             short("old_id"),
             short("new_id"),
-            v["backfilled"]
+        );
+        // The images, long values cut here (whole in the file).
+        let image = |k: &str| -> String {
+            match v[k].as_object() {
+                None => "null".into(),
+                Some(cols) => cols
+                    .iter()
+                    .map(|(c, x)| {
+                        let t = x.to_string();
+                        if t.len() > 24 {
+                            format!("{c}={}..({} chars)", &t[..16], t.len())
+                        } else {
+                            format!("{c}={t}")
+                        }
+                    })
+                    .collect::<Vec<_>>()
+                    .join(" "),
+            }
+        };
+        println!(
+            "{:<14} old image ({}): {}\n{:<14} new image: {}\n{:<14} backfilled {} unchanged_toast {}",
+            "",
+            v["old_image"].as_str().unwrap_or("-"),
+            image("old"),
+            "",
+            image("new"),
+            "",
+            v["backfilled"],
+            v["unchanged_toast"]
         );
     }
     show(

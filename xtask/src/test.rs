@@ -58,6 +58,8 @@ fn server_checks(major: u32, source: pg::Source) -> Result<Counts, String> {
         // One workload captured by the extension's trigger and by rowid-cdc: the same
         // changes per transaction, byte for byte.
         tests.push(("rowid-cdc", "cross_capture"));
+        // Row images read back into SQL against the row, and the TOAST matrix.
+        tests.push(("rowid-cdc", "images"));
         // Issue 20: forged identity messages, an idle slot, one unusable table, a moved
         // slot, least privilege, non-UTF8 databases, generated keys, the trigger's race.
         tests.push(("rowid-cdc", "hardening"));

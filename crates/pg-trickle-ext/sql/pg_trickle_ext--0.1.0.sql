@@ -34,10 +34,11 @@ COMMENT ON FUNCTION pgtrickle.capture_changes() IS
 --   row_id_domain
 
 
-CREATE FUNCTION pgtrickle.encode_row_id_v2(domain text, fields record) RETURNS bytea
-STABLE PARALLEL SAFE LANGUAGE c AS 'MODULE_PATHNAME', 'encode_row_id_v2_wrapper';
-COMMENT ON FUNCTION pgtrickle.encode_row_id_v2(text, record) IS
-  'Row Identity V2 of the record''s fields (spec/wire-format.md)';
+CREATE FUNCTION pgtrickle.encode_row_id_v2_fields(domain text, VARIADIC fields "any")
+RETURNS bytea STABLE PARALLEL SAFE
+LANGUAGE c AS 'MODULE_PATHNAME', 'encode_row_id_v2_fields';
+COMMENT ON FUNCTION pgtrickle.encode_row_id_v2_fields(text, "any") IS
+  'Row Identity V2 of the arguments, each one field: the bytes of encode_row_id_v2(domain, ROW(...)) without the ROW';
 /* </end connected objects> */
 
 /* <begin connected objects> */
@@ -45,11 +46,10 @@ COMMENT ON FUNCTION pgtrickle.encode_row_id_v2(text, record) IS
 --   row_id_domain
 
 
-CREATE FUNCTION pgtrickle.encode_row_id_v2_fields(domain text, VARIADIC fields "any")
-RETURNS bytea STABLE PARALLEL SAFE
-LANGUAGE c AS 'MODULE_PATHNAME', 'encode_row_id_v2_fields';
-COMMENT ON FUNCTION pgtrickle.encode_row_id_v2_fields(text, "any") IS
-  'Row Identity V2 of the arguments, each one field: the bytes of encode_row_id_v2(domain, ROW(...)) without the ROW';
+CREATE FUNCTION pgtrickle.encode_row_id_v2(domain text, fields record) RETURNS bytea
+STABLE PARALLEL SAFE LANGUAGE c AS 'MODULE_PATHNAME', 'encode_row_id_v2_wrapper';
+COMMENT ON FUNCTION pgtrickle.encode_row_id_v2(text, record) IS
+  'Row Identity V2 of the record''s fields (spec/wire-format.md)';
 /* </end connected objects> */
 
 /* <begin connected objects> */
@@ -64,91 +64,6 @@ CREATE  FUNCTION pgtrickle."identity_schema"(
 STRICT STABLE
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', 'identity_schema_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- pg_trickle_ext::pgtrickle::row_probe_v1
-CREATE  FUNCTION pgtrickle."row_probe_v1"(
-	"id" bytea /* & [u8] */
-) RETURNS bytea /* Vec < u8 > */
-IMMUTABLE STRICT PARALLEL SAFE
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'row_probe_v1_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- pg_trickle_ext::validate::validate_identity_fields
-CREATE  FUNCTION pgtrickle."validate_identity_fields"(
-	"domain" TEXT, /* & str */
-	"types" oid[], /* Vec < pg_sys :: Oid > */
-	"typmods" INT[] DEFAULT NULL, /* :: std :: option :: Option < Vec < i32 > > */
-	"collations" oid[] DEFAULT NULL, /* :: std :: option :: Option < Vec < pg_sys :: Oid > > */
-	"uniqueness" TEXT DEFAULT 'unique', /* & str */
-	"mode" TEXT DEFAULT 'refresh' /* & str */
-) RETURNS TABLE (
-	"max_identity_bytes" bigint,  /* Option < i64 > */
-	"index_class" TEXT,  /* String */
-	"order_preserving" bool,  /* bool */
-	"volatility" TEXT,  /* String */
-	"invalidations" TEXT[]  /* Vec < String > */
-)
-STABLE PARALLEL SAFE 
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'validate_identity_fields_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- pg_trickle_ext::pgtrickle::row_id_describe
-CREATE  FUNCTION pgtrickle."row_id_describe"(
-	"id" bytea /* & [u8] */
-) RETURNS TEXT /* String */
-IMMUTABLE STRICT PARALLEL SAFE
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'row_id_describe_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- pg_trickle_ext::validate::validate_source_identity
-CREATE  FUNCTION pgtrickle."validate_source_identity"(
-	"rel" oid, /* pg_sys :: Oid */
-	"mode" TEXT DEFAULT 'refresh', /* & str */
-	"require_key" bool DEFAULT false /* bool */
-) RETURNS TABLE (
-	"identity" TEXT,  /* String */
-	"index_name" TEXT,  /* Option < String > */
-	"key_columns" TEXT[],  /* Vec < String > */
-	"max_identity_bytes" bigint,  /* Option < i64 > */
-	"index_class" TEXT,  /* String */
-	"index_ddl" TEXT,  /* String */
-	"passed_over" TEXT[]  /* Vec < String > */
-)
-STRICT STABLE 
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'validate_source_identity_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- pg_trickle_ext::pgtrickle::check_change_buffer
-
-CREATE FUNCTION pgtrickle.check_change_buffer(buffer regclass) RETURNS boolean
-STABLE STRICT LANGUAGE c AS 'MODULE_PATHNAME', 'check_change_buffer_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- pg_trickle_ext::pgtrickle::capture_table
-
-CREATE FUNCTION pgtrickle.capture_table(source regclass) RETURNS text
-VOLATILE STRICT LANGUAGE c AS 'MODULE_PATHNAME', 'capture_table_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- pg_trickle_ext::pgtrickle::row_id_fingerprint
-CREATE  FUNCTION pgtrickle."row_id_fingerprint"(
-	"id" bytea /* & [u8] */
-) RETURNS TEXT /* String */
-IMMUTABLE STRICT PARALLEL SAFE
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'row_id_fingerprint_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
@@ -175,7 +90,7 @@ CREATE SCHEMA pgtrickle_changes;
 COMMENT ON SCHEMA pgtrickle_changes IS
   'Change buffers (spec/change-buffer.md); owned by the extension pg_trickle_ext';
 
--- Identity schema messages, format 2 (spec/identity-messages.md): one row per published
+-- Identity schema messages, format 3 (spec/identity-messages.md): one row per published
 -- table, written only by the extension's event triggers (as the extension's owner: PUBLIC
 -- has no right on it), published by pgtrickle_identity so that a WAL consumer reads each
 -- row change at the position of the DDL that made it.
@@ -186,7 +101,7 @@ CREATE TABLE pgtrickle.identity_schemas (
 );
 REVOKE ALL ON TABLE pgtrickle.identity_schemas FROM PUBLIC;
 COMMENT ON TABLE pgtrickle.identity_schemas IS
-  'Identity schema of every published table (spec/identity-messages.md format 2); written only by the identity-message event triggers';
+  'Identity schema of every published table (spec/identity-messages.md format 3); written only by the identity-message event triggers';
 CREATE PUBLICATION pgtrickle_identity FOR TABLE pgtrickle.identity_schemas;
 
 REVOKE EXECUTE ON FUNCTION pgtrickle.write_identity_schemas(pg_catalog.oid[]) FROM PUBLIC;
@@ -348,6 +263,91 @@ $fn$;
 REVOKE EXECUTE ON FUNCTION pgtrickle.grant_capture(pg_catalog.regrole) FROM PUBLIC;
 COMMENT ON FUNCTION pgtrickle.grant_capture(pg_catalog.regrole) IS
   'Grants a capture role (LOGIN REPLICATION) what rowid-cdc needs beyond REPLICATION: USAGE and CREATE on pgtrickle_changes (superuser)';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- pg_trickle_ext::pgtrickle::row_id_describe
+CREATE  FUNCTION pgtrickle."row_id_describe"(
+	"id" bytea /* & [u8] */
+) RETURNS TEXT /* String */
+IMMUTABLE STRICT PARALLEL SAFE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'row_id_describe_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- pg_trickle_ext::pgtrickle::capture_table
+
+CREATE FUNCTION pgtrickle.capture_table(source regclass) RETURNS text
+VOLATILE STRICT LANGUAGE c AS 'MODULE_PATHNAME', 'capture_table_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- pg_trickle_ext::pgtrickle::row_id_fingerprint
+CREATE  FUNCTION pgtrickle."row_id_fingerprint"(
+	"id" bytea /* & [u8] */
+) RETURNS TEXT /* String */
+IMMUTABLE STRICT PARALLEL SAFE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'row_id_fingerprint_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- pg_trickle_ext::validate::validate_identity_fields
+CREATE  FUNCTION pgtrickle."validate_identity_fields"(
+	"domain" TEXT, /* & str */
+	"types" oid[], /* Vec < pg_sys :: Oid > */
+	"typmods" INT[] DEFAULT NULL, /* :: std :: option :: Option < Vec < i32 > > */
+	"collations" oid[] DEFAULT NULL, /* :: std :: option :: Option < Vec < pg_sys :: Oid > > */
+	"uniqueness" TEXT DEFAULT 'unique', /* & str */
+	"mode" TEXT DEFAULT 'refresh' /* & str */
+) RETURNS TABLE (
+	"max_identity_bytes" bigint,  /* Option < i64 > */
+	"index_class" TEXT,  /* String */
+	"order_preserving" bool,  /* bool */
+	"volatility" TEXT,  /* String */
+	"invalidations" TEXT[]  /* Vec < String > */
+)
+STABLE PARALLEL SAFE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'validate_identity_fields_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- pg_trickle_ext::pgtrickle::check_change_buffer
+
+CREATE FUNCTION pgtrickle.check_change_buffer(buffer regclass) RETURNS boolean
+STABLE STRICT LANGUAGE c AS 'MODULE_PATHNAME', 'check_change_buffer_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- pg_trickle_ext::pgtrickle::row_probe_v1
+CREATE  FUNCTION pgtrickle."row_probe_v1"(
+	"id" bytea /* & [u8] */
+) RETURNS bytea /* Vec < u8 > */
+IMMUTABLE STRICT PARALLEL SAFE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'row_probe_v1_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- pg_trickle_ext::validate::validate_source_identity
+CREATE  FUNCTION pgtrickle."validate_source_identity"(
+	"rel" oid, /* pg_sys :: Oid */
+	"mode" TEXT DEFAULT 'refresh', /* & str */
+	"require_key" bool DEFAULT false /* bool */
+) RETURNS TABLE (
+	"identity" TEXT,  /* String */
+	"index_name" TEXT,  /* Option < String > */
+	"key_columns" TEXT[],  /* Vec < String > */
+	"max_identity_bytes" bigint,  /* Option < i64 > */
+	"index_class" TEXT,  /* String */
+	"index_ddl" TEXT,  /* String */
+	"passed_over" TEXT[]  /* Vec < String > */
+)
+STRICT STABLE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'validate_source_identity_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */

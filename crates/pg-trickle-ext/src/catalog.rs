@@ -229,11 +229,28 @@ pub fn leaves_with_other_replica_identity(rel: pg_sys::Oid, replica_identity: u8
     })
 }
 
-/// A table's columns as pgoutput publishes them (not dropped, not generated), in attnum
-/// order: attnum, name, type OID, NOT NULL.
-pub fn published_columns(rel: pg_sys::Oid) -> Vec<(i16, String, u32, bool)> {
+/// A published column of a table (non-dropped, non-generated), as an identity schema
+/// message lists it.
+pub struct PublishedColumn {
+    /// `attnum`.
+    pub attnum: i16,
+    /// `attname`.
+    pub name: String,
+    /// `atttypid`.
+    pub type_oid: u32,
+    /// `format_type(atttypid, atttypmod)` under the locked search path.
+    pub type_name: String,
+    /// `attnotnull`.
+    pub not_null: bool,
+    /// The type, resolved for the registry.
+    pub ty: TypeRef,
+}
+
+/// The published columns of `rel`, in attnum order.
+pub fn published_columns(rel: pg_sys::Oid) -> Vec<PublishedColumn> {
     let query = format!(
-        "SELECT attnum, attname::pg_catalog.text, atttypid, attnotnull \
+        "SELECT attnum, attname::pg_catalog.text, atttypid, attnotnull, \
+                pg_catalog.format_type(atttypid, atttypmod) \
          FROM pg_catalog.pg_attribute \
          WHERE attrelid OPERATOR(pg_catalog.=) {} AND attnum OPERATOR(pg_catalog.>) 0 \
            AND NOT attisdropped AND attgenerated OPERATOR(pg_catalog.=) '' \
@@ -241,12 +258,15 @@ pub fn published_columns(rel: pg_sys::Oid) -> Vec<(i16, String, u32, bool)> {
         u32::from(rel)
     );
     spi::rows(&query, &[], |row| {
-        Ok((
-            row.get::<i16>(1)?.unwrap_or(0),
-            row.get::<String>(2)?.unwrap_or_default(),
-            u32::from(row.get::<pg_sys::Oid>(3)?.unwrap_or(pg_sys::InvalidOid)),
-            row.get::<bool>(4)?.unwrap_or(false),
-        ))
+        let ty = row.get::<pg_sys::Oid>(3)?.unwrap_or(pg_sys::InvalidOid);
+        Ok(PublishedColumn {
+            attnum: row.get::<i16>(1)?.unwrap_or(0),
+            name: row.get::<String>(2)?.unwrap_or_default(),
+            type_oid: u32::from(ty),
+            type_name: row.get::<String>(5)?.unwrap_or_default(),
+            not_null: row.get::<bool>(4)?.unwrap_or(false),
+            ty: type_ref(ty, &collation),
+        })
     })
 }
 

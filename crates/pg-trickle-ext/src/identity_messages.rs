@@ -1,4 +1,4 @@
-//! Identity schema messages (spec/identity-messages.md, format 2): a table's identity schema
+//! Identity schema messages (spec/identity-messages.md, format 3): a table's identity schema
 //! as the JSON a WAL consumer reads, and what the event triggers write: a row per published
 //! table in `pgtrickle.identity_schemas`, a table only the extension's owner may write, whose
 //! changes the WAL carries at the DDL's position. The format and the key choice are the
@@ -12,7 +12,7 @@ use rowid_registry::schema_message::{
     SchemaMessage,
 };
 use rowid_registry::sql::QualifiedName;
-use rowid_registry::{Property, Rejection, choose_scan_key, resolve_schema};
+use rowid_registry::{Property, Rejection, choose_scan_key, image_shape, resolve_schema};
 
 use crate::catalog::{
     all_columns, index_candidates, index_oid, leaves_with_other_replica_identity,
@@ -34,11 +34,13 @@ pub fn relation_schema(rel: pg_sys::Oid) -> RelationSchema {
         ReplicaIdentity::from_byte(facts.replica_identity).unwrap_or(ReplicaIdentity::Default);
     let columns = published_columns(rel)
         .into_iter()
-        .map(|(attnum, name, type_oid, not_null)| SchemaColumn {
-            attnum,
-            name,
-            type_oid,
-            not_null,
+        .map(|c| SchemaColumn {
+            attnum: c.attnum,
+            shape: image_shape(&c.ty),
+            name: c.name,
+            type_oid: c.type_oid,
+            type_name: Some(c.type_name),
+            not_null: c.not_null,
         })
         .collect();
     let ctx = server_context();

@@ -224,7 +224,7 @@ CREATE SCHEMA pgtrickle_changes;
 COMMENT ON SCHEMA pgtrickle_changes IS
   'Change buffers (spec/change-buffer.md); owned by the extension pg_trickle_ext';
 
--- Identity schema messages, format 2 (spec/identity-messages.md): one row per published
+-- Identity schema messages, format 3 (spec/identity-messages.md): one row per published
 -- table, written only by the extension's event triggers (as the extension's owner: PUBLIC
 -- has no right on it), published by pgtrickle_identity so that a WAL consumer reads each
 -- row change at the position of the DDL that made it.
@@ -235,7 +235,7 @@ CREATE TABLE pgtrickle.identity_schemas (
 );
 REVOKE ALL ON TABLE pgtrickle.identity_schemas FROM PUBLIC;
 COMMENT ON TABLE pgtrickle.identity_schemas IS
-  'Identity schema of every published table (spec/identity-messages.md format 2); written only by the identity-message event triggers';
+  'Identity schema of every published table (spec/identity-messages.md format 3); written only by the identity-message event triggers';
 CREATE PUBLICATION pgtrickle_identity FOR TABLE pgtrickle.identity_schemas;
 
 REVOKE EXECUTE ON FUNCTION pgtrickle.write_identity_schemas(pg_catalog.oid[]) FROM PUBLIC;

@@ -665,7 +665,7 @@ fn identity_schema_of(table: &str) -> rowid_registry::schema_message::RelationSc
     ))
     .expect("identity_schema runs")
     .expect("not NULL");
-    match SchemaMessage::parse(json.as_bytes()).expect("a valid format-1 message") {
+    match SchemaMessage::parse(json.as_bytes()).expect("a valid identity schema message") {
         SchemaMessage::Schema(s) => s,
         other => panic!("{other:?}"),
     }
@@ -700,6 +700,26 @@ fn identity_schema_messages_describe_the_key() {
     let cols: Vec<&str> = s.columns.iter().map(|c| c.name.as_str()).collect();
     assert_eq!(cols, ["region", "id", "mood", "note"], "generated columns are not published");
     assert!(s.columns[0].not_null && !s.columns[3].not_null);
+    // Format 3: each column's type name (qualified under the locked path, whatever the
+    // caller's) and the shape its image values are read with, a domain's its base's.
+    let types: Vec<(Option<&str>, Option<&Shape>)> = s
+        .columns
+        .iter()
+        .map(|c| (c.type_name.as_deref(), c.shape.as_ref()))
+        .collect();
+    let (im_pos, im_mood) = (format!("{namespace}.im_pos"), format!("{namespace}.im_mood[]"));
+    assert_eq!(
+        types,
+        [
+            (Some("text"), Some(&Shape::Scalar(TypeTag::Text))),
+            (Some(im_pos.as_str()), Some(&Shape::Scalar(TypeTag::Int4))),
+            (
+                Some(im_mood.as_str()),
+                Some(&Shape::Array(Box::new(Shape::Scalar(TypeTag::Enum))))
+            ),
+            (Some("text"), Some(&Shape::Scalar(TypeTag::Text))),
+        ]
+    );
     let def = s.identity.expect("a key");
     assert_eq!((def.domain, def.primary), (Domain::ScanKey, true));
     assert_eq!(def.index.as_deref(), Some("public.im_keyed_pkey"));
@@ -724,6 +744,9 @@ fn identity_schema_messages_carry_refusals() {
     // identity.
     Spi::run("CREATE TABLE im_point (x int8, y point);").expect("setup");
     let s = identity_schema_of("im_point");
+    // The point column has no image shape either: its values travel as their send form.
+    assert_eq!(s.columns[1].type_name.as_deref(), Some("point"));
+    assert_eq!(s.columns[1].shape, None);
     let refusal = s.identity.expect_err("no identity");
     assert_eq!(refusal.sqlstate, "0A000");
     assert!(refusal.message.contains("point"), "{}", refusal.message);

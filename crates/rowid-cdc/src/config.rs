@@ -6,6 +6,7 @@ use std::time::Duration;
 use rowid_registry::sql::QualifiedName;
 
 use crate::connect::conninfo::Conninfo;
+use crate::pipeline::Strictness;
 
 /// Where events go.
 #[derive(Clone, Debug)]
@@ -47,6 +48,19 @@ pub struct Options {
     /// Refuse to start when a published table cannot give every change an identity, and
     /// stop at a change without one, instead of emitting it unidentified.
     pub strict: bool,
+    /// Stop at an UPDATE whose new image lacks an unchanged TOASTed value (naming the table
+    /// and the column) instead of emitting it with `unchanged_toast`.
+    pub require_complete: bool,
     /// Write a heartbeat into the database this often (for a database that is itself idle).
     pub heartbeat: Option<Duration>,
+}
+
+impl Options {
+    /// What stops capture instead of being emitted.
+    pub fn strictness(&self) -> Strictness {
+        Strictness {
+            strict: self.strict,
+            require_complete: self.require_complete,
+        }
+    }
 }

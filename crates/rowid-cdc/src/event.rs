@@ -1,7 +1,11 @@
 //! What capture emits: one [`ChangeEvent`] per committed change (its JSON line is
 //! [`crate::json_line`]'s).
 
+use std::sync::Arc;
+
+use bytes::Bytes;
 use rowid_codec::Domain;
+use rowid_codec::structure::Shape;
 
 use crate::lsn::Lsn;
 
@@ -71,9 +75,88 @@ pub struct ChangeEvent {
     pub old_id: Option<Vec<u8>>,
     /// The identity of the row the change wrote (insert, update).
     pub new_id: Option<Vec<u8>>,
-    /// The after-image had unchanged TOASTed identity columns that were filled from the old
-    /// row (exact: the value did not change).
-    pub backfilled: bool,
+    /// The row the change removed (update, delete), as far as the stream carried it.
+    pub old: Option<RowImage>,
+    /// Whether [`ChangeEvent::old`] is the whole row or the replica identity key only.
+    pub old_kind: Option<OldKind>,
+    /// The row the change wrote (insert, update), with unchanged TOASTed values filled from
+    /// the old row where it has them; the others are absent and named in
+    /// [`ChangeEvent::unchanged_toast`].
+    pub new: Option<RowImage>,
+    /// Columns of the new image that arrived as unchanged TOASTed values and were filled
+    /// from the old row (exact: PostgreSQL omits only values the change did not touch).
+    pub backfilled: Vec<String>,
+    /// Columns of the new image that arrived as unchanged TOASTed values the old row does
+    /// not carry (REPLICA IDENTITY DEFAULT or USING INDEX, a non-key column): absent from
+    /// [`ChangeEvent::new`], never NULL.
+    pub unchanged_toast: Vec<String>,
     /// For [`Op::Unidentified`]: the change and why it has no identity (`None` otherwise).
     pub unidentified: Option<Unidentified>,
+}
+
+/// What an old image holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OldKind {
+    /// The whole old row (REPLICA IDENTITY FULL).
+    Full,
+    /// The replica identity's columns only (DEFAULT or USING INDEX, when the key changed or
+    /// the row was deleted).
+    Key,
+}
+
+impl OldKind {
+    /// `full` or `key`.
+    pub fn name(self) -> &'static str {
+        match self {
+            OldKind::Full => "full",
+            OldKind::Key => "key",
+        }
+    }
+}
+
+/// A column of a relation as row images describe it: its name and type from the Relation
+/// message, and the type's name and image shape from the identity schema in force.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ColumnMeta {
+    /// Column name.
+    pub name: String,
+    /// `pg_type` OID, as the Relation message sent it.
+    pub type_oid: u32,
+    /// The type's name (`format_type`), when the identity schema says it.
+    pub type_name: Option<String>,
+    /// The shape the value's send form is read with; `None`: carried as its send form.
+    pub shape: Option<Shape>,
+}
+
+/// One column's value in a row image, as the stream carried it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Cell {
+    /// Not in this image (a key-only old row's other columns, an unchanged TOASTed value
+    /// the stream did not send).
+    Absent,
+    /// SQL NULL.
+    Null,
+    /// The value's binary send form (`typsend`).
+    Binary(Bytes),
+    /// The value's text output (a type without a binary send function).
+    Text(Bytes),
+}
+
+/// A row image: one cell per column of the relation, in the Relation message's order.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RowImage {
+    /// The relation's columns (shared by the images of the relation).
+    pub columns: Arc<[ColumnMeta]>,
+    /// One per column.
+    pub cells: Vec<Cell>,
+}
+
+impl RowImage {
+    /// The columns present in the image, with their cells.
+    pub fn present(&self) -> impl Iterator<Item = (&ColumnMeta, &Cell)> {
+        self.columns
+            .iter()
+            .zip(&self.cells)
+            .filter(|(_, c)| **c != Cell::Absent)
+    }
 }

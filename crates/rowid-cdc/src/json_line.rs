@@ -1,42 +1,16 @@
-//! The JSON line of a change event (the format in the crate README), apart from the event's
-//! data ([`crate::event`]).
+//! The JSON line of a change event (the format in the crate README; row images as
+//! spec/row-images.md maps them), apart from the event's data ([`crate::event`]).
 
 use std::fmt::Write as _;
 
-use crate::event::ChangeEvent;
+use rowid_codec::send::{write_image_json, write_json_string};
 
-/// Seconds between 1970-01-01 and PostgreSQL's epoch, 2000-01-01.
-const PG_EPOCH_UNIX_SECS: i64 = 946_684_800;
+use crate::event::{Cell, ChangeEvent, ColumnMeta, RowImage};
 
 /// A PostgreSQL timestamp (microseconds since 2000-01-01 UTC) as RFC 3339 in UTC with
-/// microseconds, e.g. `2026-12-01T09:30:00.123456Z`.
+/// microseconds, e.g. `2026-12-01T09:30:00.123456Z` (the row images' `timestamptz` form).
 pub fn rfc3339_utc(pg_micros: i64) -> String {
-    let unix_micros = i128::from(pg_micros) + i128::from(PG_EPOCH_UNIX_SECS) * 1_000_000;
-    let secs = unix_micros.div_euclid(1_000_000);
-    let micros = unix_micros.rem_euclid(1_000_000);
-    let days = secs.div_euclid(86_400);
-    let rem = secs.rem_euclid(86_400);
-    let (y, m, d) = civil_from_days(days);
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{micros:06}Z",
-        rem / 3600,
-        rem / 60 % 60,
-        rem % 60
-    )
-}
-
-/// Days since 1970-01-01 to a proleptic Gregorian date (Howard Hinnant's algorithm).
-fn civil_from_days(z: i128) -> (i128, u32, u32) {
-    let z = z + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    let y = yoe + era * 400 + i128::from(m <= 2);
-    (y, m, d)
+    rowid_codec::send::timestamp_text(pg_micros, true)
 }
 
 fn push_hex(out: &mut String, bytes: &[u8]) {
@@ -51,8 +25,7 @@ fn push_hex(out: &mut String, bytes: &[u8]) {
 }
 
 fn push_str(out: &mut String, s: &str) {
-    // serde_json's escaping of a string into a String cannot fail.
-    out.push_str(&serde_json::Value::from(s).to_string());
+    write_json_string(out, s);
 }
 
 /// Appends `event` as one JSON line (with its `\n`): the format documented in the crate
@@ -92,7 +65,21 @@ pub fn write(event: &ChangeEvent, out: &mut String) {
         Some(id) => push_hex(out, id),
         None => out.push_str("null"),
     }
-    let _ = write!(out, ",\"backfilled\":{}", event.backfilled);
+    out.push_str(",\"old\":");
+    push_image(out, event.old.as_ref());
+    out.push_str(",\"old_image\":");
+    match event.old_kind {
+        Some(k) => {
+            let _ = write!(out, "\"{}\"", k.name());
+        }
+        None => out.push_str("null"),
+    }
+    out.push_str(",\"new\":");
+    push_image(out, event.new.as_ref());
+    out.push_str(",\"backfilled\":");
+    push_names(out, &event.backfilled);
+    out.push_str(",\"unchanged_toast\":");
+    push_names(out, &event.unchanged_toast);
     if let Some(u) = &event.unidentified {
         let _ = write!(out, ",\"change\":\"{}\",\"reason\":", u.change.name());
         push_str(out, &u.reason);
@@ -100,12 +87,90 @@ pub fn write(event: &ChangeEvent, out: &mut String) {
     out.push_str("}\n");
 }
 
+fn push_names(out: &mut String, names: &[String]) {
+    out.push('[');
+    for (i, n) in names.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        push_str(out, n);
+    }
+    out.push(']');
+}
+
+/// An image as an object keyed by column name, present columns only; `null` for none.
+fn push_image(out: &mut String, image: Option<&RowImage>) {
+    let Some(image) = image else {
+        out.push_str("null");
+        return;
+    };
+    out.push('{');
+    for (i, (column, cell)) in image.present().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        push_str(out, &column.name);
+        out.push(':');
+        push_cell(out, column, cell);
+    }
+    out.push('}');
+}
+
+/// One value: spec/row-images.md's JSON for its shape; a value without one (or whose bytes
+/// the shape's parser refuses) as `{"type": ..., "type_oid": ..., "send": hex}`, one that
+/// came as text output as `{"type": ..., "type_oid": ..., "text": ...}`.
+fn push_cell(out: &mut String, column: &ColumnMeta, cell: &Cell) {
+    match cell {
+        Cell::Absent | Cell::Null => out.push_str("null"),
+        Cell::Binary(b) => {
+            if let Some(shape) = &column.shape
+                && write_image_json(shape, b, out).is_ok()
+            {
+                return;
+            }
+            push_type(out, column);
+            out.push_str(",\"send\":");
+            push_hex(out, b);
+            out.push('}');
+        }
+        Cell::Text(t) => {
+            push_type(out, column);
+            match std::str::from_utf8(t) {
+                Ok(text) => {
+                    out.push_str(",\"text\":");
+                    push_str(out, text);
+                }
+                Err(_) => {
+                    out.push_str(",\"text_hex\":");
+                    push_hex(out, t);
+                }
+            }
+            out.push('}');
+        }
+    }
+}
+
+/// `{"type":NAME,"type_oid":OID` (the object left open).
+fn push_type(out: &mut String, column: &ColumnMeta) {
+    out.push_str("{\"type\":");
+    match &column.type_name {
+        Some(n) => push_str(out, n),
+        None => out.push_str("null"),
+    }
+    let _ = write!(out, ",\"type_oid\":{}", column.type_oid);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::event::{Op, Unidentified};
     use crate::lsn::Lsn;
-    use rowid_codec::Domain;
+    use rowid_codec::structure::Shape;
+    use rowid_codec::{Domain, TypeTag};
+    use serde_json::{Value, json};
+    use std::sync::Arc;
+
+    use crate::event::{Cell, ColumnMeta, OldKind, RowImage};
 
     #[test]
     fn timestamps_are_rfc3339_utc() {
@@ -134,7 +199,11 @@ mod tests {
             key: vec!["id".into()],
             old_id: Some(vec![0x02, 0xff]),
             new_id: None,
-            backfilled: true,
+            old: None,
+            old_kind: None,
+            new: None,
+            backfilled: vec!["doc".into()],
+            unchanged_toast: vec![],
             unidentified: None,
         };
         let mut line = String::new();
@@ -149,7 +218,9 @@ mod tests {
         assert_eq!(v["key"][0], "id");
         assert_eq!(v["old_id"], "02ff");
         assert_eq!(v["new_id"], serde_json::Value::Null);
-        assert_eq!(v["backfilled"], true);
+        assert_eq!(v["backfilled"], serde_json::json!(["doc"]));
+        assert_eq!(v["unchanged_toast"], serde_json::json!([]));
+        assert_eq!((&v["old"], &v["new"]), (&Value::Null, &Value::Null));
         assert_eq!(v["commit_time"], "2000-01-01T00:00:00.000000Z");
         assert!(v.get("reason").is_none());
 
@@ -158,7 +229,7 @@ mod tests {
             domain: None,
             key: vec![],
             old_id: None,
-            backfilled: false,
+            backfilled: vec![],
             unidentified: Some(Unidentified {
                 change: Op::Update,
                 reason: "no \"old\" row".into(),
@@ -172,5 +243,88 @@ mod tests {
         assert_eq!(v["change"], "update");
         assert_eq!(v["reason"], "no \"old\" row");
         assert_eq!(v["old_id"], serde_json::Value::Null);
+    }
+
+    fn column(
+        name: &str,
+        type_oid: u32,
+        type_name: Option<&str>,
+        shape: Option<Shape>,
+    ) -> ColumnMeta {
+        ColumnMeta {
+            name: name.into(),
+            type_oid,
+            type_name: type_name.map(Into::into),
+            shape,
+        }
+    }
+
+    #[test]
+    fn images_are_objects_keyed_by_column() {
+        let columns: Arc<[ColumnMeta]> = Arc::from(vec![
+            column("id", 20, Some("bigint"), Some(Shape::Scalar(TypeTag::Int8))),
+            column("price", 790, Some("money"), None),
+            column("doc", 25, Some("text"), Some(Shape::Scalar(TypeTag::Text))),
+            // A shape whose parser refuses the bytes: carried as the send form.
+            column("n", 23, None, Some(Shape::Scalar(TypeTag::Int4))),
+            column("p", 600, Some("point"), None),
+        ]);
+        let b = |x: &[u8]| Cell::Binary(bytes::Bytes::copy_from_slice(x));
+        let e = ChangeEvent {
+            commit_lsn: Lsn(1),
+            lsn: Lsn(1),
+            xid: 1,
+            commit_ts: 0,
+            relid: 1,
+            relation: "public.t".into(),
+            op: Op::Update,
+            domain: Some(Domain::ScanKey),
+            key: vec!["id".into()],
+            old_id: Some(vec![2]),
+            new_id: Some(vec![3]),
+            old: Some(RowImage {
+                columns: columns.clone(),
+                cells: vec![
+                    b(&7i64.to_be_bytes()),
+                    Cell::Absent,
+                    Cell::Absent,
+                    Cell::Absent,
+                    Cell::Absent,
+                ],
+            }),
+            old_kind: Some(OldKind::Key),
+            new: Some(RowImage {
+                columns,
+                cells: vec![
+                    b(&8i64.to_be_bytes()),
+                    b(&[0, 0, 0, 0, 0, 0, 0x27, 0x10]),
+                    Cell::Absent,
+                    b(&[1, 2]),
+                    Cell::Text(bytes::Bytes::from_static(b"(1,2)")),
+                ],
+            }),
+            backfilled: vec![],
+            unchanged_toast: vec!["doc".into()],
+            unidentified: None,
+        };
+        let mut line = String::new();
+        write(&e, &mut line);
+        let v: Value = serde_json::from_str(&line).unwrap_or_default();
+        assert_eq!(v["old"], json!({"id": "7"}));
+        assert_eq!(v["old_image"], "key");
+        assert_eq!(
+            v["new"],
+            json!({
+                "id": "8",
+                "price": {"type": "money", "type_oid": 790, "send": "0000000000002710"},
+                "n": {"type": null, "type_oid": 23, "send": "0102"},
+                "p": {"type": "point", "type_oid": 600, "text": "(1,2)"},
+            })
+        );
+        assert!(
+            v["new"].get("doc").is_none(),
+            "an unknown value is absent, not null"
+        );
+        assert_eq!(v["unchanged_toast"], json!(["doc"]));
     }
 }

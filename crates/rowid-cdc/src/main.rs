@@ -79,6 +79,12 @@ struct Args {
     /// "unidentified" event.
     #[arg(long)]
     strict: bool,
+    /// Stop at an UPDATE whose new image lacks an unchanged TOASTed value the stream did not
+    /// send (REPLICA IDENTITY DEFAULT or USING INDEX), naming the table and the column,
+    /// instead of emitting it with "unchanged_toast": for consumers that must never see a
+    /// partial after-image.
+    #[arg(long)]
+    require_complete: bool,
     /// Write a heartbeat into the database every SECS seconds, so that the slot's position
     /// advances when this database is idle while others in the cluster write.
     #[arg(long, value_name = "SECS")]
@@ -143,6 +149,7 @@ fn main() -> ExitCode {
         progress: args.progress,
         stop_after: args.stop_after,
         strict: args.strict,
+        require_complete: args.require_complete,
         heartbeat: args.heartbeat.map(|s| Duration::from_secs(s.max(1))),
     };
     let runtime = match tokio::runtime::Builder::new_current_thread()

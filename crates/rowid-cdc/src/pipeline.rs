@@ -63,6 +63,16 @@ pub struct Progress {
     pub durable: Lsn,
 }
 
+/// What stops capture instead of being emitted.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Strictness {
+    /// A change whose identity cannot be derived ([`Capture::strict`]).
+    pub strict: bool,
+    /// An UPDATE whose new image lacks an unchanged TOASTed value
+    /// ([`Capture::require_complete`]).
+    pub require_complete: bool,
+}
+
 /// Capture, sink and state together.
 #[derive(Debug)]
 pub struct Pipeline<S: Sink> {
@@ -109,19 +119,20 @@ impl<S: Sink> Pipeline<S> {
     }
 
     /// The pipeline resuming from `state` into `sink` (a capture made from the state, which
-    /// skips what the sink already holds beyond it, `--strict` or not, and leaves the
-    /// relations in `ignored` out), as [`Pipeline::new`].
+    /// skips what the sink already holds beyond it, with the [`Strictness`] asked for, and
+    /// leaves the relations in `ignored` out), as [`Pipeline::new`].
     pub fn resume(
         state: State,
         sink: S,
         state_path: Option<PathBuf>,
-        strict: bool,
+        strictness: Strictness,
         ignored: &BTreeSet<u32>,
     ) -> Result<Self, PipelineError> {
         let capture = Capture::new(state.schemas.clone(), state.commit_lsn, FlagBits::default())
             .with_delivered(sink.delivered().unwrap_or(Lsn::ZERO))
             .with_identity_table(state.identity_table)
-            .strict(strict)
+            .strict(strictness.strict)
+            .require_complete(strictness.require_complete)
             .ignoring(ignored.iter().copied());
         Pipeline::new(capture, sink, state, state_path)
     }

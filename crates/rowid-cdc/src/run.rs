@@ -46,8 +46,14 @@ async fn follow(opts: &Options, started: Started) -> Result<(), CdcError> {
     let _heartbeat = opts
         .heartbeat
         .map(|every| heartbeat::spawn(opts.dsn.clone(), every));
-    let mut pipe = Pipeline::resume(state, sink, Some(opts.state.clone()), opts.strict, &ignored)
-        .map_err(CdcError::Pipeline)?;
+    let mut pipe = Pipeline::resume(
+        state,
+        sink,
+        Some(opts.state.clone()),
+        opts.strictness(),
+        &ignored,
+    )
+    .map_err(CdcError::Pipeline)?;
     let mut backoff = Duration::from_millis(250);
     let mut progress = Progress::new(opts.progress);
     loop {
@@ -104,7 +110,7 @@ async fn follow(opts: &Options, started: Started) -> Result<(), CdcError> {
                                 state.clone(),
                                 sink,
                                 Some(opts.state.clone()),
-                                opts.strict,
+                                opts.strictness(),
                                 &ignored,
                             )
                             .map_err(CdcError::Pipeline)?;

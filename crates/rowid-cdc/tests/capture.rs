@@ -9,6 +9,7 @@
 
 use bytes::Bytes;
 use rowid_cdc::capture::{Capture, Output};
+use rowid_cdc::event::{Cell, OldKind, RowImage};
 use rowid_cdc::identity_rows;
 use rowid_cdc::{
     CaptureError, ChangeEvent, Lsn, Op, RelationSchema, ReplicaIdentity, SchemaMessage,
@@ -95,7 +96,9 @@ fn schema(ri: ReplicaIdentity, cols: &[(&str, u32, TypeTag)], key: &[&str]) -> R
                 attnum: i as i16 + 1,
                 name: c.0.into(),
                 type_oid: c.1,
+                type_name: None,
                 not_null: key.contains(&c.0),
+                shape: Some(Shape::Scalar(c.2)),
             })
             .collect(),
         primary_key: key.iter().map(|k| k.to_string()).collect(),
@@ -186,7 +189,7 @@ fn run(cap: &mut Capture, msgs: Vec<Message>) -> Result<Vec<Output>, CaptureErro
 fn changes(out: &[Output]) -> Vec<&ChangeEvent> {
     out.iter()
         .filter_map(|o| match o {
-            Output::Change(e) => Some(e),
+            Output::Change(e) => Some(&**e),
             _ => None,
         })
         .collect()
@@ -546,9 +549,10 @@ fn toasted_key_values_are_backfilled_from_the_old_key() {
         &[(TypeTag::Text, Some(Value::Text(b"long")))],
     );
     assert_eq!(
-        (e.old_id.clone(), e.new_id.clone(), e.backfilled),
-        (Some(want.clone()), Some(want), true)
+        (e.old_id.clone(), e.new_id.clone(), e.backfilled.clone()),
+        (Some(want.clone()), Some(want), vec!["k".to_string()])
     );
+    assert!(e.unchanged_toast.is_empty());
 
     // Without an old key the value is unknown: named, never NULL.
     let unknown = || {
@@ -772,7 +776,9 @@ fn logical_messages_claiming_to_be_schemas_change_and_stop_nothing() {
         attnum: 2,
         name: "v".into(),
         type_oid: 25,
+        type_name: Some("text".into()),
         not_null: false,
+        shape: Some(Shape::Scalar(TypeTag::Text)),
     });
     let forgery = SchemaMessage::Schema(retyped).to_json().to_string();
     for transactional in [true, false] {
@@ -931,4 +937,131 @@ fn out_of_order_and_unsupported_messages_are_errors() {
         content: Bytes::from_static(b"x"),
     };
     assert!(run(&mut keyed(), vec![begin(5, 1), foreign, commit(5)]).is_ok());
+}
+
+/// The images of the one change of `msgs` (after a Begin at 1000), with `t(id int8 key, doc
+/// text)` under replica identity `ri`.
+fn images_of(ri: u8, old: Option<OldTuple>, new: Option<Vec<Column>>) -> ChangeEvent {
+    let setting = ReplicaIdentity::from_byte(ri).unwrap();
+    let mut cap = capture(
+        [schema(
+            setting,
+            &[("id", 20, TypeTag::Int8), ("doc", 25, TypeTag::Text)],
+            &["id"],
+        )],
+        Lsn::ZERO,
+    );
+    let change = match (old, new) {
+        (old, Some(new)) => update(old, new),
+        (Some(old), None) => delete(old),
+        (None, None) => unreachable!(),
+    };
+    let out = run(
+        &mut cap,
+        vec![
+            begin(1000, 7),
+            relation(ri, &[("id", 20, true), ("doc", 25, false)]),
+            change,
+            commit(1000),
+        ],
+    )
+    .unwrap();
+    changes(&out)[0].clone()
+}
+
+/// The present cells of an image: column name and what the stream carried.
+fn cells(image: Option<&RowImage>) -> Vec<(String, Cell)> {
+    image
+        .map(|i| {
+            i.present()
+                .map(|(c, v)| (c.name.clone(), v.clone()))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[test]
+fn unchanged_toasted_values_are_filled_where_exact_and_named_where_not() {
+    let bin = |b: &[u8]| Cell::Binary(Bytes::copy_from_slice(b));
+    let id7 = bin(&7i64.to_be_bytes());
+    // FULL: the old row is whole, so the omitted value is the old one: backfilled.
+    let e = images_of(
+        b'f',
+        Some(OldTuple::Full(vec![int8(7), text("long")])),
+        Some(vec![int8(7), Column::UnchangedToast]),
+    );
+    assert_eq!(e.old_kind, Some(OldKind::Full));
+    assert_eq!(
+        cells(e.new.as_ref()),
+        [("id".into(), id7.clone()), ("doc".into(), bin(b"long"))]
+    );
+    assert_eq!(
+        (e.backfilled.clone(), e.unchanged_toast.clone()),
+        (vec!["doc".to_string()], vec![])
+    );
+
+    // DEFAULT, key unchanged: no old row; the value is unknown, named, absent (not NULL).
+    let e = images_of(b'd', None, Some(vec![int8(7), Column::UnchangedToast]));
+    assert_eq!((e.old.clone(), e.old_kind), (None, None));
+    assert_eq!(cells(e.new.as_ref()), [("id".into(), id7.clone())]);
+    assert_eq!(
+        (e.backfilled.clone(), e.unchanged_toast.clone()),
+        (vec![], vec!["doc".to_string()])
+    );
+
+    // DEFAULT, key changed: the old row is the key only; doc is still unknown.
+    let e = images_of(
+        b'd',
+        Some(OldTuple::Key(vec![int8(6), Column::Null])),
+        Some(vec![int8(7), Column::UnchangedToast]),
+    );
+    assert_eq!(e.old_kind, Some(OldKind::Key));
+    assert_eq!(
+        cells(e.old.as_ref()),
+        [("id".into(), bin(&6i64.to_be_bytes()))]
+    );
+    assert_eq!(e.unchanged_toast, ["doc"]);
+
+    // A DELETE under FULL: the whole old row, no new one; NULL is a value, not an absence.
+    let e = images_of(
+        b'f',
+        Some(OldTuple::Full(vec![int8(7), Column::Null])),
+        None,
+    );
+    assert_eq!(
+        cells(e.old.as_ref()),
+        [("id".into(), id7), ("doc".into(), Cell::Null)]
+    );
+    assert!(e.new.is_none());
+}
+
+#[test]
+fn require_complete_stops_at_a_partial_after_image() {
+    let mut cap = capture(
+        [schema(
+            ReplicaIdentity::Default,
+            &[("id", 20, TypeTag::Int8), ("doc", 25, TypeTag::Text)],
+            &["id"],
+        )],
+        Lsn::ZERO,
+    )
+    .require_complete(true);
+    let err = run(
+        &mut cap,
+        vec![
+            begin(1000, 7),
+            relation(b'd', &[("id", 20, true), ("doc", 25, false)]),
+            update(None, vec![int8(7), Column::UnchangedToast]),
+            commit(1000),
+        ],
+    )
+    .unwrap_err();
+    let CaptureError::Incomplete { error, .. } = &err else {
+        panic!("{err}")
+    };
+    assert_eq!(
+        (error.relation.as_str(), error.columns.clone()),
+        ("public.t", vec!["doc".to_string()])
+    );
+    assert!(err.to_string().contains("REPLICA IDENTITY FULL"), "{err}");
 }

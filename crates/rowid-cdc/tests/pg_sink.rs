@@ -45,7 +45,11 @@ fn event(commit: u64, op: Op, old: Option<&[u8]>, new: Option<&[u8]>) -> ChangeE
         key: vec![],
         old_id: old.map(<[u8]>::to_vec),
         new_id: new.map(<[u8]>::to_vec),
-        backfilled: false,
+        old: None,
+        old_kind: None,
+        new: None,
+        backfilled: vec![],
+        unchanged_toast: vec![],
         unidentified: None,
     }
 }

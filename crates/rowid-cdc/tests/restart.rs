@@ -44,7 +44,9 @@ fn schema(key: &[&str]) -> RelationSchema {
                 attnum: i as i16 + 1,
                 name: (*n).into(),
                 type_oid: *o,
+                type_name: None,
                 not_null: true,
+                shape: None,
             })
             .collect(),
         primary_key: key.iter().map(|k| k.to_string()).collect(),

@@ -7,12 +7,14 @@
 //! `jsonb_send`) are read into owned trees according to the field's [`Shape`], with nesting
 //! bounded by `MAX_DEPTH` as in the encoder, so hostile input cannot recurse without limit.
 
+mod image;
 mod json;
 mod scalar;
 
 use alloc::boxed::Box;
 use alloc::vec::Vec;
 
+pub use image::{timestamp_text, write_image_json, write_json_string};
 pub use json::{JSONB_SEND_VERSION, decimal_to_numeric, jsonb_from_text};
 pub use scalar::{
     bits_from_send, bool_from_send, date_from_send, float4_from_send, float8_from_send,
@@ -135,9 +137,10 @@ fn parse(shape: &Shape, b: &[u8], level: u32) -> Result<OwnedValue> {
     }
 }
 
-fn array(element: &Shape, b: &[u8], level: u32) -> Result<OwnedValue> {
+/// An `array_send` header from `r`: the dimensions and the element count, checked against
+/// the codec's limits (the element type OID is skipped: the shape decides).
+fn array_header(r: &mut Reader<'_>) -> Result<(Vec<ArrayDim>, usize)> {
     let t = TypeTag::Array;
-    let mut r = Reader::new(t, b);
     let ndim = r.i32("array header is truncated")?;
     let ndim = usize::try_from(ndim)
         .ok()
@@ -147,7 +150,7 @@ fn array(element: &Shape, b: &[u8], level: u32) -> Result<OwnedValue> {
     if flags != 0 && flags != 1 {
         return Err(bad(t, 4, "has-null flag is neither 0 nor 1"));
     }
-    r.take(4, "array header is truncated")?; // element type OID: the shape decides
+    r.take(4, "array header is truncated")?;
     let mut dims = Vec::with_capacity(ndim);
     let mut count: usize = if ndim == 0 { 0 } else { 1 };
     for _ in 0..ndim {
@@ -160,6 +163,12 @@ fn array(element: &Shape, b: &[u8], level: u32) -> Result<OwnedValue> {
     if let Some(reason) = array_shape_error(&dims, count) {
         return Err(bad(t, 12, reason));
     }
+    Ok((dims, count))
+}
+
+fn array(element: &Shape, b: &[u8], level: u32) -> Result<OwnedValue> {
+    let mut r = Reader::new(TypeTag::Array, b);
+    let (dims, count) = array_header(&mut r)?;
     let mut elements = Vec::with_capacity(count.min(b.len() / 4));
     for _ in 0..count {
         elements.push(match r.item(true)? {

@@ -25,12 +25,14 @@
 //! the version check before a buffer is written or read: [`buffer`].
 //!
 //! Identity schema messages (spec/identity-messages.md), the in-band form of a relation's
-//! identity schema for WAL consumers: [`schema_message`].
+//! identity schema for WAL consumers: [`schema_message`]; the shape a row image reads each
+//! column with (spec/row-images.md): [`image_shape`].
 
 pub mod buffer;
 pub mod catalog;
 pub mod entry;
 pub mod error;
+pub mod image;
 pub mod plan;
 pub mod resolve;
 pub mod schema_message;
@@ -43,6 +45,7 @@ pub use catalog::{
 };
 pub use entry::{Entry, Invalidation, OrderClaim, SUPPORTED_MAJORS, SizeRule, Volatility};
 pub use error::{FieldContext, Property, Rejection, Rejections};
+pub use image::image_shape;
 pub use plan::{IndexClass, IndexPlan, MaintenanceMode, Uniqueness, plan_index};
 pub use resolve::{IdentitySchema, ResolvedField, resolve_field, resolve_schema};
 pub use source_key::{

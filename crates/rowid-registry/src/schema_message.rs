@@ -22,7 +22,7 @@ use crate::source_key::ScanKey;
 pub const MESSAGE_PREFIX: &str = "pgtrickle.identity";
 
 /// The format this crate reads and writes.
-pub const FORMAT: u64 = 2;
+pub const FORMAT: u64 = 3;
 
 /// Schema and name of the table whose rows carry the messages: `relid oid PRIMARY KEY`,
 /// `key_index oid`, `schema text NOT NULL` (the content, JSON). An INSERT or UPDATE of a row
@@ -103,8 +103,16 @@ pub struct SchemaColumn {
     pub name: String,
     /// `atttypid` (a domain's own OID).
     pub type_oid: u32,
+    /// The type as `format_type(atttypid, atttypmod)` prints it under the search path
+    /// `pg_catalog, pg_temp` (`character varying(20)`, `public.mood`); `None` in a format-2
+    /// message, which did not carry it.
+    pub type_name: Option<String>,
     /// `attnotnull`.
     pub not_null: bool,
+    /// The shape a row image reads the column's send form with ([`crate::image_shape`]);
+    /// `None` when the codec has no parser for the type (the value travels as its send form)
+    /// or in a format-2 message.
+    pub shape: Option<Shape>,
 }
 
 /// One field of an identity: the column it reads and the column's resolved type.
@@ -364,10 +372,10 @@ impl SchemaMessage {
     pub fn from_json(value: &Value) -> Parsed<SchemaMessage> {
         let mut o = Obj::new("", value)?;
         let format: u64 = o.int("format")?;
-        if format != FORMAT {
+        if format != FORMAT && format != 2 {
             return err(
                 "format",
-                format!("format {format} is not supported (this reader knows {FORMAT})"),
+                format!("format {format} is not supported (this reader knows {FORMAT} and 2)"),
             );
         }
         let event = o.str("event")?;
@@ -395,7 +403,7 @@ impl SchemaMessage {
                     .array("columns")?
                     .iter()
                     .enumerate()
-                    .map(|(i, c)| column(&format!("columns[{i}]"), c))
+                    .map(|(i, c)| column(&format!("columns[{i}]"), c, format))
                     .collect::<Parsed<Vec<_>>>()?;
                 let primary_key = o
                     .array("primary_key")?
@@ -471,7 +479,9 @@ impl SchemaMessage {
                         "attnum": c.attnum,
                         "name": c.name,
                         "type_oid": c.type_oid,
+                        "type": c.type_name,
                         "not_null": c.not_null,
+                        "shape": c.shape.as_ref().map(shape_to_json),
                     })).collect::<Vec<_>>(),
                     "primary_key": s.primary_key,
                 });
@@ -510,13 +520,34 @@ impl SchemaMessage {
     }
 }
 
-fn column(at: &str, v: &Value) -> Parsed<SchemaColumn> {
+/// A column; `type` and `shape` are members from format 3 on.
+fn column(at: &str, v: &Value, format: u64) -> Parsed<SchemaColumn> {
     let mut o = Obj::new(at, v)?;
+    let attnum = o.int("attnum")?;
+    let name = o.str("name")?;
+    let type_oid = o.int("type_oid")?;
+    let not_null = o.bool("not_null")?;
+    let (type_name, shape) = if format >= 3 {
+        let type_name = match o.get("type")? {
+            Value::Null => None,
+            Value::String(t) => Some(t.clone()),
+            _ => return err(&format!("{at}.type"), "expected a string or null"),
+        };
+        let shape = match o.get("shape")? {
+            Value::Null => None,
+            s => Some(shape_from_json(&format!("{at}.shape"), s)?),
+        };
+        (type_name, shape)
+    } else {
+        (None, None)
+    };
     let c = SchemaColumn {
-        attnum: o.int("attnum")?,
-        name: o.str("name")?,
-        type_oid: o.int("type_oid")?,
-        not_null: o.bool("not_null")?,
+        attnum,
+        name,
+        type_oid,
+        type_name,
+        not_null,
+        shape,
     };
     o.done()?;
     Ok(c)

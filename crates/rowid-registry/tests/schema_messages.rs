@@ -1,5 +1,5 @@
-//! Identity schema messages, format 2: the spec's example parses, every shape round-trips,
-//! and the reader is strict about everything else.
+//! Identity schema messages, format 3: the spec's example parses, every shape round-trips,
+//! format 2 is still read, and the reader is strict about everything else.
 
 // Test code: a failed expectation is a panic by design.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -38,6 +38,21 @@ fn the_spec_example_parses() {
         (Domain::ScanKey, Some("public.orders_pkey"), true)
     );
     assert_eq!(def.fields[0].shape, Shape::Scalar(TypeTag::Int8));
+    // Every column says its type and the shape its image values are read with; a type the
+    // codec cannot read has none.
+    let columns: Vec<(&str, Option<&str>, Option<&Shape>)> = s
+        .columns
+        .iter()
+        .map(|c| (c.name.as_str(), c.type_name.as_deref(), c.shape.as_ref()))
+        .collect();
+    assert_eq!(
+        columns,
+        [
+            ("id", Some("bigint"), Some(&Shape::Scalar(TypeTag::Int8))),
+            ("note", Some("text"), Some(&Shape::Scalar(TypeTag::Text))),
+            ("price", Some("money"), None),
+        ]
+    );
     // Written back, it reads the same.
     assert_eq!(
         SchemaMessage::parse(msg.to_json().to_string().as_bytes()).unwrap(),
@@ -79,7 +94,23 @@ fn mutated(f: impl FnOnce(&mut Value)) -> String {
 fn the_reader_is_strict_and_says_where() {
     let cases: Vec<(String, &str)> = vec![
         (mutated(|v| v["format"] = json!(1)), "format"),
-        (mutated(|v| v["format"] = json!(3)), "format"),
+        (mutated(|v| v["format"] = json!(4)), "format"),
+        (
+            mutated(|v| v["columns"][0]["shape"] = json!("int9")),
+            "columns[0].shape",
+        ),
+        (
+            mutated(|v| v["columns"][0]["type"] = json!(20)),
+            "columns[0].type",
+        ),
+        (
+            mutated(|v| {
+                v["columns"][0].as_object_mut().unwrap().remove("shape");
+            }),
+            "columns[0].shape",
+        ),
+        // Format 2 had no such members.
+        (mutated(|v| v["format"] = json!(2)), "columns[0].type"),
         (mutated(|v| v["surprise"] = json!(1)), "surprise"),
         (
             mutated(|v| v["identity"]["fields"][0]["shape"] = json!("no_such_type")),
@@ -131,6 +162,34 @@ fn the_reader_is_strict_and_says_where() {
 }
 
 #[test]
+fn format_2_messages_are_read_without_types_or_shapes() {
+    let v2 = mutated(|v| {
+        v["format"] = json!(2);
+        for c in v["columns"].as_array_mut().unwrap() {
+            let c = c.as_object_mut().unwrap();
+            c.remove("type");
+            c.remove("shape");
+        }
+    });
+    let msg = SchemaMessage::parse(v2.as_bytes()).unwrap();
+    let Msg::Schema(s) = &msg else { panic!() };
+    assert!(
+        s.columns
+            .iter()
+            .all(|c| c.type_name.is_none() && c.shape.is_none())
+    );
+    assert_eq!(s.identity.as_ref().unwrap().fields[0].column, "id");
+    // Written as format 3 (with null types), it reads the same: a state file keeps it.
+    let v3 = msg.to_json();
+    assert_eq!(v3["format"], 3);
+    assert_eq!(v3["columns"][0]["type"], Value::Null);
+    assert_eq!(
+        SchemaMessage::parse(v3.to_string().as_bytes()).unwrap(),
+        msg
+    );
+}
+
+#[test]
 fn refusals_and_drops_round_trip() {
     let refused = mutated(|v| {
         v["identity"] = Value::Null;
@@ -145,12 +204,12 @@ fn refusals_and_drops_round_trip() {
     );
 
     let dropped =
-        json!({"format": 2, "event": "dropped", "relid": 5, "namespace": "s", "relname": "t"});
+        json!({"format": 3, "event": "dropped", "relid": 5, "namespace": "s", "relname": "t"});
     let msg = SchemaMessage::parse(dropped.to_string().as_bytes()).unwrap();
     assert_eq!(msg.relid(), 5);
     assert_eq!(msg.to_json(), dropped);
     // A drop carries nothing else.
-    let extra = json!({"format": 2, "event": "dropped", "relid": 5, "namespace": "s", "relname": "t", "columns": []});
+    let extra = json!({"format": 3, "event": "dropped", "relid": 5, "namespace": "s", "relname": "t", "columns": []});
     assert!(SchemaMessage::parse(extra.to_string().as_bytes()).is_err());
 }
 

@@ -28,6 +28,7 @@
 //!   and their Commit is emitted marked `delivered` so the state catches up.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
 
 use bytes::Bytes;
 use rowid_pgoutput::{
@@ -36,8 +37,9 @@ use rowid_pgoutput::{
 };
 
 pub mod error;
+mod images;
 
-use crate::event::{ChangeEvent, Op, Unidentified};
+use crate::event::{ChangeEvent, ColumnMeta, Op, Unidentified};
 use crate::lsn::Lsn;
 pub use error::CaptureError;
 use rowid_registry::schema_message::{
@@ -55,7 +57,7 @@ pub enum Output {
         commit_lsn: Lsn,
     },
     /// One change of it.
-    Change(ChangeEvent),
+    Change(Box<ChangeEvent>),
     /// It committed: the sink makes everything up to here durable, then the position may be
     /// acknowledged.
     Commit {
@@ -115,6 +117,8 @@ pub struct Capture {
     schemas: BTreeMap<u32, RelationSchema>,
     relations: HashMap<u32, Relation>,
     bindings: HashMap<u32, Binding>,
+    /// Each relation's columns as its row images describe them (rebuilt with its binding).
+    image_columns: HashMap<u32, Arc<[ColumnMeta]>>,
     txn: Option<Txn>,
     /// Transactions whose commit is at or below this were already delivered.
     resume_after: Lsn,
@@ -124,6 +128,8 @@ pub struct Capture {
     identity_table: Option<u32>,
     /// Stop on a change whose identity cannot be derived instead of emitting it unidentified.
     strict: bool,
+    /// Stop on an UPDATE whose new image lacks an unchanged TOASTed column.
+    require_complete: bool,
     /// Relations whose changes are not captured (a sink's own tables in the source database).
     ignored: BTreeSet<u32>,
 }
@@ -145,11 +151,13 @@ impl Capture {
             schemas: schemas.into_iter().map(|s| (s.relid, s)).collect(),
             relations: HashMap::new(),
             bindings: HashMap::new(),
+            image_columns: HashMap::new(),
             txn: None,
             resume_after,
             delivered_through: resume_after,
             identity_table: None,
             strict: false,
+            require_complete: false,
             ignored: BTreeSet::new(),
         }
     }
@@ -166,6 +174,15 @@ impl Capture {
     /// table and the fix, instead of becoming an [`Op::Unidentified`] event.
     pub fn strict(mut self, strict: bool) -> Capture {
         self.strict = strict;
+        self
+    }
+
+    /// Stops, naming the table and the columns, at an UPDATE whose new image lacks an
+    /// unchanged TOASTed value the stream did not send and the old row does not carry
+    /// (REPLICA IDENTITY DEFAULT or USING INDEX), instead of emitting it with
+    /// `unchanged_toast`: for consumers that must never see a partial after-image.
+    pub fn require_complete(mut self, require: bool) -> Capture {
+        self.require_complete = require;
         self
     }
 
@@ -278,7 +295,7 @@ impl Capture {
             }
             Message::Origin { .. } | Message::Type { .. } => {}
             Message::Relation { relation, .. } => {
-                self.bindings.remove(&relation.relid);
+                self.forget_binding(relation.relid);
                 self.relations.insert(relation.relid, relation);
             }
             Message::Message {
@@ -321,19 +338,19 @@ impl Capture {
             }
             Message::Insert { relid, new, .. } => {
                 if let Some(e) = self.change(lsn, relid, Op::Insert, None, Some(&new))? {
-                    out.push(Output::Change(e));
+                    out.push(Output::Change(Box::new(e)));
                 }
             }
             Message::Update {
                 relid, old, new, ..
             } => {
                 if let Some(e) = self.change(lsn, relid, Op::Update, old.as_ref(), Some(&new))? {
-                    out.push(Output::Change(e));
+                    out.push(Output::Change(Box::new(e)));
                 }
             }
             Message::Delete { relid, old, .. } => {
                 if let Some(e) = self.change(lsn, relid, Op::Delete, Some(&old), None)? {
-                    out.push(Output::Change(e));
+                    out.push(Output::Change(Box::new(e)));
                 }
             }
             Message::Truncate { relids, .. } => {
@@ -343,7 +360,7 @@ impl Capture {
                         continue;
                     }
                     if let Some(e) = self.change(lsn, relid, Op::Truncate, None, None)? {
-                        out.push(Output::Change(e));
+                        out.push(Output::Change(Box::new(e)));
                     }
                 }
             }
@@ -363,6 +380,23 @@ impl Capture {
     }
 
     /// The schema in force for `relid` at this point of the stream.
+    /// Forgets what was derived from a relation's Relation message and schema.
+    fn forget_binding(&mut self, relid: u32) {
+        self.bindings.remove(&relid);
+        self.image_columns.remove(&relid);
+    }
+
+    /// The relation's columns as row images describe them, for its current Relation message
+    /// and schema.
+    fn image_columns(&mut self, lsn: Lsn, relid: u32) -> Result<Arc<[ColumnMeta]>, CaptureError> {
+        if let Some(c) = self.image_columns.get(&relid) {
+            return Ok(c.clone());
+        }
+        let c = images::columns(self.relation(lsn, relid)?, self.schema(relid));
+        self.image_columns.insert(relid, c.clone());
+        Ok(c)
+    }
+
     fn schema(&self, relid: u32) -> Option<&RelationSchema> {
         match self.txn.as_ref().and_then(|t| t.schemas.get(&relid)) {
             Some(in_txn) => in_txn.as_ref(),
@@ -452,7 +486,22 @@ impl Capture {
             return Ok(None);
         }
         let (xid, commit_lsn, commit_ts) = (txn.xid, txn.commit_lsn, txn.commit_ts);
+        let images = if op == Op::Truncate {
+            images::Images::default()
+        } else {
+            let columns = self.image_columns(lsn, relid)?;
+            images::images(&columns, self.relation(lsn, relid)?, &self.flags, old, new)
+        };
         let relation = self.relation(lsn, relid)?;
+        if self.require_complete && !images.unchanged_toast.is_empty() {
+            return Err(CaptureError::Incomplete {
+                lsn,
+                error: rowid_pgoutput::IncompleteAfterImage {
+                    relation: format!("{}.{}", relation.namespace, relation.name),
+                    columns: images.unchanged_toast,
+                },
+            });
+        }
         let base = ChangeEvent {
             commit_lsn,
             lsn,
@@ -465,7 +514,11 @@ impl Capture {
             key: Vec::new(),
             old_id: None,
             new_id: None,
-            backfilled: false,
+            old: images.old,
+            old_kind: images.old_kind,
+            new: images.new,
+            backfilled: images.backfilled,
+            unchanged_toast: images.unchanged_toast,
             unidentified: None,
         };
         // A truncate names no row: it has no identity to derive.
@@ -477,7 +530,6 @@ impl Capture {
                 key: found.key,
                 old_id: found.old_id,
                 new_id: found.new_id,
-                backfilled: found.backfilled,
                 ..base
             },
             Some(Err(e)) if self.strict || !e.is_about_one_change() => return Err(e),
@@ -520,7 +572,6 @@ impl Capture {
             relation: name.clone(),
             error,
         };
-        let mut backfilled = false;
         let new_id = match new {
             None => None,
             Some(row) => {
@@ -538,7 +589,6 @@ impl Capture {
                         .bound
                         .encode(full, &mut id)
                         .map_err(identity_error)?;
-                    backfilled = true;
                 } else {
                     binding.bound.encode(row, &mut id).map_err(identity_error)?;
                 }
@@ -582,7 +632,6 @@ impl Capture {
             key: binding.key.clone(),
             old_id,
             new_id,
-            backfilled,
         })
     }
 
@@ -657,7 +706,7 @@ impl Capture {
         if let Some(t) = self.txn.as_mut() {
             t.schemas.insert(relid, schema);
         }
-        self.bindings.remove(&relid);
+        self.forget_binding(relid);
         Ok(())
     }
 
@@ -680,7 +729,7 @@ impl Capture {
         if let Some(t) = self.txn.as_mut() {
             t.schemas.insert(relid, None);
         }
-        self.bindings.remove(&relid);
+        self.forget_binding(relid);
         Ok(())
     }
 
@@ -701,6 +750,7 @@ impl Capture {
             txn.schemas.insert(relid, None);
         }
         self.bindings.clear();
+        self.image_columns.clear();
         out.push(Output::Notice {
             lsn,
             message: "the identity schema table was truncated: every relation's changes are \
@@ -717,7 +767,6 @@ struct Identified {
     key: Vec<String>,
     old_id: Option<Vec<u8>>,
     new_id: Option<Vec<u8>>,
-    backfilled: bool,
 }
 
 /// An `oid` column's value (binary: 4 bytes big-endian; text: decimal).

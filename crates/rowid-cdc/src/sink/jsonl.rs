@@ -194,7 +194,11 @@ mod tests {
             key: vec![],
             old_id: None,
             new_id: Some(vec![2, 1]),
-            backfilled: false,
+            old: None,
+            old_kind: None,
+            new: None,
+            backfilled: vec![],
+            unchanged_toast: vec![],
             unidentified: None,
         }
     }

@@ -1,0 +1,219 @@
+//! Helpers of the tests that run the `rowid-cdc` command against a live server: scratch
+//! directories, the command with a JSON-lines sink, waiting for lines and for the slot.
+
+// Each test binary uses some of them.
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use rowid_testkit::psql::Psql;
+use serde_json::Value;
+
+/// A fresh database `name`, its slot `slot` dropped first if an earlier run left it.
+pub fn database(name: &str, slot: &str) -> Psql {
+    Psql::fresh_database_without_slot(name, slot).unwrap()
+}
+
+pub fn one(db: &Psql, sql: &str) -> String {
+    db.run(sql).unwrap().trim().to_string()
+}
+
+/// A scratch directory, removed when dropped.
+pub struct Dir(pub PathBuf);
+
+impl Dir {
+    pub fn new(name: &str) -> Dir {
+        let d = std::env::temp_dir().join(format!("rowid-cdc-test-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        Dir(d)
+    }
+
+    pub fn file(&self, name: &str) -> PathBuf {
+        self.0.join(name)
+    }
+}
+
+impl Drop for Dir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A running consumer, killed when dropped.
+pub struct Running(pub Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl Running {
+    /// Waits for the process to end by itself; its status and stderr.
+    pub fn finish(mut self, within: Duration) -> (bool, String) {
+        let t = Instant::now();
+        loop {
+            if let Some(status) = self.0.try_wait().unwrap() {
+                let mut err = String::new();
+                if let Some(mut e) = self.0.stderr.take() {
+                    let _ = std::io::Read::read_to_string(&mut e, &mut err);
+                }
+                return (status.success(), err);
+            }
+            assert!(t.elapsed() < within, "rowid-cdc did not stop");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Stops it with SIGINT (a clean stop after the current message) and returns stderr.
+    pub fn interrupt(self) -> String {
+        let pid = self.0.id().to_string();
+        Command::new("kill").args(["-INT", &pid]).status().unwrap();
+        self.finish(Duration::from_secs(30)).1
+    }
+}
+
+/// `rowid-cdc` for `db`'s slot `slot` and publication `publication`, state and lines in `dir`.
+pub struct Cdc<'a> {
+    pub dsn: String,
+    pub slot: &'a str,
+    pub publication: &'a str,
+    pub dir: &'a Dir,
+}
+
+impl Cdc<'_> {
+    pub fn command(&self, extra: &[&str]) -> Command {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_rowid-cdc"));
+        c.args([
+            "--dsn",
+            &self.dsn,
+            "--slot",
+            self.slot,
+            "--publication",
+            self.publication,
+        ])
+        .arg("--state")
+        .arg(self.dir.file("cdc.state"))
+        .arg("--sink")
+        .arg(format!(
+            "jsonl:{}",
+            self.dir.file("changes.jsonl").display()
+        ))
+        .args(extra)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+        c
+    }
+
+    pub fn spawn(&self, extra: &[&str]) -> Running {
+        Running(self.command(extra).spawn().unwrap())
+    }
+
+    /// Runs to its end (a refusal); status and stderr. Killed, and reported as a failure
+    /// with what it printed, if it is still running after 60 s.
+    pub fn run(&self, extra: &[&str]) -> Output {
+        let mut child = self.command(extra).spawn().unwrap();
+        let t = Instant::now();
+        while child.try_wait().unwrap().is_none() {
+            if t.elapsed() > Duration::from_secs(60) {
+                let _ = child.kill();
+                let out = child.wait_with_output().unwrap();
+                panic!(
+                    "rowid-cdc was still running after 60 s instead of refusing: {}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        child.wait_with_output().unwrap()
+    }
+
+    /// The complete JSON lines written so far.
+    pub fn lines(&self) -> Vec<Value> {
+        let text = std::fs::read_to_string(self.dir.file("changes.jsonl")).unwrap_or_default();
+        let complete = &text[..text.rfind('\n').map_or(0, |i| i + 1)];
+        complete
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+
+    /// Waits until `n` lines were written.
+    pub fn wait_lines(&self, n: usize) -> Vec<Value> {
+        let t = Instant::now();
+        loop {
+            let lines = self.lines();
+            if lines.len() >= n {
+                return lines;
+            }
+            assert!(
+                t.elapsed() < Duration::from_secs(60),
+                "{} of {n} lines: {lines:?}",
+                lines.len()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+/// Waits until the slot is held by a walsender (the consumer is streaming).
+pub fn wait_active(db: &Psql, slot: &str) {
+    let t = Instant::now();
+    while one(
+        db,
+        &format!("SELECT active FROM pg_replication_slots WHERE slot_name = '{slot}';"),
+    ) != "t"
+    {
+        assert!(
+            t.elapsed() < Duration::from_secs(60),
+            "slot {slot} never active"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Waits until no walsender holds the slot.
+pub fn wait_free(db: &Psql, slot: &str) {
+    let t = Instant::now();
+    while one(
+        db,
+        &format!("SELECT active FROM pg_replication_slots WHERE slot_name = '{slot}';"),
+    ) == "t"
+    {
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "slot {slot} stays active"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+pub fn hex(db: &Psql, expr: &str) -> String {
+    one(db, &format!("SELECT encode({expr}, 'hex');"))
+}
+
+/// Drops slot `.1` of `.0`'s server when dropped (declared before the consumer, so it runs
+/// after the consumer was killed): a test leaves no slot behind for the next to run out of.
+pub struct DropSlot<'a>(pub &'a Psql, pub &'a str);
+
+impl Drop for DropSlot<'_> {
+    fn drop(&mut self) {
+        let t = Instant::now();
+        while t.elapsed() < Duration::from_secs(10) {
+            let dropped = self.0.run(&format!(
+                "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots \
+                 WHERE slot_name = '{}' AND NOT active;
+                 SELECT count(*) FROM pg_replication_slots WHERE slot_name = '{}';",
+                self.1, self.1
+            ));
+            if dropped.is_ok_and(|out| out.trim().ends_with('0')) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
