@@ -436,6 +436,84 @@ fn wal_capture(
         .args(extra);
         c
     };
+    let rss = |err: &str| {
+        err.lines()
+            .rev()
+            .find_map(|l| l.split("peak RSS ").nth(1))
+            .and_then(|v| v.trim_end_matches(" KiB").trim().parse::<f64>().ok())
+            .map_or("-".to_string(), |k| format!("{:.1}", k / 1024.0))
+    };
+    // The initial snapshot of t against binary COPY of the same rows into /dev/null (the
+    // baseline runs before and after; the faster run counts).
+    let copy = || -> Result<f64, String> {
+        let started = std::time::Instant::now();
+        let status = std::process::Command::new(cluster.bindir().join("psql"))
+            .args(args.split_whitespace())
+            .args([
+                "-X",
+                "-q",
+                "-c",
+                "COPY (SELECT id, v FROM ONLY t) TO STDOUT (FORMAT binary)",
+            ])
+            .stdout(std::process::Stdio::null())
+            .status()
+            .map_err(|e| e.to_string())?;
+        if !status.success() {
+            return Err("COPY to /dev/null failed".into());
+        }
+        Ok(started.elapsed().as_secs_f64())
+    };
+    let copy_first = copy()?;
+    let snapshot_secs = |err: &str| -> Result<f64, String> {
+        err.lines()
+            .find_map(|l| l.split(" tables in ").nth(1))
+            .and_then(|v| v.trim_end_matches(" s").trim().parse::<f64>().ok())
+            .ok_or_else(|| format!("no snapshot line in: {err}"))
+    };
+    let snap_file = format!("jsonl:{}", dir.join("snapshot.jsonl").display());
+    let mut snap = Vec::new();
+    for (slot, sink) in [
+        ("bench_snap_null", "null"),
+        ("bench_snap_file", snap_file.as_str()),
+    ] {
+        let (_, err) = timed(&mut cdc(
+            slot,
+            sink,
+            &[
+                "--create-slot",
+                "--snapshot",
+                "--progress",
+                "--stop-after",
+                "0",
+            ],
+        ))?;
+        snap.push((snapshot_secs(&err)?, rss(&err)));
+        db.run(&format!("SELECT pg_drop_replication_slot('{slot}');"))?;
+    }
+    let copy_last = copy()?;
+    let copy_secs = copy_first.min(copy_last);
+    report.push_str(&format!(
+        "## 5a. Initial snapshot ({n} rows)\n\n\
+         `rowid-cdc --create-slot --snapshot` copies t (binary COPY under the slot's exported \
+         snapshot, identities and images computed per row) against `COPY (SELECT id, v FROM \
+         ONLY t) TO STDOUT (FORMAT binary)` by psql into /dev/null, before and after \
+         ({copy_first:.2} s and {copy_last:.2} s; the faster counts). rowid-cdc's time is the \
+         copy's own, from its progress line.\n\n\
+         | reader | seconds | rows/s | / COPY | peak RSS MB |\n|---|---|---|---|---|\n\
+         | COPY TO STDOUT (binary) into /dev/null | {copy_secs:.2} | {:.0} | 1.00 | - |\n\
+         | rowid-cdc --snapshot, null sink | {:.2} | {:.0} | {:.2} | {} |\n\
+         | rowid-cdc --snapshot, JSON lines file | {:.2} | {:.0} | {:.2} | {} |\n\n\
+         Target: >= 0.7 (COPY seconds / snapshot seconds).\n\n",
+        n as f64 / copy_secs,
+        snap[0].0,
+        n as f64 / snap[0].0,
+        copy_secs / snap[0].0,
+        snap[0].1,
+        snap[1].0,
+        n as f64 / snap[1].0,
+        copy_secs / snap[1].0,
+        snap[1].1,
+    ));
     // The consumers' slots exist before the workload; `--stop-after 0` only creates them.
     let file = format!("jsonl:{}", dir.join("changes.jsonl").display());
     let buffer = format!("postgres:{}", cluster.dsn("cdcsink"));
@@ -482,13 +560,6 @@ fn wal_capture(
     ))?;
     let recv_last = recv("bench_recv2")?;
     let recv = recv_first.min(recv_last);
-    let rss = |err: &str| {
-        err.lines()
-            .rev()
-            .find_map(|l| l.split("peak RSS ").nth(1))
-            .and_then(|v| v.trim_end_matches(" KiB").trim().parse::<f64>().ok())
-            .map_or("-".to_string(), |k| format!("{:.1}", k / 1024.0))
-    };
     let lines = std::fs::read_to_string(dir.join("changes.jsonl"))
         .map_err(|e| e.to_string())?
         .lines()

@@ -273,12 +273,13 @@ fn follow_with_rowid_cdc(cluster: &Cluster) -> Result<(), String> {
         CREATE TABLE pages (id int4 PRIMARY KEY, title text, body text);
         ALTER TABLE pages ALTER COLUMN body SET STORAGE EXTERNAL;
         CREATE PUBLICATION demo_cdc FOR TABLE docs, blobs, pages;
+        INSERT INTO docs VALUES (100, 'written before the slot');
         SELECT pgtrickle.identity_schema('docs'::regclass) AS docs_identity_schema",
     )?;
     let binary = root().join("target").join("debug").join("rowid-cdc");
     let dsn = cluster.dsn("postgres");
     println!(
-        "\n$ rowid-cdc --dsn '{dsn}' --slot demo_cdc --publication demo_cdc --create-slot \\\n    --state target/demo/cdc.state --sink jsonl:target/demo/changes.jsonl --stop-after 7"
+        "\n$ rowid-cdc --dsn '{dsn}' --slot demo_cdc --publication demo_cdc --create-slot --snapshot \\\n    --state target/demo/cdc.state --sink jsonl:target/demo/changes.jsonl --stop-after 8"
     );
     let mut child = std::process::Command::new(&binary)
         .args([
@@ -289,7 +290,13 @@ fn follow_with_rowid_cdc(cluster: &Cluster) -> Result<(), String> {
             "--publication",
             "demo_cdc",
         ])
-        .args(["--create-slot", "--stop-after", "7", "--state"])
+        .args([
+            "--create-slot",
+            "--snapshot",
+            "--stop-after",
+            "8",
+            "--state",
+        ])
         .arg(&state)
         .arg("--sink")
         .arg(format!("jsonl:{}", out.display()))

@@ -60,6 +60,8 @@ fn server_checks(major: u32, source: pg::Source) -> Result<Counts, String> {
         tests.push(("rowid-cdc", "cross_capture"));
         // Row images read back into SQL against the row, and the TOAST matrix.
         tests.push(("rowid-cdc", "images"));
+        // The initial snapshot replayed with the stream against the tables; a killed copy.
+        tests.push(("rowid-cdc", "snapshot"));
         // Issue 20: forged identity messages, an idle slot, one unusable table, a moved
         // slot, least privilege, non-UTF8 databases, generated keys, the trigger's race.
         tests.push(("rowid-cdc", "hardening"));

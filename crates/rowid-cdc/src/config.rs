@@ -37,6 +37,9 @@ pub struct Options {
     pub publication: String,
     /// Create the slot when there is no state file.
     pub create_slot: bool,
+    /// With a new slot: first every published table's rows at its consistent point, as
+    /// snapshot events.
+    pub snapshot: bool,
     /// The state file.
     pub state: PathBuf,
     /// The sink.

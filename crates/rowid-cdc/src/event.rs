@@ -20,6 +20,9 @@ pub enum Op {
     Delete,
     /// The relation was truncated: no identity.
     Truncate,
+    /// A row of the initial snapshot, read at the slot's consistent point: its identity and
+    /// new image; the stream's changes follow it.
+    Snapshot,
     /// A change whose identity could not be derived (no identity schema for the relation
     /// at its position, no old row to name the row an UPDATE or DELETE removed, a Relation
     /// message the schema does not describe, ...): no identity, and
@@ -29,13 +32,14 @@ pub enum Op {
 }
 
 impl Op {
-    /// `insert`, `update`, `delete`, `truncate`, `unidentified`.
+    /// `insert`, `update`, `delete`, `truncate`, `snapshot`, `unidentified`.
     pub fn name(self) -> &'static str {
         match self {
             Op::Insert => "insert",
             Op::Update => "update",
             Op::Delete => "delete",
             Op::Truncate => "truncate",
+            Op::Snapshot => "snapshot",
             Op::Unidentified => "unidentified",
         }
     }

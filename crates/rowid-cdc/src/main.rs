@@ -57,6 +57,12 @@ struct Args {
     /// Create the slot when there is no state file yet.
     #[arg(long)]
     create_slot: bool,
+    /// With --create-slot: first write every published table's rows as of the slot's
+    /// consistent point ("op":"snapshot" events, read under the snapshot the slot exported),
+    /// then the changes after it. Not resumable: a run killed during the copy is refused at
+    /// restart, naming the fix (JSON-lines sinks only).
+    #[arg(long, requires = "create_slot")]
+    snapshot: bool,
     /// State file: slot, last durable commit, identity schemas.
     #[arg(long, default_value = "rowid-cdc.state")]
     state: PathBuf,
@@ -138,6 +144,7 @@ fn main() -> ExitCode {
         slot: args.slot,
         publication: args.publication,
         create_slot: args.create_slot,
+        snapshot: args.snapshot,
         state: args.state,
         sink: match args.sink {
             SinkSpec::Postgres { dsn, .. } => SinkSpec::Postgres {

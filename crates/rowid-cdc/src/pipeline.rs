@@ -21,9 +21,10 @@ use rowid_pgoutput::{FlagBits, Message};
 
 use crate::capture::CaptureError;
 use crate::capture::{Capture, Output};
+use crate::event::ChangeEvent;
 use crate::lsn::Lsn;
 use crate::sink::Sink;
-use crate::state::{State, StateError};
+use crate::state::{SnapshotState, State, StateError};
 
 /// Why the pipeline stopped.
 #[derive(Debug)]
@@ -164,26 +165,12 @@ impl<S: Sink> Pipeline<S> {
 
     fn deliver(&mut self) -> Result<Option<Lsn>, PipelineError> {
         let mut ack = None;
-        for output in self.outputs.drain(..) {
+        // Taken out for the loop (the sink's calls borrow the pipeline), put back after it.
+        let mut outputs = std::mem::take(&mut self.outputs);
+        for output in outputs.drain(..) {
             match output {
                 Output::Begin { .. } => {}
-                Output::Change(event) => {
-                    self.sink.change(&event).map_err(PipelineError::Sink)?;
-                    self.progress.changes += 1;
-                    if let Some(u) = &event.unidentified {
-                        self.progress.unidentified += 1;
-                        if self.unidentified.insert(event.relid) {
-                            self.notices.push(format!(
-                                "at {}: {}: a change without identity ({}: {}); its changes \
-                                 like it are unidentified events, counted in the progress line",
-                                event.lsn,
-                                event.relation,
-                                u.change.name(),
-                                u.reason
-                            ));
-                        }
-                    }
-                }
+                Output::Change(event) => self.deliver_event(&event)?,
                 Output::Notice { lsn, message } => {
                     self.progress.notices += 1;
                     self.notices.push(format!("at {lsn}: {message}"));
@@ -215,12 +202,73 @@ impl<S: Sink> Pipeline<S> {
                 }
             }
         }
+        self.outputs = outputs;
         Ok(ack)
     }
 
     /// The notices since the last call, oldest first.
     pub fn take_notices(&mut self) -> Vec<String> {
         std::mem::take(&mut self.notices)
+    }
+
+    /// Starts the initial snapshot: the state file records it as pending before any of its
+    /// rows reach the sink, so a crash during the copy is refused at restart instead of
+    /// leaving the rows before the slot half delivered.
+    pub fn snapshot_begin(&mut self) -> Result<(), PipelineError> {
+        self.state.snapshot = Some(SnapshotState::Pending);
+        self.save()
+    }
+
+    /// One row of the initial snapshot into the sink (see [`Capture::snapshot_event`]).
+    pub fn snapshot_row(
+        &mut self,
+        lsn: Lsn,
+        ts: i64,
+        relid: u32,
+        row: &rowid_pgoutput::Tuple,
+    ) -> Result<(), PipelineError> {
+        let event = self
+            .capture
+            .snapshot_event(lsn, ts, relid, row)
+            .map_err(PipelineError::Capture)?;
+        self.deliver_event(&event)
+    }
+
+    /// One event into the sink, counted; the first unidentified one of a relation is named
+    /// in the notices.
+    fn deliver_event(&mut self, event: &ChangeEvent) -> Result<(), PipelineError> {
+        self.sink.change(event).map_err(PipelineError::Sink)?;
+        self.progress.changes += 1;
+        if let Some(u) = &event.unidentified {
+            self.progress.unidentified += 1;
+            if self.unidentified.insert(event.relid) {
+                self.notices.push(format!(
+                    "at {}: {}: a change without identity ({}: {}); its changes like it are \
+                     unidentified events, counted in the progress line",
+                    event.lsn,
+                    event.relation,
+                    u.change.name(),
+                    u.reason
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Ends the initial snapshot: the sink makes its rows durable, then the state records it
+    /// done; only then may streaming start.
+    pub fn snapshot_end(&mut self) -> Result<(), PipelineError> {
+        let durable = self.sink.commit().map_err(PipelineError::Sink)?;
+        self.state.sink = durable.record;
+        self.state.snapshot = Some(SnapshotState::Done);
+        self.save()
+    }
+
+    fn save(&self) -> Result<(), PipelineError> {
+        match &self.state_path {
+            Some(path) => self.state.save(path).map_err(PipelineError::State),
+            None => Ok(()),
+        }
     }
 
     /// Records `lsn`, a position the server reported while no transaction is open, as the

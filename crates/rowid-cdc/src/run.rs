@@ -37,8 +37,7 @@ pub async fn run(opts: Options) -> Result<(), CdcError> {
 async fn follow(opts: &Options, started: Started) -> Result<(), CdcError> {
     let Started {
         mut gated,
-        state,
-        sink,
+        mut pipe,
         ignored,
         seen,
     } = started;
@@ -46,14 +45,6 @@ async fn follow(opts: &Options, started: Started) -> Result<(), CdcError> {
     let _heartbeat = opts
         .heartbeat
         .map(|every| heartbeat::spawn(opts.dsn.clone(), every));
-    let mut pipe = Pipeline::resume(
-        state,
-        sink,
-        Some(opts.state.clone()),
-        opts.strictness(),
-        &ignored,
-    )
-    .map_err(CdcError::Pipeline)?;
     let mut backoff = Duration::from_millis(250);
     let mut progress = Progress::new(opts.progress);
     loop {

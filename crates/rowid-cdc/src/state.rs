@@ -43,6 +43,28 @@ pub struct State {
     pub sink: Option<Value>,
     /// The identity schemas as of that transaction.
     pub schemas: Vec<RelationSchema>,
+    /// The initial snapshot (`--snapshot`), if one was asked for when the slot was created.
+    pub snapshot: Option<SnapshotState>,
+}
+
+/// Where the initial snapshot stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SnapshotState {
+    /// Being copied: its rows may be partly in the sink. The slot's exported snapshot is gone
+    /// once streaming began, so it cannot be resumed: a restart refuses, naming the fix.
+    Pending,
+    /// Every row is in the sink, before the first change of the stream.
+    Done,
+}
+
+impl SnapshotState {
+    /// `pending` or `done`.
+    pub fn name(self) -> &'static str {
+        match self {
+            SnapshotState::Pending => "pending",
+            SnapshotState::Done => "done",
+        }
+    }
 }
 
 /// The state file could not be read or written.
@@ -90,6 +112,7 @@ impl State {
             "commit_lsn": self.commit_lsn.to_string(),
             "end_lsn": self.end_lsn.to_string(),
             "sink": self.sink,
+            "snapshot": self.snapshot.map(SnapshotState::name),
             "identity_table": self.identity_table,
             "schemas": self.schemas.iter()
                 .map(|s| SchemaMessage::Schema(s.clone()).to_json())
@@ -108,6 +131,7 @@ impl State {
             "end_lsn",
             "sink",
             "sink_len",
+            "snapshot",
             "identity_table",
             "schemas",
         ];
@@ -154,7 +178,14 @@ impl State {
             .and_then(Value::as_u64)
             .and_then(|v| u32::try_from(v).ok())
             .ok_or("identity_table: missing or not an OID")?;
+        let snapshot = match obj.get("snapshot") {
+            None | Some(Value::Null) => None,
+            Some(Value::String(s)) if s == "pending" => Some(SnapshotState::Pending),
+            Some(Value::String(s)) if s == "done" => Some(SnapshotState::Done),
+            Some(other) => return Err(format!("snapshot: {other} is not pending, done or null")),
+        };
         Ok(State {
+            snapshot,
             slot: str_of("slot")?.to_string(),
             publication: str_of("publication")?.to_string(),
             commit_lsn: lsn_of("commit_lsn")?,
@@ -244,6 +275,7 @@ mod tests {
             identity_table: 16400,
             sink: Some(json!({"file_len": 1234})),
             schemas: vec![],
+            snapshot: Some(SnapshotState::Pending),
         };
         s.save(&path).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(State::load(&path).ok().flatten(), Some(s.clone()));
@@ -255,6 +287,7 @@ mod tests {
         let later = State {
             commit_lsn: Lsn(0x17_0000_0000),
             sink: None,
+            snapshot: Some(SnapshotState::Done),
             ..s
         };
         later.save(&path).unwrap_or_else(|e| panic!("{e}"));
@@ -271,6 +304,7 @@ mod tests {
             "{",
             "[]",
             r#"{"format": 3}"#,
+            r#"{"format": 3, "slot": "s", "publication": "p", "commit_lsn": "0/0", "end_lsn": "0/0", "identity_table": 1, "snapshot": "half", "schemas": []}"#,
             r#"{"format": 4, "slot": "s", "publication": "p", "commit_lsn": "0/0", "end_lsn": "0/0", "identity_table": 1, "schemas": []}"#,
             r#"{"format": 3, "slot": "s", "publication": "p", "commit_lsn": "0/0", "end_lsn": "0/0", "identity_table": 1, "sink": 5, "schemas": []}"#,
             r#"{"format": 3, "slot": "s", "publication": "p", "commit_lsn": "0/0", "end_lsn": "0/0", "identity_table": 1, "sink_len": 5, "schemas": []}"#,

@@ -197,6 +197,7 @@ fn initial_state() -> State {
         identity_table: SCHEMAS,
         sink: None,
         schemas: vec![schema(&["id"])],
+        snapshot: None,
     }
 }
 

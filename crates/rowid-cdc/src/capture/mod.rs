@@ -119,6 +119,9 @@ pub struct Capture {
     bindings: HashMap<u32, Binding>,
     /// Each relation's columns as its row images describe them (rebuilt with its binding).
     image_columns: HashMap<u32, Arc<[ColumnMeta]>>,
+    /// Bindings of snapshot rows: to the relation as its identity schema lists it (the
+    /// stream's Relation messages come later).
+    snapshot_bindings: HashMap<u32, Result<SnapshotBinding, String>>,
     txn: Option<Txn>,
     /// Transactions whose commit is at or below this were already delivered.
     resume_after: Lsn,
@@ -152,6 +155,7 @@ impl Capture {
             relations: HashMap::new(),
             bindings: HashMap::new(),
             image_columns: HashMap::new(),
+            snapshot_bindings: HashMap::new(),
             txn: None,
             resume_after,
             delivered_through: resume_after,
@@ -184,6 +188,111 @@ impl Capture {
     pub fn require_complete(mut self, require: bool) -> Capture {
         self.require_complete = require;
         self
+    }
+
+    /// One row of the initial snapshot of relation `relid`, its columns in the order the
+    /// relation's identity schema lists them (`Column::Binary` send forms or `Column::Null`),
+    /// read at `lsn` (the slot's consistent point) at `ts` (PostgreSQL microseconds): an
+    /// [`Op::Snapshot`] event with its identity and new image, or [`Op::Unidentified`] naming
+    /// why the row has none (a strict capture stops instead).
+    pub fn snapshot_event(
+        &mut self,
+        lsn: Lsn,
+        ts: i64,
+        relid: u32,
+        row: &Tuple,
+    ) -> Result<ChangeEvent, CaptureError> {
+        let schema = self.schema(relid).ok_or_else(|| CaptureError::Protocol {
+            lsn,
+            detail: format!("snapshot row of relation OID {relid}, which has no identity schema"),
+        })?;
+        let relation = format!("{}.{}", schema.namespace, schema.relname);
+        if !self.snapshot_bindings.contains_key(&relid) {
+            let rel = schema_relation(schema);
+            let columns = images::columns(&rel, Some(schema));
+            let binding = match &schema.identity {
+                Ok(def) => RelationIdentity::from_identity_def(def)
+                    .bind_new_rows(&rel, &self.flags)
+                    .map(|bound| SnapshotBinding {
+                        bound,
+                        key: def.fields.iter().map(|f| f.column.clone()).collect(),
+                        columns,
+                    })
+                    .map_err(|e| e.to_string()),
+                Err(refusal) => Err(format!(
+                    "no usable identity ({}): {}",
+                    refusal.sqlstate, refusal.message
+                )),
+            };
+            self.snapshot_bindings.insert(relid, binding);
+        }
+        let base = ChangeEvent {
+            commit_lsn: lsn,
+            lsn,
+            xid: 0,
+            commit_ts: ts,
+            relid,
+            relation,
+            op: Op::Snapshot,
+            domain: None,
+            key: Vec::new(),
+            old_id: None,
+            new_id: None,
+            old: None,
+            old_kind: None,
+            new: None,
+            backfilled: Vec::new(),
+            unchanged_toast: Vec::new(),
+            unidentified: None,
+        };
+        let unidentified = |base: ChangeEvent, reason: String| ChangeEvent {
+            op: Op::Unidentified,
+            unidentified: Some(Unidentified {
+                change: Op::Snapshot,
+                reason,
+            }),
+            ..base
+        };
+        let strict = self.strict;
+        let refused = |relation: &str, reason: &str| CaptureError::Protocol {
+            lsn,
+            detail: format!("--strict: a snapshot row of {relation} has no identity: {reason}"),
+        };
+        match self.snapshot_bindings.get(&relid) {
+            Some(Ok(b)) => {
+                let new =
+                    images::images(&b.columns, b.bound.relation(), &self.flags, None, Some(row))
+                        .new;
+                let mut id = Vec::new();
+                match b.bound.encode(row, &mut id) {
+                    Ok(_) => Ok(ChangeEvent {
+                        domain: Some(b.bound.domain()),
+                        key: b.key.clone(),
+                        new_id: Some(id),
+                        new,
+                        ..base
+                    }),
+                    Err(e) if strict => Err(refused(&base.relation, &e.to_string())),
+                    Err(e) => Ok(unidentified(ChangeEvent { new, ..base }, e.to_string())),
+                }
+            }
+            Some(Err(reason)) if strict => Err(refused(&base.relation, reason)),
+            Some(Err(reason)) => {
+                let reason = reason.clone();
+                let rel =
+                    schema_relation(self.schema(relid).ok_or_else(|| CaptureError::Protocol {
+                        lsn,
+                        detail: format!("relation OID {relid} lost its schema"),
+                    })?);
+                let columns = images::columns(&rel, self.schema(relid));
+                let new = images::images(&columns, &rel, &self.flags, None, Some(row)).new;
+                Ok(unidentified(ChangeEvent { new, ..base }, reason))
+            }
+            None => Err(CaptureError::Protocol {
+                lsn,
+                detail: format!("no snapshot binding for relation OID {relid}"),
+            }),
+        }
     }
 
     /// Changes of these relations are skipped (a sink's own buffer in the source database:
@@ -758,6 +867,37 @@ impl Capture {
                 .into(),
         });
         Ok(())
+    }
+}
+
+/// A relation's identity bound to its columns as the identity schema lists them, for the
+/// rows of the initial snapshot (read with those columns in that order).
+#[derive(Debug)]
+struct SnapshotBinding {
+    bound: BoundIdentity,
+    key: Vec<String>,
+    columns: Arc<[ColumnMeta]>,
+}
+
+/// The Relation message a stream would send for `schema` under no replica identity: the
+/// published columns in order, nothing flagged. Snapshot rows are new rows: their identity
+/// needs the key's positions and types, never an old tuple.
+fn schema_relation(schema: &RelationSchema) -> Relation {
+    Relation {
+        relid: schema.relid,
+        namespace: schema.namespace.clone(),
+        name: schema.relname.clone(),
+        replica_identity: b'n',
+        columns: schema
+            .columns
+            .iter()
+            .map(|c| rowid_pgoutput::RelationColumn {
+                flags: 0,
+                name: c.name.clone(),
+                type_oid: c.type_oid,
+                typmod: -1,
+            })
+            .collect(),
     }
 }
 

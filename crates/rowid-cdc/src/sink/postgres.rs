@@ -271,7 +271,9 @@ impl Sink for PostgresSink {
         }
         self.seq += 1;
         let op = match event.op {
-            Op::Insert => BufferOp::Insert,
+            // The start checks refuse --snapshot with this sink (a buffer's rows are changes);
+            // a snapshot row would be the insert of its row.
+            Op::Insert | Op::Snapshot => BufferOp::Insert,
             Op::Update => BufferOp::Update,
             Op::Delete => BufferOp::Delete,
             Op::Truncate => BufferOp::Truncate,

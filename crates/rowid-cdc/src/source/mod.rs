@@ -7,6 +7,8 @@
 //!   there, or dropping it when a check refused;
 //! - [`replication`]: the replication connection's settings (TLS and the password as the
 //!   SQL connection saw them);
+//! - [`snapshot`]: the initial snapshot, every published table's rows at the slot's
+//!   consistent point, by binary COPY under the exported snapshot;
 //! - [`stream`]: one replication session, from pgoutput messages to acknowledged positions;
 //! - [`heartbeat`]: writes that move an idle database's slot forward.
 
@@ -14,5 +16,6 @@ pub mod checks;
 pub mod heartbeat;
 pub mod replication;
 pub mod slot;
+pub mod snapshot;
 pub mod start;
 pub mod stream;

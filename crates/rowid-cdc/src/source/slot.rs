@@ -85,6 +85,9 @@ pub struct Created {
     pub consistent: Lsn,
     /// The published tables' identity schemas at that point.
     pub schemas: Vec<RelationSchema>,
+    /// The snapshot the slot exported, valid until the replication connection's next
+    /// command: the initial snapshot is read under it.
+    pub snapshot: String,
 }
 
 /// Creates the slot on `replication` and reads the identity schemas at its consistent point
@@ -113,6 +116,22 @@ pub async fn create(
     let snapshot = field(2)?;
     // The exported snapshot lives until the replication connection's next command: read the
     // schemas as of the consistent point now, before START_REPLICATION.
+    let tx = at_snapshot(client, &snapshot).await?;
+    let schemas = checks::schemas(&tx, publication).await?;
+    tx.commit().await?;
+    Ok(Created {
+        replication,
+        consistent,
+        schemas,
+        snapshot,
+    })
+}
+
+/// A read-only transaction that sees the database as the exported snapshot `snapshot` does.
+pub async fn at_snapshot<'a>(
+    client: &'a mut Client,
+    snapshot: &str,
+) -> Result<tokio_postgres::Transaction<'a>, CdcError> {
     let tx = client
         .build_transaction()
         .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
@@ -124,13 +143,7 @@ pub async fn create(
         snapshot.replace('\'', "''")
     ))
     .await?;
-    let schemas = checks::schemas(&tx, publication).await?;
-    tx.commit().await?;
-    Ok(Created {
-        replication,
-        consistent,
-        schemas,
-    })
+    Ok(tx)
 }
 
 /// Drops a slot this run created and will not use (a refusal after its creation).

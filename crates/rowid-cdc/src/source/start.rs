@@ -1,26 +1,27 @@
 //! The checks at start: the server, the state file, the slot (created at a consistent point,
 //! with the identity schemas as of it, when there is none yet), the sink opened and checked
-//! before anything is created, and which tables are the sink's own.
+//! before anything is created, which tables are the sink's own, and (`--snapshot`) the
+//! initial snapshot into the pipeline before the stream starts.
 
 use std::collections::BTreeSet;
 
 use pgwire_replication::ReplicationClient;
 
-use super::{checks, replication, slot};
+use super::{checks, replication, slot, snapshot};
 use crate::config::{Options, SinkSpec};
 use crate::connect::net::{self, Session};
 use crate::error::{CdcError, setup};
 use crate::lsn::Lsn;
+use crate::pipeline::Pipeline;
 use crate::sink::{self, Sink};
-use crate::state::State;
+use crate::state::{SnapshotState, State};
 
-/// What the checks at start leave for following: where to resume, the sink, what not to
-/// capture, how to reach the replication connection.
+/// What the checks at start leave for following: the pipeline from the resume position into
+/// the sink, what not to capture, how to reach the replication connection.
 pub(crate) struct Started {
     /// The replication connection that created the slot (a new slot), not streaming yet.
     pub(crate) gated: Option<ReplicationClient>,
-    pub(crate) state: State,
-    pub(crate) sink: Box<dyn Sink>,
+    pub(crate) pipe: Pipeline<Box<dyn Sink>>,
     /// The sink's own tables in the captured database.
     pub(crate) ignored: BTreeSet<u32>,
     /// What the SQL connection saw of the server (TLS, authentication, certificate).
@@ -61,6 +62,39 @@ pub(crate) async fn start(opts: &Options) -> Result<Started, CdcError> {
             )));
         }
     }
+    match (
+        saved.as_ref().and_then(|s| s.snapshot),
+        opts.snapshot,
+        saved.is_some(),
+    ) {
+        (Some(SnapshotState::Pending), _, _) => {
+            return Err(setup(format!(
+                "the initial snapshot of slot {:?} was interrupted ({} says pending): its rows \
+                 are partly delivered and the snapshot it was read under is gone. Start over: \
+                 SELECT pg_drop_replication_slot('{}'); remove {} and the sink's output; run \
+                 again with --create-slot --snapshot",
+                opts.slot,
+                opts.state.display(),
+                opts.slot,
+                opts.state.display()
+            )));
+        }
+        (None, true, true) => {
+            return Err(setup(format!(
+                "--snapshot: slot {:?} was created without it, so the rows that existed before \
+                 it are not in the output; a snapshot is taken only when the slot is created \
+                 (start over with a new slot, or run without --snapshot)",
+                opts.slot
+            )));
+        }
+        _ => {}
+    }
+    if opts.snapshot && matches!(opts.sink, SinkSpec::Postgres { .. }) {
+        return Err(setup(
+            "--snapshot writes snapshot events, which a change buffer does not hold (its rows \
+             are changes): use a JSON-lines sink",
+        ));
+    }
     let info = slot::info(&client, &opts.slot).await?;
     if let Some(pid) = info.as_ref().and_then(|s| s.active_pid) {
         return Err(setup(format!(
@@ -86,11 +120,11 @@ pub(crate) async fn start(opts: &Options) -> Result<Started, CdcError> {
         }
         _ => BTreeSet::new(),
     };
-    let (gated, state) = match (saved, info) {
+    let (gated, state, exported) = match (saved, info) {
         (Some(state), Some(info)) => {
             checks::slot_position(&opts.slot, info.confirmed, state.end_lsn)?;
             checks::report(&state.schemas, &ignored, opts.strict)?;
-            (None, state)
+            (None, state, None)
         }
         (Some(_), None) => {
             return Err(setup(format!(
@@ -142,15 +176,46 @@ pub(crate) async fn start(opts: &Options) -> Result<Started, CdcError> {
                 identity_table,
                 sink: None,
                 schemas: created.schemas,
+                snapshot: None,
             };
-            (Some(created.replication), state)
+            (Some(created.replication), state, Some(created.snapshot))
         }
     };
+    let schemas = state.schemas.clone();
+    let consistent = state.end_lsn;
+    let mut pipe = Pipeline::resume(
+        state,
+        sink,
+        Some(opts.state.clone()),
+        opts.strictness(),
+        &ignored,
+    )
+    .map_err(CdcError::Pipeline)?;
+    if let (true, Some(exported)) = (opts.snapshot, exported) {
+        pipe.snapshot_begin().map_err(CdcError::Pipeline)?;
+        let captured: Vec<_> = schemas
+            .into_iter()
+            .filter(|s| !ignored.contains(&s.relid))
+            .collect();
+        snapshot::copy(
+            &mut client,
+            &exported,
+            &opts.publication,
+            consistent,
+            &captured,
+            &mut pipe,
+            opts.progress,
+        )
+        .await?;
+        pipe.snapshot_end().map_err(CdcError::Pipeline)?;
+        for notice in pipe.take_notices() {
+            eprintln!("rowid-cdc: notice: {notice}");
+        }
+    }
     drop(client);
     Ok(Started {
         gated,
-        state,
-        sink,
+        pipe,
         ignored,
         seen,
     })
