@@ -3,7 +3,8 @@
 //! schema, changes with arbitrary column bytes, identity schema rows well-formed or not,
 //! logical messages claiming to be schemas, raw garbage). Capture may refuse a stream, but
 //! never panics, every identity it emits is one the strict decoder accepts, of the domain the
-//! event names, and a logical message never changes a schema.
+//! event names, a logical message never changes a schema, and every event renders as one
+//! line of JSON, its images included, whatever bytes its tuples held.
 #![no_main]
 
 use bytes::Bytes;
@@ -54,7 +55,9 @@ fn schema(key: u8, ri: ReplicaIdentity) -> RelationSchema {
                 attnum: i as i16 + 1,
                 name: c.0.clone(),
                 type_oid: c.1,
+                type_name: None,
                 not_null: true,
+                shape: Some(Shape::Scalar(c.2)),
             })
             .collect(),
         primary_key: cols[..key_cols].iter().map(|c| c.0.clone()).collect(),
@@ -253,6 +256,13 @@ fuzz_target!(|input: &[u8]| {
                 assert_eq!(Some(decoded.domain), e.domain);
             }
             assert_eq!(e.op == Op::Unidentified, e.unidentified.is_some());
+            // Whatever the tuples held, the event is one line of JSON (images included).
+            let mut line = String::new();
+            rowid_cdc::json_line::write(e, &mut line);
+            assert!(line.ends_with('\n') && !line[..line.len() - 1].contains('\n'), "{line}");
+            if let Err(err) = serde_json::from_str::<serde_json::Value>(&line) {
+                panic!("not JSON ({err}): {line}");
+            }
         }
     }
     // Only rows of the identity table ever became a schema.

@@ -68,13 +68,13 @@ pub struct ChangeEvent {
     /// `pg_class.oid` of the relation.
     pub relid: u32,
     /// `schema.name` of the relation at the change's position.
-    pub relation: String,
+    pub relation: Arc<str>,
     /// What happened.
     pub op: Op,
     /// The identity's domain (`None` for a truncate).
     pub domain: Option<Domain>,
     /// The identity's columns, in identity order (empty for a truncate).
-    pub key: Vec<String>,
+    pub key: Arc<[String]>,
     /// The identity of the row the change removed (update, delete).
     pub old_id: Option<Vec<u8>>,
     /// The identity of the row the change wrote (insert, update).

@@ -196,7 +196,7 @@ mod tests {
             relation: "public.\"odd\" name".into(),
             op: Op::Update,
             domain: Some(Domain::ScanKey),
-            key: vec!["id".into()],
+            key: Arc::from(["id".to_string()]),
             old_id: Some(vec![0x02, 0xff]),
             new_id: None,
             old: None,
@@ -227,7 +227,7 @@ mod tests {
         let u = ChangeEvent {
             op: Op::Unidentified,
             domain: None,
-            key: vec![],
+            key: Arc::from([]),
             old_id: None,
             backfilled: vec![],
             unidentified: Some(Unidentified {
@@ -279,7 +279,7 @@ mod tests {
             relation: "public.t".into(),
             op: Op::Update,
             domain: Some(Domain::ScanKey),
-            key: vec!["id".into()],
+            key: Arc::from(["id".to_string()]),
             old_id: Some(vec![2]),
             new_id: Some(vec![3]),
             old: Some(RowImage {

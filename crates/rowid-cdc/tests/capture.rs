@@ -275,11 +275,11 @@ fn identities_equal_the_codec_and_follow_key_changes() {
     );
     assert!(
         c.iter()
-            .all(|e| e.key == ["id"] && e.domain == Some(Domain::ScanKey))
+            .all(|e| *e.key == ["id"] && e.domain == Some(Domain::ScanKey))
     );
     assert_eq!(c[0].lsn, Lsn(300), "each change carries its own LSN");
     assert_eq!(c[0].commit_lsn, Lsn(1000));
-    assert_eq!(c[0].relation, "public.t");
+    assert_eq!(&*c[0].relation, "public.t");
     assert_eq!(
         out.last(),
         Some(&Output::Commit {
@@ -326,7 +326,7 @@ fn a_schema_message_takes_effect_at_its_position() {
         )),
         "after it: the new key"
     );
-    assert_eq!(c[1].key, ["id", "v"]);
+    assert_eq!(*c[1].key, ["id", "v"]);
     assert!(
         matches!(out.last(), Some(Output::Commit { schema_changes, .. }) if schema_changes == &[T])
     );
@@ -606,11 +606,7 @@ fn truncate_is_one_event_per_relation() {
     let c = changes(&out);
     assert_eq!(
         c.iter()
-            .map(|e| (
-                e.op,
-                e.relation.as_str(),
-                e.old_id.is_none() && e.new_id.is_none()
-            ))
+            .map(|e| (e.op, &*e.relation, e.old_id.is_none() && e.new_id.is_none()))
             .collect::<Vec<_>>(),
         vec![
             (Op::Truncate, "public.t", true),

@@ -42,7 +42,7 @@ fn event(commit: u64, op: Op, old: Option<&[u8]>, new: Option<&[u8]>) -> ChangeE
         relation: "public.t".into(),
         op,
         domain: None,
-        key: vec![],
+        key: std::sync::Arc::from([]),
         old_id: old.map(<[u8]>::to_vec),
         new_id: new.map(<[u8]>::to_vec),
         old: None,

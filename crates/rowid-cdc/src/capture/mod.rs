@@ -105,7 +105,7 @@ struct Txn {
 #[derive(Debug)]
 struct Binding {
     bound: BoundIdentity,
-    key: Vec<String>,
+    key: Arc<[String]>,
 }
 
 /// Reads one replication stream.
@@ -118,10 +118,10 @@ pub struct Capture {
     relations: HashMap<u32, Relation>,
     bindings: HashMap<u32, Binding>,
     /// Each relation's columns as its row images describe them (rebuilt with its binding).
-    image_columns: HashMap<u32, Arc<[ColumnMeta]>>,
+    image_columns: HashMap<u32, (Arc<str>, Arc<[ColumnMeta]>)>,
     /// Bindings of snapshot rows: to the relation as its identity schema lists it (the
     /// stream's Relation messages come later).
-    snapshot_bindings: HashMap<u32, Result<SnapshotBinding, String>>,
+    snapshot_bindings: HashMap<u32, SnapshotBinding>,
     txn: Option<Txn>,
     /// Transactions whose commit is at or below this were already delivered.
     resume_after: Lsn,
@@ -202,97 +202,95 @@ impl Capture {
         relid: u32,
         row: &Tuple,
     ) -> Result<ChangeEvent, CaptureError> {
-        let schema = self.schema(relid).ok_or_else(|| CaptureError::Protocol {
-            lsn,
-            detail: format!("snapshot row of relation OID {relid}, which has no identity schema"),
-        })?;
-        let relation = format!("{}.{}", schema.namespace, schema.relname);
         if !self.snapshot_bindings.contains_key(&relid) {
+            let schema = self.schema(relid).ok_or_else(|| CaptureError::Protocol {
+                lsn,
+                detail: format!(
+                    "snapshot row of relation OID {relid}, which has no identity schema"
+                ),
+            })?;
             let rel = schema_relation(schema);
-            let columns = images::columns(&rel, Some(schema));
-            let binding = match &schema.identity {
-                Ok(def) => RelationIdentity::from_identity_def(def)
-                    .bind_new_rows(&rel, &self.flags)
-                    .map(|bound| SnapshotBinding {
-                        bound,
-                        key: def.fields.iter().map(|f| f.column.clone()).collect(),
-                        columns,
-                    })
-                    .map_err(|e| e.to_string()),
-                Err(refusal) => Err(format!(
-                    "no usable identity ({}): {}",
-                    refusal.sqlstate, refusal.message
-                )),
+            let binding = SnapshotBinding {
+                name: Arc::from(schema.qualified_name()),
+                columns: images::columns(&rel, Some(schema)),
+                identity: match &schema.identity {
+                    Ok(def) => RelationIdentity::from_identity_def(def)
+                        .bind_new_rows(&rel, &self.flags)
+                        .map(|bound| {
+                            let key = def.fields.iter().map(|f| f.column.clone()).collect();
+                            (bound, key)
+                        })
+                        .map_err(|e| e.to_string()),
+                    Err(refusal) => Err(format!(
+                        "no usable identity ({}): {}",
+                        refusal.sqlstate, refusal.message
+                    )),
+                },
+                relation: rel,
             };
             self.snapshot_bindings.insert(relid, binding);
         }
+        let b = self
+            .snapshot_bindings
+            .get(&relid)
+            .ok_or_else(|| CaptureError::Protocol {
+                lsn,
+                detail: format!("no snapshot binding for relation OID {relid}"),
+            })?;
+        let new = images::images(&b.columns, &b.relation, &self.flags, None, Some(row)).new;
         let base = ChangeEvent {
             commit_lsn: lsn,
             lsn,
             xid: 0,
             commit_ts: ts,
             relid,
-            relation,
+            relation: b.name.clone(),
             op: Op::Snapshot,
             domain: None,
-            key: Vec::new(),
+            key: Arc::from([]),
             old_id: None,
             new_id: None,
             old: None,
             old_kind: None,
-            new: None,
+            new,
             backfilled: Vec::new(),
             unchanged_toast: Vec::new(),
             unidentified: None,
         };
-        let unidentified = |base: ChangeEvent, reason: String| ChangeEvent {
+        let reason = match &b.identity {
+            Ok((bound, key)) => {
+                let mut id = Vec::new();
+                match bound.encode(row, &mut id) {
+                    Ok(_) => {
+                        return Ok(ChangeEvent {
+                            domain: Some(bound.domain()),
+                            key: key.clone(),
+                            new_id: Some(id),
+                            ..base
+                        });
+                    }
+                    Err(e) => e.to_string(),
+                }
+            }
+            Err(reason) => reason.clone(),
+        };
+        if self.strict {
+            return Err(CaptureError::Protocol {
+                lsn,
+                detail: format!(
+                    "--strict: a snapshot row of {} has no identity: {reason}",
+                    base.relation
+                ),
+            });
+        }
+        Ok(ChangeEvent {
             op: Op::Unidentified,
             unidentified: Some(Unidentified {
                 change: Op::Snapshot,
                 reason,
             }),
             ..base
-        };
-        let strict = self.strict;
-        let refused = |relation: &str, reason: &str| CaptureError::Protocol {
-            lsn,
-            detail: format!("--strict: a snapshot row of {relation} has no identity: {reason}"),
-        };
-        match self.snapshot_bindings.get(&relid) {
-            Some(Ok(b)) => {
-                let new =
-                    images::images(&b.columns, b.bound.relation(), &self.flags, None, Some(row))
-                        .new;
-                let mut id = Vec::new();
-                match b.bound.encode(row, &mut id) {
-                    Ok(_) => Ok(ChangeEvent {
-                        domain: Some(b.bound.domain()),
-                        key: b.key.clone(),
-                        new_id: Some(id),
-                        new,
-                        ..base
-                    }),
-                    Err(e) if strict => Err(refused(&base.relation, &e.to_string())),
-                    Err(e) => Ok(unidentified(ChangeEvent { new, ..base }, e.to_string())),
-                }
-            }
-            Some(Err(reason)) if strict => Err(refused(&base.relation, reason)),
-            Some(Err(reason)) => {
-                let reason = reason.clone();
-                let rel =
-                    schema_relation(self.schema(relid).ok_or_else(|| CaptureError::Protocol {
-                        lsn,
-                        detail: format!("relation OID {relid} lost its schema"),
-                    })?);
-                let columns = images::columns(&rel, self.schema(relid));
-                let new = images::images(&columns, &rel, &self.flags, None, Some(row)).new;
-                Ok(unidentified(ChangeEvent { new, ..base }, reason))
-            }
-            None => Err(CaptureError::Protocol {
-                lsn,
-                detail: format!("no snapshot binding for relation OID {relid}"),
-            }),
-        }
+        })
     }
 
     /// Changes of these relations are skipped (a sink's own buffer in the source database:
@@ -495,13 +493,19 @@ impl Capture {
         self.image_columns.remove(&relid);
     }
 
-    /// The relation's columns as row images describe them, for its current Relation message
-    /// and schema.
-    fn image_columns(&mut self, lsn: Lsn, relid: u32) -> Result<Arc<[ColumnMeta]>, CaptureError> {
+    /// The relation's `schema.name` and its columns as row images describe them, for its
+    /// current Relation message and schema (shared by its events).
+    fn image_columns(
+        &mut self,
+        lsn: Lsn,
+        relid: u32,
+    ) -> Result<(Arc<str>, Arc<[ColumnMeta]>), CaptureError> {
         if let Some(c) = self.image_columns.get(&relid) {
             return Ok(c.clone());
         }
-        let c = images::columns(self.relation(lsn, relid)?, self.schema(relid));
+        let relation = self.relation(lsn, relid)?;
+        let name: Arc<str> = Arc::from(format!("{}.{}", relation.namespace, relation.name));
+        let c = (name, images::columns(relation, self.schema(relid)));
         self.image_columns.insert(relid, c.clone());
         Ok(c)
     }
@@ -569,7 +573,7 @@ impl Capture {
                     relation: name,
                     mismatch,
                 })?;
-            let key = bound.column_names().map(str::to_string).collect();
+            let key: Arc<[String]> = bound.column_names().map(str::to_string).collect();
             self.bindings.insert(relid, Binding { bound, key });
         }
         self.bindings
@@ -595,18 +599,17 @@ impl Capture {
             return Ok(None);
         }
         let (xid, commit_lsn, commit_ts) = (txn.xid, txn.commit_lsn, txn.commit_ts);
+        let (name, columns) = self.image_columns(lsn, relid)?;
         let images = if op == Op::Truncate {
             images::Images::default()
         } else {
-            let columns = self.image_columns(lsn, relid)?;
             images::images(&columns, self.relation(lsn, relid)?, &self.flags, old, new)
         };
-        let relation = self.relation(lsn, relid)?;
         if self.require_complete && !images.unchanged_toast.is_empty() {
             return Err(CaptureError::Incomplete {
                 lsn,
                 error: rowid_pgoutput::IncompleteAfterImage {
-                    relation: format!("{}.{}", relation.namespace, relation.name),
+                    relation: name.to_string(),
                     columns: images.unchanged_toast,
                 },
             });
@@ -617,10 +620,10 @@ impl Capture {
             xid,
             commit_ts,
             relid,
-            relation: format!("{}.{}", relation.namespace, relation.name),
+            relation: name,
             op,
             domain: None,
-            key: Vec::new(),
+            key: Arc::from([]),
             old_id: None,
             new_id: None,
             old: images.old,
@@ -675,10 +678,11 @@ impl Capture {
                 lsn,
                 detail: format!("no binding for relation OID {relid}"),
             })?;
-        let name = format!("{}.{}", relation.namespace, relation.name);
+        // Built only for an error: every change would otherwise pay for it.
+        let name = || format!("{}.{}", relation.namespace, relation.name);
         let identity_error = |error| CaptureError::Identity {
             lsn,
-            relation: name.clone(),
+            relation: name(),
             error,
         };
         let new_id = match new {
@@ -706,7 +710,7 @@ impl Capture {
         };
         let no_old_row = |why: String| CaptureError::OldRowUnavailable {
             lsn,
-            relation: name.clone(),
+            relation: name(),
             op,
             why,
         };
@@ -874,9 +878,13 @@ impl Capture {
 /// rows of the initial snapshot (read with those columns in that order).
 #[derive(Debug)]
 struct SnapshotBinding {
-    bound: BoundIdentity,
-    key: Vec<String>,
+    /// `schema.name`, shared by the events.
+    name: Arc<str>,
+    /// The relation as the schema lists it.
+    relation: Relation,
     columns: Arc<[ColumnMeta]>,
+    /// The identity bound to those columns and its key, or why there is none.
+    identity: Result<(BoundIdentity, Arc<[String]>), String>,
 }
 
 /// The Relation message a stream would send for `schema` under no replica identity: the
@@ -904,7 +912,7 @@ fn schema_relation(schema: &RelationSchema) -> Relation {
 /// The identities of one change.
 struct Identified {
     domain: rowid_codec::Domain,
-    key: Vec<String>,
+    key: Arc<[String]>,
     old_id: Option<Vec<u8>>,
     new_id: Option<Vec<u8>>,
 }

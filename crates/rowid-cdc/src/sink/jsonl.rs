@@ -180,6 +180,7 @@ mod tests {
     use super::*;
     use crate::event::Op;
     use crate::lsn::Lsn;
+    use std::sync::Arc;
 
     fn event(xid: u32) -> ChangeEvent {
         ChangeEvent {
@@ -191,7 +192,7 @@ mod tests {
             relation: "public.t".into(),
             op: Op::Insert,
             domain: None,
-            key: vec![],
+            key: Arc::from([]),
             old_id: None,
             new_id: Some(vec![2, 1]),
             old: None,

@@ -83,15 +83,16 @@ pub async fn copy(
     }
     let mut report = Report::new(progress, plans.len(), estimate);
     for (done, (s, statement)) in plans.iter().enumerate() {
+        let name = s.qualified_name();
         let stream = tx.copy_out(statement.as_str()).await?;
         let mut stream = std::pin::pin!(stream);
-        let mut reader = CopyReader::new(s.columns.len(), s.qualified_name());
+        let mut reader = CopyReader::new(s.columns.len(), name.clone());
         while let Some(chunk) = stream.next().await.transpose().map_err(CdcError::from)? {
             reader.push(&chunk);
             while let Some(row) = reader.row()? {
                 pipe.snapshot_row(consistent, ts, s.relid, &row)
                     .map_err(CdcError::Pipeline)?;
-                report.row(&s.qualified_name(), done);
+                report.row(&name, done);
             }
         }
         reader.finish()?;
