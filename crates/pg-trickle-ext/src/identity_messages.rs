@@ -117,7 +117,7 @@ pub fn schema_json(rel: pg_sys::Oid) -> String {
 /// `pgtrickle.identity_schemas`, where it differs from the row there (an INSERT or UPDATE the
 /// WAL carries at this position); returns how many rows were written. Runs as the caller,
 /// which must be allowed to write that table: only the extension's owner is (the event
-/// triggers' functions are SECURITY DEFINER).
+/// triggers' functions are SECURITY DEFINER SET search_path = pg_catalog, pg_temp).
 pub fn write_schemas(relids: &[pg_sys::Oid]) -> i32 {
     let (schema, table) = IDENTITY_TABLE;
     let upsert = format!(

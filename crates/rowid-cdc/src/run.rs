@@ -95,7 +95,7 @@ async fn follow(opts: &Options, started: Started) -> Result<(), CdcError> {
                     );
                     tokio::time::sleep(backoff).await;
                     backoff = (backoff * 2).min(Duration::from_secs(30));
-                    match sink::open(opts, Some(&state)) {
+                    match sink::factory::open(opts, Some(&state)) {
                         Ok(sink) => {
                             break Pipeline::resume(
                                 state.clone(),

@@ -184,21 +184,29 @@ fn array(element: &Shape, b: &[u8], level: u32) -> Result<OwnedValue> {
     }))
 }
 
-/// A `range_send` value from `r` (flags byte and bounds); `None` for the empty range.
-fn range_body(subtype: &Shape, r: &mut Reader<'_>, level: u32) -> Result<Option<RangeBounds>> {
+/// A `range_send` flags byte from `r`, checked: known bits only, an empty range with no
+/// other flag, no infinite bound marked inclusive.
+fn range_flags_of(r: &mut Reader<'_>) -> Result<u8> {
     use range_flags::*;
     let flags = r.u8("range flags are missing")?;
     if flags & !KNOWN != 0 {
         return Err(bad(r.tag, 0, "unknown range flag bits"));
     }
-    if flags & EMPTY != 0 {
-        if flags != EMPTY {
-            return Err(bad(r.tag, 0, "an empty range carries other flags"));
-        }
-        return Ok(None);
+    if flags & EMPTY != 0 && flags != EMPTY {
+        return Err(bad(r.tag, 0, "an empty range carries other flags"));
     }
     if flags & LB_INF != 0 && flags & LB_INC != 0 || flags & UB_INF != 0 && flags & UB_INC != 0 {
         return Err(bad(r.tag, 0, "an infinite bound is marked inclusive"));
+    }
+    Ok(flags)
+}
+
+/// A `range_send` value from `r` (flags byte and bounds); `None` for the empty range.
+fn range_body(subtype: &Shape, r: &mut Reader<'_>, level: u32) -> Result<Option<RangeBounds>> {
+    use range_flags::*;
+    let flags = range_flags_of(r)?;
+    if flags & EMPTY != 0 {
+        return Ok(None);
     }
     let mut bound = |infinite: u8, inclusive: u8| -> Result<RangeBound> {
         if flags & infinite != 0 {

@@ -10,7 +10,8 @@
 //!
 //! - [`jsonl`]: JSON lines into a file (fsynced at each commit) or to standard output;
 //! - [`null`]: counted and dropped (benchmarks);
-//! - [`postgres`]: change rows into a PostgreSQL change buffer (the `cli` feature).
+//! - [`postgres`]: change rows into a PostgreSQL change buffer (the `cli` feature);
+//! - [`factory`]: the sink the command line names (the `cli` feature).
 
 use std::io;
 
@@ -18,6 +19,8 @@ use serde_json::Value;
 
 use crate::event::ChangeEvent;
 
+#[cfg(feature = "cli")]
+pub mod factory;
 pub mod jsonl;
 pub mod null;
 #[cfg(feature = "cli")]
@@ -75,38 +78,5 @@ impl<S: Sink + ?Sized> Sink for Box<S> {
 
     fn own_tables(&self) -> Option<(Option<String>, Vec<u32>)> {
         (**self).own_tables()
-    }
-}
-
-#[cfg(feature = "cli")]
-pub use open::open;
-
-#[cfg(feature = "cli")]
-mod open {
-    use super::{JsonlFile, JsonlStdout, Null, Sink, postgres};
-    use crate::config::{Options, SinkSpec};
-    use crate::error::CdcError;
-    use crate::state::State;
-
-    /// Opens the sink `opts` names. `state`: the state file's record (`None`: there is none
-    /// yet, so the sink must hold nothing).
-    pub fn open(opts: &Options, state: Option<&State>) -> Result<Box<dyn Sink>, CdcError> {
-        Ok(match &opts.sink {
-            SinkSpec::Stdout => Box::new(JsonlStdout::new()),
-            SinkSpec::Null => Box::new(Null::default()),
-            SinkSpec::File(path) => Box::new(
-                JsonlFile::open(path, state.and_then(|s| s.sink.as_ref()))
-                    .map_err(CdcError::Sink)?,
-            ),
-            SinkSpec::Postgres { dsn, buffer } => Box::new(
-                postgres::PostgresSink::open(postgres::Target {
-                    config: dsn.as_deref().unwrap_or(&opts.dsn).clone(),
-                    buffer: buffer.clone(),
-                    slot: opts.slot.clone(),
-                    fresh: state.is_none(),
-                })
-                .map_err(CdcError::Sink)?,
-            ),
-        })
     }
 }

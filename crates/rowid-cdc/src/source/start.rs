@@ -104,7 +104,7 @@ pub(crate) async fn start(opts: &Options) -> Result<Started, CdcError> {
     }
     // The sink is opened (and checked) before a slot is created, so that a refused sink
     // leaves nothing behind.
-    let sink = sink::open(opts, saved.as_ref())?;
+    let sink = sink::factory::open(opts, saved.as_ref())?;
     // A buffer in the database being captured is not captured itself: its writes would come
     // back through the slot forever.
     let source_database = net::database_id(&client).await;
