@@ -570,12 +570,11 @@ fn wal_capture(
     let rows = cluster
         .psql()
         .with_db("cdcsink")
-        .run("SELECT count(*) FROM pgtrickle_changes.rowid_cdc;")?;
-    if rows.trim() != n.to_string() {
-        return Err(format!(
-            "the change buffer holds {} rows, expected {n}",
-            rows.trim()
-        ));
+        .buffer_rows("pgtrickle_changes", "rowid_cdc", "1")?
+        .lines()
+        .count();
+    if rows as u64 != n {
+        return Err(format!("the change buffers hold {rows} rows, expected {n}"));
     }
     report.push_str(&format!(
         "## 5. WAL capture throughput (one UPDATE of {n} rows, one transaction)\n\n\

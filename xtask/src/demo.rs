@@ -243,13 +243,15 @@ fn capture_by_trigger(cluster: &Cluster) -> Result<(), String> {
     )?;
     show(
         cluster,
-        "one row per change; after the primary key is dropped mid-transaction the identity \
-         follows the next key (code), as pgtrickle.encode_row_id_v2 would",
+        "one row per change with its row images (old_<column>, new_<column>); after the \
+         primary key is dropped mid-transaction the identity follows the next key (code), as \
+         pgtrickle.encode_row_id_v2 would",
         "DO $$ BEGIN EXECUTE format('CREATE TEMP VIEW tickets_changes AS SELECT * FROM \
          pgtrickle_changes.changes_%s', 'tickets'::regclass::oid); END $$;
          SELECT pgtrickle.check_change_buffer(('pgtrickle_changes.changes_' || 'tickets'::regclass::oid)::regclass) AS buffer_ok;
          SELECT b.seq, b.op, pgtrickle.row_id_describe(b.__pgt_old_row_id) AS old_identity,
-                pgtrickle.row_id_describe(b.__pgt_row_id) AS new_identity
+                pgtrickle.row_id_describe(b.__pgt_row_id) AS new_identity,
+                b.old_state, b.new_state
          FROM tickets_changes b ORDER BY b.seq",
     )
 }

@@ -36,7 +36,10 @@ use std::rc::Rc;
 use pgrx::pg_guard;
 use pgrx::pg_sys;
 use rowid_codec::Domain;
-use rowid_registry::buffer::{self, BufferOp, CatalogColumn, OLD_ROW_ID, UNIDENTIFIED, Writers};
+use rowid_registry::buffer::{
+    self, BACKFILLED, BufferOp, CatalogColumn, ImageColumn, OLD_IMAGE, OLD_ROW_ID, Side,
+    UNCHANGED_TOAST, UNIDENTIFIED, Writers,
+};
 use rowid_registry::schema_message::IdentityDef;
 use rowid_registry::sql::{QualifiedName, ROW_ID, quote_ident};
 
@@ -52,8 +55,8 @@ const FUNCTION: &str = "pgtrickle.capture_changes";
 /// The capture function, for messages.
 const CAPTURE_TABLE: &str = "pgtrickle.capture_table";
 
-/// The buffer's columns in the order of the values the trigger writes.
-const VALUE_COLUMNS: [&str; 11] = [
+/// The buffer's fixed columns in the order of the values the trigger writes.
+const VALUE_COLUMNS: [&str; 14] = [
     "xid",
     "seq",
     "source_relid",
@@ -65,7 +68,23 @@ const VALUE_COLUMNS: [&str; 11] = [
     "row_identity_version",
     "row_probe_version",
     UNIDENTIFIED,
+    OLD_IMAGE,
+    BACKFILLED,
+    UNCHANGED_TOAST,
 ];
+
+/// What one attribute of the buffer's tuple descriptor holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum HeapColumn {
+    /// One of [`VALUE_COLUMNS`].
+    Value(usize),
+    /// The new row's attribute (zero-based index in the source's descriptor).
+    New(usize),
+    /// The old row's attribute.
+    Old(usize),
+    /// A dropped attribute.
+    Dropped,
+}
 
 /// What one capture trigger needs per row, built once.
 struct Plan {
@@ -83,8 +102,10 @@ struct Plan {
     /// The kept `INSERT` for buffers the heap path may not write, prepared when first needed.
     spi: Option<pg_sys::SPIPlanPtr>,
     /// Per attribute of the buffer's tuple descriptor when the plan was built (with the
-    /// buffer locked): which of [`VALUE_COLUMNS`] it holds, `None` for a dropped attribute.
-    heap_columns: Vec<Option<usize>>,
+    /// buffer locked): what it holds.
+    heap_columns: Vec<HeapColumn>,
+    /// The live buffer columns in order, with their types: the executor path's `INSERT`.
+    insert_columns: Vec<(String, pg_sys::Oid, HeapColumn)>,
     /// Scratch for the heap row.
     heap_values: Vec<pg_sys::Datum>,
     heap_nulls: Vec<bool>,
@@ -183,8 +204,90 @@ fn buffer_columns(oid: pg_sys::Oid) -> Vec<CatalogColumn> {
             name: row.get::<String>(1)?.unwrap_or_default(),
             sql_type: row.get::<String>(2)?.unwrap_or_default(),
             not_null: row.get::<bool>(3)?.unwrap_or(false),
+            comment: row.get::<String>(4)?,
         })
     })
+}
+
+/// The source's columns as its buffer holds them (published columns in `attnum` order, with
+/// their storage types), refused by `function` when a name is too long for the buffer.
+fn source_images(function: &str, relid: pg_sys::Oid) -> Vec<ImageColumn> {
+    let images: Vec<ImageColumn> = crate::catalog::published_columns(relid)
+        .into_iter()
+        .map(|c| ImageColumn {
+            attnum: c.attnum,
+            sql_type: spi::one::<String>(
+                buffer::STORAGE_TYPE_QUERY,
+                &[c.type_name.as_str().into()],
+            )
+            .unwrap_or(c.type_name),
+            name: c.name,
+        })
+        .collect();
+    if let Err(e) = buffer::check_image_names(&relation_name(relid), &images) {
+        errors::refused(function, "0A000", &e.to_string());
+    }
+    images
+}
+
+/// Alters `buffer` (of `source`, verified) to hold the source's columns as they are now
+/// (spec/change-buffer.md §1c), as the buffer's owner; returns the statements it ran.
+fn follow_columns(function: &str, source: pg_sys::Oid, buffer: pg_sys::Oid) -> usize {
+    let name = relation_name(buffer);
+    let have = match buffer::check_shape(&name, &buffer_columns(buffer)) {
+        Ok(have) => have,
+        Err(e) => errors::invalid_buffer(function, &e.to_string()),
+    };
+    let want = source_images(function, source);
+    let qualified = QualifiedName::new(
+        buffer::DEFAULT_SCHEMA,
+        &format!("changes_{}", u32::from(source)),
+    );
+    let statements = buffer::alter_statements(&qualified, &have, &want);
+    if !statements.is_empty() {
+        let owner = writers_owner(buffer);
+        // As the buffer's owner, restricted: a cast a USING runs is the owner's to trust, not
+        // the extension owner's.
+        as_owner(owner, || {
+            for sql in &statements {
+                spi::run(sql, &[]);
+            }
+        });
+    }
+    statements.len()
+}
+
+/// The owner of a relation.
+fn writers_owner(rel: pg_sys::Oid) -> pg_sys::Oid {
+    spi::one::<pg_sys::Oid>(
+        &format!(
+            "SELECT relowner FROM pg_catalog.pg_class WHERE oid OPERATOR(pg_catalog.=) {}",
+            u32::from(rel)
+        ),
+        &[],
+    )
+    .unwrap_or(pg_sys::InvalidOid)
+}
+
+/// Follows the DDL of `sources` in their trigger buffers (those that have one): what the
+/// extension's `ddl_command_end` event trigger calls for every table an `ALTER TABLE`
+/// touched. Returns how many buffers it altered.
+pub fn follow_source_ddl(sources: &[pg_sys::Oid]) -> i32 {
+    let mut altered = 0;
+    for &source in sources {
+        let name = QualifiedName::new(
+            buffer::DEFAULT_SCHEMA,
+            &format!("changes_{}", u32::from(source)),
+        );
+        let Some(buffer) = buffer_oid(&name) else {
+            continue;
+        };
+        verify_made_for("pgtrickle.follow_source_ddl", buffer, source);
+        if follow_columns("pgtrickle.follow_source_ddl", source, buffer) > 0 {
+            altered += 1;
+        }
+    }
+    altered
 }
 
 /// Who can write the table, and whether writing it runs code ([`buffer::WRITERS_QUERY`]).
@@ -302,8 +405,13 @@ fn check_source(function: &str, s: &Source) {
 /// Accepts `buffer` as the change buffer of `source` only when it is the one `capture_table`
 /// makes ([`verify_made_for`]), owned by the source's owner, granting nothing but `SELECT` to
 /// anyone else, without triggers or rules, of the buffer shape, with this library's version
-/// constraints. Raised by `function` otherwise.
-fn verify_buffer(function: &str, buffer: pg_sys::Oid, source: pg_sys::Oid, owner: pg_sys::Oid) {
+/// constraints. Raised by `function` otherwise. Returns the source columns the buffer holds.
+fn verify_buffer(
+    function: &str,
+    buffer: pg_sys::Oid,
+    source: pg_sys::Oid,
+    owner: pg_sys::Oid,
+) -> Vec<ImageColumn> {
     verify_made_for(function, buffer, source);
     let name = relation_name(buffer);
     if let Err(e) = buffer::check_writers(&name, &writers(buffer), &role_name(owner)) {
@@ -315,15 +423,17 @@ fn verify_buffer(function: &str, buffer: pg_sys::Oid, source: pg_sys::Oid, owner
             ),
         );
     }
-    if let Err(e) = buffer::check_shape(&name, &buffer_columns(buffer)) {
-        errors::invalid_buffer(function, &e.to_string());
-    }
+    let images = match buffer::check_shape(&name, &buffer_columns(buffer)) {
+        Ok(images) => images,
+        Err(e) => errors::invalid_buffer(function, &e.to_string()),
+    };
     let defs = spi::rows(buffer::CONSTRAINTS_QUERY, &[name.as_str().into()], |row| {
         Ok(row.get::<String>(1)?.unwrap_or_default())
     });
     if let Err(e) = buffer::check_version_constraints(&name, &defs) {
         errors::invalid_buffer(function, &e.to_string());
     }
+    images
 }
 
 /// Accepts `buffer` only when `capture_table` made it for `source`: it lives in the
@@ -409,7 +519,21 @@ unsafe fn build(
     };
     check_source(FUNCTION, &source(relid));
     let def = identity_of(FUNCTION, relid);
-    verify_buffer(FUNCTION, buffer, relid, owner);
+    let buffer_name = relation_name(buffer);
+    let images = verify_buffer(FUNCTION, buffer, relid, owner);
+    // The event trigger follows every ALTER TABLE in its own transaction; a buffer behind its
+    // source (event triggers off) is refused, never written under the old shape.
+    if images != source_images(FUNCTION, relid) {
+        errors::invalid_buffer(
+            FUNCTION,
+            &format!(
+                "{buffer_name} does not hold the columns {} has now (a DDL was not followed: \
+                 event triggers off?); run SELECT pgtrickle.capture_table('{}') to follow it",
+                relation_name(relid),
+                relation_name(relid).replace('\'', "''")
+            ),
+        );
+    }
     // SAFETY: a valid tuple descriptor with natts attributes.
     let natts = unsafe { (*tupdesc).natts } as usize;
     let mut by_name = HashMap::new();
@@ -448,9 +572,11 @@ unsafe fn build(
             w.push((rel, valid.clone()));
         }
     });
-    let buffer_name = relation_name(buffer);
-    // SAFETY: the open buffer's descriptor, valid while it is open.
-    let heap_columns = unsafe { heap_columns(&buffer_name, (*buffer_rel).rd_att) };
+    // SAFETY: the open buffer's descriptor, valid while it is open; the source's descriptor.
+    let heap_columns =
+        unsafe { heap_columns(&buffer_name, (*buffer_rel).rd_att, tupdesc, &images) };
+    // SAFETY: as above.
+    let insert_columns = unsafe { insert_columns((*buffer_rel).rd_att, &heap_columns) };
     Plan {
         relid,
         buffer,
@@ -463,69 +589,120 @@ unsafe fn build(
         heap_values: Vec::with_capacity(heap_columns.len()),
         heap_nulls: Vec::with_capacity(heap_columns.len()),
         heap_columns,
+        insert_columns,
         old: Vec::new(),
         new: Vec::new(),
     }
 }
 
-/// Which value column each attribute of the buffer's descriptor `tupdesc` holds (`None`:
-/// dropped); a live attribute of another name is refused (the shape check has already
-/// refused such a buffer; this is the heap path's own guard).
+/// What each attribute of the buffer's descriptor `tupdesc` holds, the image columns mapped
+/// to the attributes of the source's descriptor `source` through `images` (the buffer's
+/// checked shape). A live attribute that is neither, or an image column whose type is not
+/// its source column's storage type, is refused (the shape check has already refused such a
+/// buffer; this is the heap path's own guard).
 ///
 /// # Safety
-/// `tupdesc` must be a valid tuple descriptor.
-unsafe fn heap_columns(buffer: &str, tupdesc: pg_sys::TupleDesc) -> Vec<Option<usize>> {
+/// `tupdesc` and `source` must be valid tuple descriptors.
+unsafe fn heap_columns(
+    buffer: &str,
+    tupdesc: pg_sys::TupleDesc,
+    source: pg_sys::TupleDesc,
+    images: &[ImageColumn],
+) -> Vec<HeapColumn> {
     // SAFETY: guaranteed by the caller; i < natts.
-    let natts = unsafe { (*tupdesc).natts } as usize;
+    let (natts, source_natts) = unsafe { ((*tupdesc).natts as usize, (*source).natts as usize) };
     (0..natts)
         .map(|i| {
             // SAFETY: i < natts.
             let att = unsafe { attribute(tupdesc, i) };
             if att.attisdropped {
-                return None;
+                return HeapColumn::Dropped;
             }
             let column = attribute_name(att);
-            match VALUE_COLUMNS.iter().position(|c| *c == column) {
-                Some(k) => Some(k),
-                None => errors::invalid_buffer(
+            if let Some(k) = VALUE_COLUMNS.iter().position(|c| *c == column) {
+                return HeapColumn::Value(k);
+            }
+            let image = images.iter().find_map(|c| {
+                if c.column(Side::New) == column {
+                    Some((c, Side::New))
+                } else if c.column(Side::Old) == column {
+                    Some((c, Side::Old))
+                } else {
+                    None
+                }
+            });
+            let Some((c, side)) = image else {
+                errors::invalid_buffer(
                     FUNCTION,
                     &format!("{buffer} is not a change buffer: it has a column {column:?}"),
-                ),
+                );
+            };
+            let index = usize::try_from(c.attnum - 1).unwrap_or(usize::MAX);
+            if index >= source_natts {
+                errors::invalid_buffer(
+                    FUNCTION,
+                    &format!("{buffer}: column {column:?} names no column of its source"),
+                );
+            }
+            // SAFETY: index < source_natts.
+            let source_att = unsafe { attribute(source, index) };
+            // SAFETY: a type OID from a live attribute.
+            let storage = unsafe { pg_sys::getBaseType(source_att.atttypid) };
+            if source_att.attisdropped || storage != att.atttypid {
+                errors::invalid_buffer(
+                    FUNCTION,
+                    &format!(
+                        "{buffer}: column {column:?} is not of its source column's type \
+                         (run pgtrickle.capture_table again to follow the DDL)"
+                    ),
+                );
+            }
+            match side {
+                Side::New => HeapColumn::New(index),
+                Side::Old => HeapColumn::Old(index),
             }
         })
         .collect()
 }
 
-/// The kept `INSERT` into the buffer: every value column, commit_lsn NULL (a trigger runs
-/// before its commit).
-fn prepare_insert(buffer: &str) -> pg_sys::SPIPlanPtr {
-    let columns: Vec<String> = VALUE_COLUMNS.iter().map(|c| quote_ident(c)).collect();
-    let params: Vec<String> = (1..=VALUE_COLUMNS.len()).map(|i| format!("${i}")).collect();
+/// The live buffer columns with their types, for the executor path's `INSERT`.
+///
+/// # Safety
+/// `tupdesc` must be the valid descriptor `heap_columns` was built from.
+unsafe fn insert_columns(
+    tupdesc: pg_sys::TupleDesc,
+    heap_columns: &[HeapColumn],
+) -> Vec<(String, pg_sys::Oid, HeapColumn)> {
+    heap_columns
+        .iter()
+        .enumerate()
+        .filter(|(_, h)| **h != HeapColumn::Dropped)
+        .map(|(i, h)| {
+            // SAFETY: i < natts (one entry per attribute).
+            let att = unsafe { attribute(tupdesc, i) };
+            (attribute_name(att), att.atttypid, *h)
+        })
+        .collect()
+}
+
+/// The kept `INSERT` into the buffer: every live column (`columns`), commit_lsn NULL (a
+/// trigger runs before its commit).
+fn prepare_insert(
+    buffer: &str,
+    columns: &[(String, pg_sys::Oid, HeapColumn)],
+) -> pg_sys::SPIPlanPtr {
+    let names: Vec<String> = columns.iter().map(|(c, _, _)| quote_ident(c)).collect();
+    let params: Vec<String> = (1..=columns.len()).map(|i| format!("${i}")).collect();
+    let types: Vec<pg_sys::Oid> = columns.iter().map(|(_, t, _)| *t).collect();
     let sql = format!(
         "INSERT INTO {buffer} ({}) VALUES ({})",
-        columns.join(", "),
+        names.join(", "),
         params.join(", ")
     );
     let Ok(sql) = CString::new(sql) else {
         errors::invalid_argument(FUNCTION, "buffer name with a NUL byte".into());
     };
-    spi::prepare_kept(
-        &sql,
-        &[
-            pg_sys::INT8OID,
-            pg_sys::INT4OID,
-            pg_sys::OIDOID,
-            pg_sys::CHAROID,
-            pg_sys::BYTEAOID,
-            pg_sys::BYTEAOID,
-            pg_sys::PG_LSNOID,
-            pg_sys::PG_LSNOID,
-            pg_sys::INT2OID,
-            pg_sys::INT2OID,
-            pg_sys::TEXTOID,
-        ],
-    )
-    .unwrap_or_else(|| {
+    spi::prepare_kept(&sql, &types).unwrap_or_else(|| {
         errors::invalid_argument(FUNCTION, "cannot prepare the buffer insert".into())
     })
 }
@@ -638,10 +815,41 @@ pub unsafe extern "C-unwind" fn bench_capture_floor(
     unsafe { capture(fcinfo, Identities::Fixed) }
 }
 
-/// One change as the buffer's value columns, in [`VALUE_COLUMNS`] order.
+/// One change: the buffer's fixed columns, in [`VALUE_COLUMNS`] order, and the rows whose
+/// attributes fill the image columns.
 struct Row {
-    values: [pg_sys::Datum; 11],
-    nulls: [bool; 11],
+    values: [pg_sys::Datum; 14],
+    nulls: [bool; 14],
+    /// The source's descriptor.
+    tupdesc: pg_sys::TupleDesc,
+    old: Option<pg_sys::HeapTuple>,
+    new: Option<pg_sys::HeapTuple>,
+}
+
+impl Row {
+    /// The value of the buffer attribute `column` holds.
+    ///
+    /// # Safety
+    /// The tuples are valid tuples of `tupdesc`, and an image column's index is an attribute
+    /// of it.
+    unsafe fn value(&self, column: HeapColumn) -> (pg_sys::Datum, bool) {
+        let image = |tuple: Option<pg_sys::HeapTuple>, index: usize| match tuple {
+            Some(t) => {
+                let mut null = false;
+                // SAFETY: guaranteed by the caller; attribute numbers are 1-based.
+                let d =
+                    unsafe { pg_sys::heap_getattr(t, index as i32 + 1, self.tupdesc, &mut null) };
+                (d, null)
+            }
+            None => (pg_sys::Datum::from(0), true),
+        };
+        match column {
+            HeapColumn::Value(k) => (self.values[k], self.nulls[k]),
+            HeapColumn::New(i) => image(self.new, i),
+            HeapColumn::Old(i) => image(self.old, i),
+            HeapColumn::Dropped => (pg_sys::Datum::from(0), true),
+        }
+    }
 }
 
 /// The body of the capture triggers.
@@ -743,16 +951,16 @@ unsafe fn capture_as_owner(
         let lsn = pg_sys::GetXLogInsertRecPtr();
         // The identities are encoded with the plan borrowed, then the insert runs with it
         // released (the insert can process invalidations, which must find nothing borrowed).
+        let (old_tuple, new_tuple) = match op {
+            BufferOp::Insert => (None, Some(td.tg_trigtuple)),
+            BufferOp::Update => (Some(td.tg_trigtuple), Some(td.tg_newtuple)),
+            BufferOp::Delete => (Some(td.tg_trigtuple), None),
+            BufferOp::Truncate | BufferOp::Unidentified => (None, None),
+        };
         let (relid, new_id, old_id) = PLANS.with(|p| {
             let mut plans = p.borrow_mut();
             let Some(plan) = plans.get_mut(&tgoid) else {
                 errors::invalid_argument(FUNCTION, "no capture plan".into());
-            };
-            let (old_tuple, new_tuple) = match op {
-                BufferOp::Insert => (None, Some(td.tg_trigtuple)),
-                BufferOp::Update => (Some(td.tg_trigtuple), Some(td.tg_newtuple)),
-                BufferOp::Delete => (Some(td.tg_trigtuple), None),
-                BufferOp::Truncate | BufferOp::Unidentified => (None, None),
             };
             if identities == Identities::Fixed {
                 // The identity of the int8 key 0, written for every row.
@@ -802,6 +1010,10 @@ unsafe fn capture_as_owner(
                 pg_sys::Datum::from(buffer::ROW_IDENTITY_VERSION),
                 pg_sys::Datum::from(buffer::ROW_PROBE_VERSION),
                 pg_sys::Datum::from(0),
+                // A trigger has the whole old row.
+                pg_sys::Datum::from(b'F' as i8),
+                pg_sys::Datum::from(0),
+                pg_sys::Datum::from(0),
             ],
             nulls: [
                 false,
@@ -815,7 +1027,13 @@ unsafe fn capture_as_owner(
                 false,
                 false,
                 true,
+                old_tuple.is_none(),
+                true,
+                true,
             ],
+            tupdesc,
+            old: old_tuple,
+            new: new_tuple,
         };
         insert(tgoid, rel, &row);
         pg_sys::Datum::from(0)
@@ -863,16 +1081,9 @@ unsafe fn insert(tgoid: pg_sys::Oid, rel: pg_sys::Relation, row: &Row) {
                 plan.heap_values.clear();
                 plan.heap_nulls.clear();
                 for column in &plan.heap_columns {
-                    match column {
-                        Some(k) => {
-                            plan.heap_values.push(row.values[*k]);
-                            plan.heap_nulls.push(row.nulls[*k]);
-                        }
-                        None => {
-                            plan.heap_values.push(pg_sys::Datum::from(0));
-                            plan.heap_nulls.push(true);
-                        }
-                    }
+                    let (value, null) = row.value(*column);
+                    plan.heap_values.push(value);
+                    plan.heap_nulls.push(null);
                 }
                 Some(pg_sys::heap_form_tuple(
                     tupdesc,
@@ -896,10 +1107,16 @@ unsafe fn insert(tgoid: pg_sys::Oid, rel: pg_sys::Relation, row: &Row) {
         }
         pg_sys::table_close(rel, pg_sys::NoLock as i32);
         let kept = PLANS.with(|p| p.borrow().get(&tgoid).and_then(|plan| plan.spi));
+        let columns = PLANS.with(|p| {
+            p.borrow()
+                .get(&tgoid)
+                .map(|plan| plan.insert_columns.clone())
+                .unwrap_or_default()
+        });
         let plan = match kept {
             Some(plan) => plan,
             None => {
-                let plan = prepare_insert(&name().unwrap_or_default());
+                let plan = prepare_insert(&name().unwrap_or_default(), &columns);
                 let stored = PLANS.with(|p| match p.borrow_mut().get_mut(&tgoid) {
                     Some(cached) => {
                         cached.spi = Some(plan);
@@ -914,9 +1131,13 @@ unsafe fn insert(tgoid: pg_sys::Oid, rel: pg_sys::Relation, row: &Row) {
                 plan
             }
         };
-        let mut values = row.values;
-        let nulls: [std::ffi::c_char; 11] =
-            std::array::from_fn(|i| if row.nulls[i] { b'n' } else { b' ' } as std::ffi::c_char);
+        let (mut values, nulls): (Vec<pg_sys::Datum>, Vec<std::ffi::c_char>) = columns
+            .iter()
+            .map(|(_, _, column)| {
+                let (value, null) = row.value(*column);
+                (value, if null { b'n' } else { b' ' } as std::ffi::c_char)
+            })
+            .unzip();
         let rc = spi::execute_plan(plan, &mut values, &nulls);
         if rc != pg_sys::SPI_OK_INSERT as i32 {
             errors::invalid_argument(FUNCTION, format!("the buffer insert returned {rc}"));
@@ -970,13 +1191,18 @@ pub fn capture_table(source_oid: pg_sys::Oid) -> String {
                     spi::run(&format!("ALTER TABLE {quoted} OWNER TO {owner_name}"), &[])
                 });
             }
+            // A DDL the event trigger did not follow (event triggers off) is followed now.
+            follow_columns(CAPTURE_TABLE, source_oid, oid);
             oid
         }
         None => {
             // Fails unless the schema is the extension's own.
             changes_schema();
+            let images = source_images(CAPTURE_TABLE, source_oid);
             as_extension(&|| {
-                spi::run(&buffer::create_table(&buffer), &[]);
+                for sql in buffer::create_table(&buffer, &images) {
+                    spi::run(&sql, &[]);
+                }
                 spi::run(&buffer::revoke_public(&buffer), &[]);
                 spi::run(&format!("ALTER TABLE {quoted} OWNER TO {owner_name}"), &[]);
             });

@@ -134,6 +134,15 @@ mod pgtrickle {
         crate::identity_messages::write_schemas(&relids)
     }
 
+    /// Follows the `ALTER TABLE` of captured sources in their trigger buffers
+    /// (spec/change-buffer.md §1c), as each buffer's owner; returns how many it altered.
+    /// Called by the extension's `pgtrickle_capture_ddl` event trigger; EXECUTE is revoked
+    /// from PUBLIC.
+    #[pg_extern(volatile, strict)]
+    fn follow_source_ddl(sources: Vec<pg_sys::Oid>) -> i32 {
+        crate::capture::follow_source_ddl(&sources)
+    }
+
     /// Captures the changes of `source` by trigger: validates its identity (refusing a table
     /// without one by name), creates its change buffer `pgtrickle_changes.changes_<oid>`
     /// (spec/change-buffer.md; no PUBLIC access) unless it exists and passes the buffer
@@ -405,6 +414,28 @@ COMMENT ON FUNCTION pgtrickle.grant_capture(pg_catalog.regrole) IS
     ]
 );
 
+extension_sql!(
+    r#"
+-- Trigger buffers follow their source's columns in the DDL's own transaction
+-- (spec/change-buffer.md §1c): at the end of every ALTER TABLE, as the extension's owner, who
+-- alters each touched source's buffer as that buffer's owner.
+REVOKE EXECUTE ON FUNCTION pgtrickle.follow_source_ddl(pg_catalog.oid[]) FROM PUBLIC;
+CREATE FUNCTION pgtrickle.capture_on_ddl() RETURNS event_trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
+BEGIN
+  PERFORM pgtrickle.follow_source_ddl(ARRAY(
+    SELECT DISTINCT cmd.objid FROM pg_catalog.pg_event_trigger_ddl_commands() cmd
+    WHERE cmd.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_class'::pg_catalog.regclass
+    ORDER BY 1));
+END
+$fn$;
+CREATE EVENT TRIGGER pgtrickle_capture_ddl ON ddl_command_end WHEN TAG IN ('ALTER TABLE')
+  EXECUTE FUNCTION pgtrickle.capture_on_ddl();
+"#,
+    name = "capture_ddl",
+    requires = [pgtrickle::follow_source_ddl]
+);
+
 #[cfg(any(test, feature = "pg_test"))]
 #[pg_schema]
 mod tests {
@@ -413,6 +444,7 @@ mod tests {
     include!("tests_fields.rs");
     include!("tests_capture.rs");
     include!("tests_hardening.rs");
+    include!("tests_images.rs");
 }
 
 /// pgrx test harness hooks.

@@ -192,10 +192,11 @@ fn a_table_named_like_a_buffer_is_not_adopted() {
         .unwrap_or(0);
     Spi::run(&format!(
         "{}; {}",
-        rowid_registry::buffer::create_table(&rowid_registry::sql::QualifiedName::new(
-            "pgtrickle_changes",
-            &format!("changes_{oid}")
-        )),
+        rowid_registry::buffer::create_table(
+            &rowid_registry::sql::QualifiedName::new("pgtrickle_changes", &format!("changes_{oid}")),
+            &[]
+        )
+        .join("; "),
         "SELECT pgtrickle.capture_table('cap_preexisting')"
     ))
     .expect("refused");
@@ -254,16 +255,21 @@ fn buffers_others_can_write_are_refused() {
 fn buffers_with_dropped_attributes_get_their_values() {
     let buffer = captured("cap_dropped", "k int8 PRIMARY KEY");
     Spi::run(&format!(
-        "ALTER TABLE {buffer} DROP COLUMN unidentified;
-         ALTER TABLE {buffer} ADD COLUMN unidentified text;
-         ALTER TABLE {buffer} ADD CHECK ((op = 'X') = (unidentified IS NOT NULL));
+        "ALTER TABLE {buffer} DROP COLUMN unchanged_toast, DROP COLUMN new_k, DROP COLUMN old_k;
+         ALTER TABLE {buffer} ADD COLUMN unchanged_toast text[], ADD COLUMN new_k bigint,
+           ADD COLUMN old_k bigint;
+         COMMENT ON COLUMN {buffer}.new_k IS 'new image of source column 1';
+         COMMENT ON COLUMN {buffer}.old_k IS 'old image of source column 1';
          INSERT INTO cap_dropped VALUES (1), (2);
          DELETE FROM cap_dropped WHERE k = 1;"
     ))
     .expect("workload");
     let ok = Spi::get_one::<bool>(&format!(
         "SELECT bool_and(row_identity_version = 2 AND row_probe_version = 1
-                         AND unidentified IS NULL AND commit_lsn IS NULL) AND count(*) = 3
+                         AND unidentified IS NULL AND unchanged_toast IS NULL
+                         AND commit_lsn IS NULL
+                         AND (op <> 'I' OR new_k IS NOT NULL)
+                         AND (op <> 'D' OR old_k = 1)) AND count(*) = 3
          FROM {buffer}"
     ))
     .expect("query");

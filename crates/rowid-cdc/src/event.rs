@@ -71,6 +71,9 @@ pub struct ChangeEvent {
     pub relation: Arc<str>,
     /// What happened.
     pub op: Op,
+    /// The relation's columns at the change's position (those its images hold), also for a
+    /// truncate.
+    pub columns: Arc<[ColumnMeta]>,
     /// The identity's domain (`None` for a truncate).
     pub domain: Option<Domain>,
     /// The identity's columns, in identity order (empty for a truncate).
@@ -124,6 +127,8 @@ impl OldKind {
 pub struct ColumnMeta {
     /// Column name.
     pub name: String,
+    /// `pg_attribute.attnum`, when the identity schema says it.
+    pub attnum: Option<i16>,
     /// `pg_type` OID, as the Relation message sent it.
     pub type_oid: u32,
     /// The type's name (`format_type`), when the identity schema says it.

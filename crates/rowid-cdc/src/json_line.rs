@@ -195,6 +195,7 @@ mod tests {
             relid: 16385,
             relation: "public.\"odd\" name".into(),
             op: Op::Update,
+            columns: Arc::from([]),
             domain: Some(Domain::ScanKey),
             key: Arc::from(["id".to_string()]),
             old_id: Some(vec![0x02, 0xff]),
@@ -253,6 +254,7 @@ mod tests {
     ) -> ColumnMeta {
         ColumnMeta {
             name: name.into(),
+            attnum: None,
             type_oid,
             type_name: type_name.map(Into::into),
             shape,
@@ -278,6 +280,7 @@ mod tests {
             relid: 1,
             relation: "public.t".into(),
             op: Op::Update,
+            columns: columns.clone(),
             domain: Some(Domain::ScanKey),
             key: Arc::from(["id".to_string()]),
             old_id: Some(vec![2]),

@@ -70,9 +70,10 @@ struct Args {
     /// `postgres:DSN` (change rows into a buffer; `postgres:` alone: the source database).
     #[arg(long, default_value = "-", value_parser = parse_sink)]
     sink: SinkSpec,
-    /// The change buffer of a postgres sink, `SCHEMA.TABLE` or `TABLE` (created from the
-    /// registry's DDL when missing, refused when its columns or versions differ).
-    #[arg(long, value_name = "SCHEMA.TABLE", value_parser = parse_buffer, default_value = "pgtrickle_changes.rowid_cdc")]
+    /// The change buffers of a postgres sink, `SCHEMA.PREFIX` or `PREFIX`: one per source
+    /// table, `SCHEMA.PREFIX_<source oid>` (created from the registry's DDL when missing,
+    /// refused when its columns, owner or versions differ).
+    #[arg(long, value_name = "SCHEMA.PREFIX", value_parser = parse_buffer, default_value = "pgtrickle_changes.rowid_cdc")]
     buffer: QualifiedName,
     /// Print a progress line (changes/s, lag in bytes) on stderr, at most once a second.
     #[arg(long)]

@@ -39,6 +39,7 @@ async fn follow(opts: &Options, started: Started) -> Result<(), CdcError> {
         mut gated,
         mut pipe,
         ignored,
+        source_database,
         seen,
     } = started;
 
@@ -95,7 +96,7 @@ async fn follow(opts: &Options, started: Started) -> Result<(), CdcError> {
                     );
                     tokio::time::sleep(backoff).await;
                     backoff = (backoff * 2).min(Duration::from_secs(30));
-                    match sink::factory::open(opts, Some(&state)) {
+                    match sink::factory::open(opts, Some(&state), source_database.as_deref()) {
                         Ok(sink) => {
                             break Pipeline::resume(
                                 state.clone(),

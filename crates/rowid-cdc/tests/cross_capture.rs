@@ -1,10 +1,14 @@
 //! Cross-path: one workload captured twice, by the extension's capture trigger
 //! (`pgtrickle.capture_table`) into per-table change buffers, and by `rowid-cdc` from a
-//! logical slot into a change buffer of another database. Per transaction, the two give the
-//! same sequence of (relation, op, old identity, new identity), byte for byte: inserts,
-//! key-changing updates, deletes, truncates, a rolled-back savepoint, a TOASTed keyless row
-//! updated through a sibling column, a primary key moved between transactions, and a keyless
-//! table with a generated column (left out of the identity on both paths).
+//! logical slot into per-table change buffers of another database. Per transaction, the two
+//! give the same sequence of (relation, op, old identity, new identity), byte for byte, and
+//! the same row images (spec/change-buffer.md §1b: every new value; the old values the WAL
+//! carries, all of them under REPLICA IDENTITY FULL): inserts, key-changing updates, deletes,
+//! truncates, a rolled-back savepoint, a TOASTed row updated through a sibling column (FULL:
+//! the WAL path backfills it), a primary key moved between transactions, a keyless table
+//! with a generated column (left out of identities and images on both paths), and ADD,
+//! RENAME, ALTER TYPE and DROP COLUMN between and inside transactions, followed by both
+//! buffers before the next change.
 //!
 //! Needs a server with `wal_level = logical` and the extension: run through `cargo xtask test`.
 
@@ -26,31 +30,73 @@ fn database(db: &str) -> Psql {
     Psql::fresh_database(db).unwrap()
 }
 
-/// Transaction id -> the changes of that transaction in order: (relid, op, old, new).
-type ByTransaction = BTreeMap<String, Vec<(String, String, String, String)>>;
+/// One buffer row: (relid, op, old identity, new identity), then the old image's kind, the
+/// new image and the old image (JSON objects of the `new_`/`old_` columns).
+#[derive(Debug, PartialEq)]
+struct Change {
+    identities: (String, String, String, String),
+    old_image: String,
+    new: serde_json::Value,
+    old: serde_json::Value,
+}
+
+/// Transaction id -> the changes of that transaction in order.
+type ByTransaction = BTreeMap<String, Vec<Change>>;
 
 fn by_transaction(rows: &str) -> ByTransaction {
     let mut out = ByTransaction::new();
     for line in rows.lines().filter(|l| !l.is_empty()) {
-        let p: Vec<&str> = line.split('|').collect();
-        out.entry(p[0].to_string()).or_default().push((
-            p[1].to_string(),
-            p[2].to_string(),
-            p[3].to_string(),
-            p[4].to_string(),
-        ));
+        let p: Vec<&str> = line.splitn(8, '|').collect();
+        let json = |s: &str| serde_json::from_str(s).unwrap_or(serde_json::Value::Null);
+        out.entry(p[0].to_string()).or_default().push(Change {
+            identities: (
+                p[1].to_string(),
+                p[2].to_string(),
+                p[3].to_string(),
+                p[4].to_string(),
+            ),
+            old_image: p[5].to_string(),
+            new: json(p[6]),
+            old: json(p[7]),
+        });
     }
     out
 }
 
+/// A buffer row as `by_transaction` reads it (the images as JSON: `|` never appears in the
+/// workload's values).
 const COLUMNS: &str = "xid, source_relid, op, coalesce(encode(__pgt_old_row_id, 'hex'), ''), \
-                       coalesce(encode(__pgt_row_id, 'hex'), '')";
+     coalesce(encode(__pgt_row_id, 'hex'), ''), coalesce(old_image::text, ''), \
+     (SELECT coalesce(jsonb_object_agg(key, value), '{}') FROM jsonb_each(to_jsonb(c)) \
+      WHERE key LIKE 'new\\_%'), \
+     (SELECT coalesce(jsonb_object_agg(key, value), '{}') FROM jsonb_each(to_jsonb(c)) \
+      WHERE key LIKE 'old\\_%' AND key <> 'old_image')";
+
+/// The WAL's change agrees with the trigger's: the same identities and new image; the old
+/// image whole under `F`, else every old value the WAL has (the key's) equal to the
+/// trigger's.
+fn agrees(wal: &Change, trigger: &Change) -> bool {
+    if wal.identities != trigger.identities || wal.new != trigger.new {
+        return false;
+    }
+    match wal.old_image.as_str() {
+        "F" => wal.old == trigger.old,
+        _ => wal.old.as_object().is_some_and(|old| {
+            old.iter()
+                .filter(|(_, v)| !v.is_null())
+                .all(|(k, v)| trigger.old.get(k) == Some(v))
+        }),
+    }
+}
 
 #[test]
 #[ignore = "needs a PostgreSQL server with wal_level=logical and the extension: run through `cargo xtask test`"]
 fn trigger_and_wal_capture_agree_per_transaction() {
     let src = database(DB);
     let sink = database(SINK_DB);
+    // The sink's buffers hold the source's types: the enum must exist there.
+    sink.run("CREATE TYPE x_mood AS ENUM ('sad', 'ok');")
+        .unwrap();
     src.run(
         "CREATE EXTENSION pg_trickle_ext;
          SELECT pgtrickle.enable_identity_messages();
@@ -150,6 +196,17 @@ fn trigger_and_wal_capture_agree_per_transaction() {
          INSERT INTO x_full VALUES (2, NULL, 0);
          UPDATE x_full SET n = n + 1 WHERE a = 1;
          DELETE FROM x_full WHERE a = 2;
+         ALTER TABLE x_k ADD COLUMN note text;
+         INSERT INTO x_k VALUES (100, 'ok', 1, 'hundred');
+         BEGIN;
+           ALTER TABLE x_k RENAME COLUMN v TO w;
+           UPDATE x_k SET w = w + 1, note = 'x' WHERE id = 100;
+           ALTER TABLE x_k ALTER COLUMN w TYPE int8;
+           UPDATE x_k SET w = 5000000000 WHERE id = 100;
+         COMMIT;
+         ALTER TABLE x_k DROP COLUMN note;
+         UPDATE x_k SET w = 1, id = 101 WHERE id = 100;
+         DELETE FROM x_k WHERE id = 30;
          TRUNCATE x_k;
          INSERT INTO x_k VALUES (7, NULL, 7);
          INSERT INTO x_gen (a, b) VALUES (1, 'x'), (2, NULL);",
@@ -158,25 +215,29 @@ fn trigger_and_wal_capture_agree_per_transaction() {
 
     let trigger = src
         .run(&format!(
-            "SELECT {COLUMNS} FROM (
-               SELECT * FROM pgtrickle_changes.changes_{k}
-               UNION ALL SELECT * FROM pgtrickle_changes.changes_{m}
-               UNION ALL SELECT * FROM pgtrickle_changes.changes_{f}
-               UNION ALL SELECT * FROM pgtrickle_changes.changes_{g}) c ORDER BY xid, seq;",
+            "SELECT * FROM (
+               SELECT {COLUMNS}, seq FROM pgtrickle_changes.changes_{k} c
+               UNION ALL SELECT {COLUMNS}, seq FROM pgtrickle_changes.changes_{m} c
+               UNION ALL SELECT {COLUMNS}, seq FROM pgtrickle_changes.changes_{f} c
+               UNION ALL SELECT {COLUMNS}, seq FROM pgtrickle_changes.changes_{g} c) u
+             ORDER BY 1, seq;",
             k = oid(&src, "x_k"),
             m = oid(&src, "x_move"),
             f = oid(&src, "x_full"),
             g = oid(&src, "x_gen"),
         ))
         .unwrap();
+    // The trailing seq column read by by_transaction is part of the old image's text: cut it.
+    let trigger: String = trigger
+        .lines()
+        .map(|l| l.rsplit_once('|').map_or(l, |(row, _)| row).to_string() + "\n")
+        .collect();
     let expected = by_transaction(&trigger);
     let total: usize = expected.values().map(Vec::len).sum();
     let t = Instant::now();
     let wal = loop {
         let rows = sink
-            .run(&format!(
-                "SELECT {COLUMNS} FROM pgtrickle_changes.rowid_cdc ORDER BY commit_lsn, seq;"
-            ))
+            .buffer_rows("pgtrickle_changes", "rowid_cdc", COLUMNS)
             .unwrap_or_default();
         if rows.lines().count() >= total {
             break rows;
@@ -197,9 +258,20 @@ fn trigger_and_wal_capture_agree_per_transaction() {
     );
     assert_eq!(got.len(), expected.len(), "the same transactions");
     for (xid, changes) in &expected {
-        assert_eq!(got.get(xid), Some(changes), "transaction {xid}");
+        let wal = got.get(xid).map(Vec::as_slice).unwrap_or_default();
+        assert_eq!(wal.len(), changes.len(), "transaction {xid}: {wal:?}");
+        for (w, t) in wal.iter().zip(changes) {
+            assert!(
+                agrees(w, t),
+                "transaction {xid}:\n WAL     {w:?}\n trigger {t:?}"
+            );
+        }
     }
-    let ops: String = expected.values().flatten().map(|c| c.1.clone()).collect();
+    let ops: String = expected
+        .values()
+        .flatten()
+        .map(|c| c.identities.1.clone())
+        .collect();
     for op in ["I", "U", "D", "T"] {
         assert!(ops.contains(op), "the workload has {op}");
     }
@@ -208,7 +280,51 @@ fn trigger_and_wal_capture_agree_per_transaction() {
         expected
             .values()
             .flatten()
-            .any(|(_, op, o, n)| op == "U" && o != n)
+            .any(|c| c.identities.1 == "U" && c.identities.2 != c.identities.3)
+    );
+    // Every insert carried its new image (the comparison above compared values, not two
+    // empty objects).
+    assert!(
+        got.values()
+            .flatten()
+            .filter(|c| c.identities.1 == "I")
+            .all(|c| c
+                .new
+                .as_object()
+                .is_some_and(|o| !o.is_empty() && o.values().any(|v| !v.is_null())))
+    );
+    // The FULL table's old images were compared whole, its TOASTed value backfilled.
+    let full = oid(&src, "x_full");
+    assert!(
+        got.values()
+            .flatten()
+            .any(|c| c.identities.0 == full && c.identities.1 == "U" && c.old_image == "F")
+    );
+    assert_eq!(
+        sink.run(&format!(
+            "SELECT backfilled FROM pgtrickle_changes.rowid_cdc_{full} WHERE op = 'U';"
+        ))
+        .unwrap(),
+        "{big}\n"
+    );
+    // Both paths followed the DDL into the same columns.
+    let k = oid(&src, "x_k");
+    let shape = |db: &Psql, table: &str| {
+        db.run(&format!(
+            "SELECT string_agg(attname || ' ' || format_type(atttypid, atttypmod), ', ' \
+             ORDER BY attnum) FROM pg_attribute WHERE attrelid = '{table}'::regclass \
+             AND attnum > 14 AND NOT attisdropped;"
+        ))
+        .unwrap()
+    };
+    let trigger_shape = shape(&src, &format!("pgtrickle_changes.changes_{k}"));
+    assert_eq!(
+        trigger_shape,
+        "new_id bigint, old_id bigint, new_m x_mood, old_m x_mood, new_w bigint, old_w bigint\n"
+    );
+    assert_eq!(
+        shape(&sink, &format!("pgtrickle_changes.rowid_cdc_{k}")),
+        trigger_shape
     );
     // Both buffers pass the reader's check.
     src.run("SELECT pgtrickle.check_change_buffer('pgtrickle_changes.changes_' || 'x_k'::regclass::oid);")

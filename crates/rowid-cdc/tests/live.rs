@@ -89,12 +89,13 @@ impl Consumer {
                 complete.lines().map(change).collect()
             }
             Kind::Buffer(sink) => sink
-                .run(
-                    "SELECT xid, CASE op WHEN 'I' THEN 'insert' WHEN 'U' THEN 'update' \
+                .buffer_rows(
+                    "pgtrickle_changes",
+                    "rowid_cdc",
+                    "xid, CASE op WHEN 'I' THEN 'insert' WHEN 'U' THEN 'update' \
                      WHEN 'D' THEN 'delete' ELSE 'truncate' END, \
                      coalesce(encode(__pgt_old_row_id, 'hex'), ''), \
-                     coalesce(encode(__pgt_row_id, 'hex'), '') \
-                     FROM pgtrickle_changes.rowid_cdc ORDER BY commit_lsn, seq;",
+                     coalesce(encode(__pgt_row_id, 'hex'), '')",
                 )
                 .unwrap_or_default()
                 .lines()

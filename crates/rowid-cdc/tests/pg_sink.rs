@@ -1,8 +1,9 @@
-//! The PostgreSQL sink against a real server: the registry's buffer DDL creates what its
-//! shape check accepts, the table constraints hold every row to its operation's identities
-//! and to the versions, PUBLIC cannot read identities, and a buffer with other columns, rows
-//! of other versions, or a position no state accounts for is refused before anything is
-//! written.
+//! The PostgreSQL sink against a real server: one buffer per source table, created from the
+//! registry's DDL (which its shape check accepts) with the source's columns as typed image
+//! columns holding the binary values the stream carried; the table constraints hold every row
+//! to its operation's identities and to the versions, PUBLIC cannot read identities, and a
+//! buffer with other columns, rows of other versions, or a position no state accounts for is
+//! refused before anything is written to it.
 //!
 //! Needs a server: run through `cargo xtask test`.
 
@@ -10,7 +11,10 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use rowid_cdc::Lsn;
-use rowid_cdc::event::{ChangeEvent, Op, Unidentified};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use rowid_cdc::event::{Cell, ChangeEvent, ColumnMeta, OldKind, Op, RowImage, Unidentified};
 use rowid_cdc::sink::Sink;
 use rowid_cdc::sink::postgres::{PostgresSink, Target};
 use rowid_registry::buffer;
@@ -29,6 +33,36 @@ fn target(psql: &Psql, buffer: &QualifiedName, fresh: bool) -> Target {
         buffer: buffer.clone(),
         slot: "s".into(),
         fresh,
+        source_database: None,
+        in_source: false,
+    }
+}
+
+/// The columns of the source `public.t (id bigint, note text)`.
+fn columns() -> Arc<[ColumnMeta]> {
+    let column = |attnum, name: &str, type_oid, type_name: &str| ColumnMeta {
+        name: name.into(),
+        attnum: Some(attnum),
+        type_oid,
+        type_name: Some(type_name.into()),
+        shape: None,
+    };
+    Arc::from(vec![
+        column(1, "id", 20, "bigint"),
+        column(2, "note", 25, "text"),
+    ])
+}
+
+/// A row image of `public.t` from send forms.
+fn image(id: i64, note: Option<&str>) -> RowImage {
+    RowImage {
+        columns: columns(),
+        cells: vec![
+            Cell::Binary(Bytes::copy_from_slice(&id.to_be_bytes())),
+            note.map_or(Cell::Null, |n| {
+                Cell::Binary(Bytes::copy_from_slice(n.as_bytes()))
+            }),
+        ],
     }
 }
 
@@ -41,6 +75,7 @@ fn event(commit: u64, op: Op, old: Option<&[u8]>, new: Option<&[u8]>) -> ChangeE
         relid: 16385,
         relation: "public.t".into(),
         op,
+        columns: columns(),
         domain: None,
         key: std::sync::Arc::from([]),
         old_id: old.map(<[u8]>::to_vec),
@@ -60,12 +95,22 @@ fn refused(t: Target) -> String {
         .to_string()
 }
 
+/// The refusal of the first transaction into the buffer of `public.t` under `t`'s prefix.
+fn refused_at_first_change(t: Target) -> String {
+    let mut sink = PostgresSink::open(t).unwrap();
+    let written = sink
+        .change(&event(0x5000, Op::Insert, None, Some(&[2, 1])))
+        .and_then(|()| sink.commit());
+    written.expect_err("the sink must refuse").to_string()
+}
+
 #[test]
 #[ignore = "needs a PostgreSQL server: run through `cargo xtask test`"]
 fn buffers_are_created_checked_and_refused_by_name() {
     let psql = db();
 
-    // Created from the registry's DDL, accepted by its own shape check, one row per change.
+    // Created from the registry's DDL, accepted by its own shape check, one row per change,
+    // the images in typed columns.
     let b = QualifiedName::new("pgtrickle_changes", "wal");
     let mut sink = PostgresSink::open(target(&psql, &b, true)).unwrap();
     assert_eq!(sink.delivered(), None);
@@ -75,7 +120,18 @@ fn buffers_are_created_checked_and_refused_by_name() {
         (Op::Delete, Some(&[2u8, 2][..]), None),
         (Op::Truncate, None, None),
     ] {
-        sink.change(&event(0x2000, op, old, new)).unwrap();
+        let mut e = event(0x2000, op, old, new);
+        if let Some(new) = new {
+            e.new = Some(image(i64::from(new[1]), Some("née")));
+        }
+        if let Some(old) = old {
+            e.old = Some(image(i64::from(old[1]), None));
+            e.old_kind = Some(OldKind::Full);
+        }
+        if op == Op::Update {
+            e.backfilled = vec!["note".into()];
+        }
+        sink.change(&e).unwrap();
     }
     let mut x = event(0x2000, Op::Unidentified, None, None);
     x.unidentified = Some(Unidentified {
@@ -90,7 +146,7 @@ fn buffers_are_created_checked_and_refused_by_name() {
         psql.run(
             "SELECT xid, seq, source_relid, op, encode(__pgt_row_id, 'hex'), \
              encode(__pgt_old_row_id, 'hex'), commit_lsn, change_lsn, row_identity_version, \
-             row_probe_version FROM pgtrickle_changes.wal ORDER BY seq;"
+             row_probe_version FROM pgtrickle_changes.wal_16385 ORDER BY seq;"
         )
         .unwrap(),
         "900|1|16385|I|0201||0/2000|0/1FF8|2|1\n\
@@ -100,9 +156,31 @@ fn buffers_are_created_checked_and_refused_by_name() {
          900|5|16385|X|||0/2000|0/1FF8|2|1\n"
     );
     assert_eq!(
-        psql.run("SELECT unidentified FROM pgtrickle_changes.wal WHERE op = 'X';")
+        psql.run("SELECT unidentified FROM pgtrickle_changes.wal_16385 WHERE op = 'X';")
             .unwrap(),
         "update: no old row\n"
+    );
+    assert_eq!(
+        psql.run(
+            "SELECT op, new_id, new_note, old_id, old_note, old_image, backfilled, \
+             unchanged_toast FROM pgtrickle_changes.wal_16385 ORDER BY seq;"
+        )
+        .unwrap(),
+        "I|1|née|||||\n\
+         U|2|née|1||F|{note}|\n\
+         D|||2||F||\n\
+         T|||||||\n\
+         X|||||||\n"
+    );
+    assert_eq!(
+        psql.run(
+            "SELECT string_agg(attname || ' ' || format_type(atttypid, atttypmod) || ' ' || \
+             col_description(attrelid, attnum), ', ' ORDER BY attnum) FROM pg_attribute \
+             WHERE attrelid = 'pgtrickle_changes.wal_16385'::regclass AND attnum > 14;"
+        )
+        .unwrap(),
+        "new_id bigint new image of source column 1, old_id bigint old image of source column 1, \
+         new_note text new image of source column 2, old_note text old image of source column 2\n"
     );
     // Reopened: the position it committed with the rows.
     let sink = PostgresSink::open(target(&psql, &b, false)).unwrap();
@@ -111,13 +189,13 @@ fn buffers_are_created_checked_and_refused_by_name() {
 
     // The table constraints: identities exactly where the operation has them, versions fixed.
     for bad in [
-        "INSERT INTO pgtrickle_changes.wal (xid, seq, source_relid, op, __pgt_row_id, __pgt_old_row_id) VALUES (1, 1, 1, 'I', '\\x02', '\\x02')",
-        "INSERT INTO pgtrickle_changes.wal (xid, seq, source_relid, op, __pgt_row_id) VALUES (1, 1, 1, 'U', '\\x02')",
-        "INSERT INTO pgtrickle_changes.wal (xid, seq, source_relid, op) VALUES (1, 1, 1, 'D')",
-        "INSERT INTO pgtrickle_changes.wal (xid, seq, source_relid, op, __pgt_row_id) VALUES (1, 1, 1, 'T', '\\x02')",
-        "INSERT INTO pgtrickle_changes.wal (xid, seq, source_relid, op) VALUES (1, 1, 1, 'X')",
-        "INSERT INTO pgtrickle_changes.wal (xid, seq, source_relid, op, __pgt_row_id, row_identity_version) VALUES (1, 1, 1, 'I', '\\x02', 3)",
-        "INSERT INTO pgtrickle_changes.wal (xid, seq, source_relid, op, __pgt_row_id, row_probe_version) VALUES (1, 1, 1, 'I', '\\x02', NULL)",
+        "INSERT INTO pgtrickle_changes.wal_16385 (xid, seq, source_relid, op, __pgt_row_id, __pgt_old_row_id) VALUES (1, 1, 1, 'I', '\\x02', '\\x02')",
+        "INSERT INTO pgtrickle_changes.wal_16385 (xid, seq, source_relid, op, __pgt_row_id) VALUES (1, 1, 1, 'U', '\\x02')",
+        "INSERT INTO pgtrickle_changes.wal_16385 (xid, seq, source_relid, op) VALUES (1, 1, 1, 'D')",
+        "INSERT INTO pgtrickle_changes.wal_16385 (xid, seq, source_relid, op, __pgt_row_id) VALUES (1, 1, 1, 'T', '\\x02')",
+        "INSERT INTO pgtrickle_changes.wal_16385 (xid, seq, source_relid, op) VALUES (1, 1, 1, 'X')",
+        "INSERT INTO pgtrickle_changes.wal_16385 (xid, seq, source_relid, op, __pgt_row_id, row_identity_version) VALUES (1, 1, 1, 'I', '\\x02', 3)",
+        "INSERT INTO pgtrickle_changes.wal_16385 (xid, seq, source_relid, op, __pgt_row_id, row_probe_version) VALUES (1, 1, 1, 'I', '\\x02', NULL)",
     ] {
         let e = psql.run(&format!("{bad};")).expect_err(bad);
         assert!(e.contains("violates"), "{bad}: {e}");
@@ -128,7 +206,7 @@ fn buffers_are_created_checked_and_refused_by_name() {
         .unwrap();
     assert_eq!(
         psql.run(
-            "SELECT has_table_privilege('rowid_cdc_reader', 'pgtrickle_changes.wal', 'SELECT'), \
+            "SELECT has_table_privilege('rowid_cdc_reader', 'pgtrickle_changes.wal_16385', 'SELECT'), \
              has_table_privilege('rowid_cdc_reader', 'pgtrickle_changes.rowid_cdc_position', 'SELECT');"
         )
         .unwrap(),
@@ -142,43 +220,46 @@ fn buffers_are_created_checked_and_refused_by_name() {
         "{e}"
     );
 
-    // A table that is not a buffer: refused naming the column, nothing created beside it.
-    psql.run("CREATE SCHEMA other; CREATE TABLE other.t (xid bigint NOT NULL, seq integer NOT NULL, source_relid oid NOT NULL, op \"char\" NOT NULL, __pgt_row_id bigint);")
+    // A table that is not a buffer: refused naming the column, nothing written to it.
+    psql.run("CREATE SCHEMA other; CREATE TABLE other.t_16385 (xid bigint NOT NULL, seq integer NOT NULL, source_relid oid NOT NULL, op \"char\" NOT NULL, __pgt_row_id bigint);")
         .unwrap();
-    let e = refused(target(&psql, &QualifiedName::new("other", "t"), true));
+    let e = refused_at_first_change(target(&psql, &QualifiedName::new("other", "t"), true));
     assert!(
-        e.contains("\"other\".\"t\" is not a Row Identity V2 change buffer")
+        e.contains("\"other\".\"t_16385\" is not a Row Identity V2 change buffer")
             && e.contains("__pgt_row_id has type bigint"),
         "{e}"
     );
     assert_eq!(
-        psql.run("SELECT to_regclass('other.rowid_cdc_position') IS NULL;")
+        psql.run("SELECT (SELECT count(*) FROM other.t_16385), (SELECT count(*) FROM other.rowid_cdc_position);")
             .unwrap(),
-        "t\n",
+        "0|0\n",
         "refused before anything was written"
     );
 
     // A buffer holding rows of another version (an older or newer release wrote them):
     // refused before writing, naming both versions.
     let old = QualifiedName::new("other", "v3");
-    psql.run(&format!("{};", buffer::create_table(&old)))
-        .unwrap();
+    let old_buffer = QualifiedName::new("other", "v3_16385");
+    psql.run(&format!(
+        "{};",
+        buffer::create_table(&old_buffer, &[]).join("; ")
+    ))
+    .unwrap();
     psql.run(
-        "ALTER TABLE other.v3 DROP CONSTRAINT v3_row_identity_version_check; \
-         INSERT INTO other.v3 (xid, seq, source_relid, op, __pgt_row_id, row_identity_version) \
+        "ALTER TABLE other.v3_16385 DROP CONSTRAINT v3_16385_row_identity_version_check; \
+         INSERT INTO other.v3_16385 (xid, seq, source_relid, op, __pgt_row_id, row_identity_version) \
          VALUES (1, 1, 1, 'I', '\\x03', 3);",
     )
     .unwrap();
-    let e = refused(target(&psql, &old, true));
+    let e = refused_at_first_change(target(&psql, &old, true));
     assert!(
         e.contains("row_identity_version 3 and row_probe_version 1")
             && e.contains("writes and reads 2 and 1"),
         "{e}"
     );
     assert_eq!(
-        psql.run("SELECT count(*), to_regclass('other.rowid_cdc_position') IS NULL FROM other.v3;")
-            .unwrap(),
-        "1|t\n",
+        psql.run("SELECT count(*) FROM other.v3_16385;").unwrap(),
+        "1\n",
         "nothing written"
     );
 
@@ -189,7 +270,8 @@ fn buffers_are_created_checked_and_refused_by_name() {
     let future = QualifiedName::new("other", "v3_empty");
     psql.run(&format!(
         "{};",
-        buffer::create_table(&future)
+        buffer::create_table(&QualifiedName::new("other", "v3_empty_16385"), &[])
+            .join("; ")
             .replace("DEFAULT 2", "DEFAULT 3")
             .replace(
                 "\"row_identity_version\" = 2",
@@ -206,7 +288,8 @@ fn buffers_are_created_checked_and_refused_by_name() {
     assert!(e.to_string().contains("row_identity_version_check"), "{e}");
     drop(sink);
     assert_eq!(
-        psql.run("SELECT count(*) FROM other.v3_empty;").unwrap(),
+        psql.run("SELECT count(*) FROM other.v3_empty_16385;")
+            .unwrap(),
         "0\n"
     );
 
@@ -248,35 +331,36 @@ fn buffers_others_prepared_are_refused() {
     )
     .unwrap();
     let fresh = |name: &str| {
-        let b = QualifiedName::new("s", name);
-        psql.run(&format!("{};", buffer::create_table(&b))).unwrap();
-        b
+        let b = QualifiedName::new("s", &format!("{name}_16385"));
+        psql.run(&format!("{};", buffer::create_table(&b, &[]).join("; ")))
+            .unwrap();
+        QualifiedName::new("s", name)
     };
     let b = fresh("owned");
-    psql.run("ALTER TABLE s.owned OWNER TO rowid_cdc_squatter;")
+    psql.run("ALTER TABLE s.owned_16385 OWNER TO rowid_cdc_squatter;")
         .unwrap();
-    let e = refused(target(&psql, &b, true));
+    let e = refused_at_first_change(target(&psql, &b, true));
     assert!(
         e.contains("owned by rowid_cdc_squatter, not postgres"),
         "{e}"
     );
 
     let b = fresh("granted");
-    psql.run("GRANT INSERT ON s.granted TO rowid_cdc_squatter;")
+    psql.run("GRANT INSERT ON s.granted_16385 TO rowid_cdc_squatter;")
         .unwrap();
-    let e = refused(target(&psql, &b, true));
+    let e = refused_at_first_change(target(&psql, &b, true));
     assert!(e.contains("grants rowid_cdc_squatter:INSERT"), "{e}");
 
     let b = fresh("triggered");
     psql.run(
         "CREATE FUNCTION s.noop() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RETURN NULL; END $$;
-         CREATE TRIGGER t AFTER INSERT ON s.triggered FOR EACH ROW EXECUTE FUNCTION s.noop();",
+         CREATE TRIGGER t AFTER INSERT ON s.triggered_16385 FOR EACH ROW EXECUTE FUNCTION s.noop();",
     )
     .unwrap();
-    let e = refused(target(&psql, &b, true));
+    let e = refused_at_first_change(target(&psql, &b, true));
     assert!(e.contains("has triggers (t)"), "{e}");
     assert_eq!(
-        psql.run("SELECT count(*) FROM s.triggered;").unwrap(),
+        psql.run("SELECT count(*) FROM s.triggered_16385;").unwrap(),
         "0\n",
         "nothing written"
     );
@@ -314,10 +398,14 @@ fn the_channel_is_bounded_in_bytes() {
     let psql = Psql::fresh_database("rowid_cdc_pg_sink_bytes").unwrap();
     let b = QualifiedName::new("s", "big");
     let mut sink = PostgresSink::open(target(&psql, &b, true)).unwrap();
+    // The first transaction creates the buffer.
+    sink.change(&event(0x3000, Op::Insert, None, Some(&[2, 1])))
+        .unwrap();
+    sink.commit().unwrap();
     let lock = std::process::Command::new("psql")
         .args(psql.args().split_whitespace())
         .args(["-X", "-q", "-c"])
-        .arg("BEGIN; LOCK TABLE s.big IN ACCESS EXCLUSIVE MODE; SELECT pg_sleep(3); COMMIT;")
+        .arg("BEGIN; LOCK TABLE s.big_16385 IN ACCESS EXCLUSIVE MODE; SELECT pg_sleep(3); COMMIT;")
         .stdout(std::process::Stdio::null())
         .spawn()
         .unwrap();
@@ -338,5 +426,8 @@ fn the_channel_is_bounded_in_bytes() {
         "{peak} bytes were in flight"
     );
     assert!(peak >= 4 << 20, "the budget was reached: {peak}");
-    assert_eq!(psql.run("SELECT count(*) FROM s.big;").unwrap(), "200\n");
+    assert_eq!(
+        psql.run("SELECT count(*) FROM s.big_16385;").unwrap(),
+        "201\n"
+    );
 }

@@ -265,17 +265,40 @@ impl Fixture for BufferSink {
             buffer: Self::buffer(dir),
             slot: "s".into(),
             fresh: state.is_none(),
+            source_database: None,
+            in_source: false,
         });
         Box::new(sink.unwrap())
     }
 
     fn contents(&self, dir: &Path) -> String {
+        // Every per-table buffer under the prefix, as one list.
+        let prefix = Self::buffer(dir);
+        let tables = self
+            .psql
+            .run(&format!(
+                "SELECT c.oid::regclass FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
+                 WHERE n.nspname = 'restart' AND c.relname ~ '^{}_[0-9]+$' ORDER BY 1;",
+                prefix.name
+            ))
+            .unwrap();
+        let selects: Vec<String> = tables
+            .lines()
+            .map(|t| {
+                format!(
+                    "SELECT xid, seq, source_relid, op, encode(__pgt_row_id, 'hex') AS n, \
+                     encode(__pgt_old_row_id, 'hex') AS o, commit_lsn, change_lsn, \
+                     row_identity_version, row_probe_version FROM {t}"
+                )
+            })
+            .collect();
+        if selects.is_empty() {
+            return String::new();
+        }
         self.psql
             .run(&format!(
-                "SELECT xid, seq, source_relid, op, encode(__pgt_row_id, 'hex'), \
-                 encode(__pgt_old_row_id, 'hex'), commit_lsn, change_lsn, \
-                 row_identity_version, row_probe_version FROM {} ORDER BY commit_lsn, seq;",
-                Self::buffer(dir).quoted()
+                "{} ORDER BY commit_lsn, seq;",
+                selects.join(" UNION ALL ")
             ))
             .unwrap()
     }

@@ -51,7 +51,7 @@ fn the_spec_table_is_the_code() {
 
 #[test]
 fn the_ddl_states_the_identity_and_version_rules() {
-    let ddl = buffer::create_table(&QualifiedName::new("s", "b"));
+    let ddl = buffer::create_table(&QualifiedName::new("s", "b"), &[]).join("; ");
     for rule in [
         "CHECK (\"op\" IN ('I', 'U', 'D', 'T', 'X'))",
         "CHECK ((\"op\" IN ('I', 'U')) = (\"__pgt_row_id\" IS NOT NULL))",
@@ -59,6 +59,8 @@ fn the_ddl_states_the_identity_and_version_rules() {
         "CHECK ((\"op\" = 'X') = (\"unidentified\" IS NOT NULL))",
         "CHECK (\"row_identity_version\" = 2)",
         "CHECK (\"row_probe_version\" = 1)",
+        "CHECK (\"old_image\" IN ('F', 'K'))",
+        "CHECK (\"old_image\" IS NULL OR \"op\" IN ('U', 'D', 'X'))",
     ] {
         assert!(ddl.contains(rule), "{rule} missing from {ddl}");
     }

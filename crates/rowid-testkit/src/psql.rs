@@ -119,6 +119,39 @@ impl Psql {
         }
     }
 
+    /// `columns` of every row of the change buffers `schema.prefix_<source oid>` (rowid-cdc's
+    /// PostgreSQL sink keeps one per source table), in `commit_lsn, seq` order: one list, as
+    /// a single buffer would hold them (`columns` may name the row as `c`; values must not
+    /// contain `|`). Empty while there is no buffer yet.
+    pub fn buffer_rows(&self, schema: &str, prefix: &str, columns: &str) -> Result<String, String> {
+        let tables = self.run(&format!(
+            "SELECT c.oid::regclass FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
+             WHERE n.nspname = '{schema}' AND c.relname ~ '^{prefix}_[0-9]+$' ORDER BY 1;"
+        ))?;
+        let selects: Vec<String> = tables
+            .lines()
+            .filter(|t| !t.is_empty())
+            .map(|t| format!("SELECT {columns}, commit_lsn AS _c, seq AS _s FROM {t} c"))
+            .collect();
+        if selects.is_empty() {
+            return Ok(String::new());
+        }
+        self.run(&format!(
+            "SELECT * FROM ({}) b ORDER BY _c, _s;",
+            selects.join(" UNION ALL ")
+        ))
+        .map(|rows| {
+            rows.lines()
+                .map(|l| {
+                    // Drop the two ordering columns psql printed last.
+                    let mut cells: Vec<&str> = l.split('|').collect();
+                    cells.truncate(cells.len().saturating_sub(2));
+                    cells.join("|") + "\n"
+                })
+                .collect()
+        })
+    }
+
     /// Runs `script` and returns its rows unaligned, without headers (`-A -t`): one line per
     /// row, columns separated by `|`.
     pub fn run(&self, script: &str) -> Result<String, String> {

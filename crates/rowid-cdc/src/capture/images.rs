@@ -25,6 +25,7 @@ pub(super) fn columns(relation: &Relation, schema: Option<&RelationSchema>) -> A
                 .filter(|k| k.type_oid == c.type_oid);
             ColumnMeta {
                 name: c.name.clone(),
+                attnum: known.map(|k| k.attnum),
                 type_oid: c.type_oid,
                 type_name: known.and_then(|k| k.type_name.clone()),
                 shape: known.and_then(|k| k.shape.clone()),

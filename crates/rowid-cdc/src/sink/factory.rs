@@ -6,8 +6,14 @@ use crate::error::CdcError;
 use crate::state::State;
 
 /// Opens the sink `opts` names. `state`: the state file's record (`None`: there is none
-/// yet, so the sink must hold nothing).
-pub fn open(opts: &Options, state: Option<&State>) -> Result<Box<dyn Sink>, CdcError> {
+/// yet, so the sink must hold nothing); `source_database`: the captured database
+/// (`system_identifier/database OID`, when readable), so a sink writing into it skips its own
+/// tables' changes.
+pub fn open(
+    opts: &Options,
+    state: Option<&State>,
+    source_database: Option<&str>,
+) -> Result<Box<dyn Sink>, CdcError> {
     Ok(match &opts.sink {
         SinkSpec::Stdout => Box::new(JsonlStdout::new()),
         SinkSpec::Null => Box::new(Null::default()),
@@ -20,6 +26,8 @@ pub fn open(opts: &Options, state: Option<&State>) -> Result<Box<dyn Sink>, CdcE
                 buffer: buffer.clone(),
                 slot: opts.slot.clone(),
                 fresh: state.is_none(),
+                source_database: source_database.map(str::to_string),
+                in_source: dsn.is_none(),
             })
             .map_err(CdcError::Sink)?,
         ),

@@ -191,6 +191,7 @@ mod tests {
             relid: 1,
             relation: "public.t".into(),
             op: Op::Insert,
+            columns: Arc::from([]),
             domain: None,
             key: Arc::from([]),
             old_id: None,

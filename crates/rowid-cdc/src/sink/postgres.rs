@@ -1,8 +1,11 @@
-//! The PostgreSQL sink: change rows into a change buffer whose shape is
-//! `rowid_registry::buffer` (spec/change-buffer.md), the one every capture path writes.
+//! The PostgreSQL sink: change rows with their row images into one change buffer per source
+//! table, `<schema>.<prefix>_<source oid>`, whose shape is `rowid_registry::buffer`
+//! (spec/change-buffer.md format 3), the one every capture path writes.
 //!
 //! Each transaction's changes are streamed with binary `COPY` inside one database
-//! transaction, together with the sink's position (the transaction's commit LSN, in
+//! transaction (one `COPY` per run of changes of one table; the image values are pgoutput's
+//! binary send forms, passed through untouched: binary `COPY` reads exactly that form),
+//! together with the sink's position (the transaction's commit LSN, in
 //! `rowid_cdc_position` beside the buffer); `COMMIT` is what makes them durable, and the
 //! session runs with `synchronous_commit = on` whatever the server's or the role's default,
 //! so a commit the server answered is on disk. The position and the rows commit atomically,
@@ -10,7 +13,12 @@
 //! transactions between the two without writing them again
 //! ([`crate::capture::Capture::with_delivered`]).
 //!
-//! Before anything is written, the buffer is created from the registry's DDL when it does
+//! **A source's DDL is followed in the target transaction of the first change after it**: the
+//! relation's columns travel with every change (from the Relation message and the identity
+//! schema in force at its position); when they differ from what the buffer holds, the buffer
+//! is altered first (`rowid_registry::buffer::alter_statements`, matched by `attnum`).
+//!
+//! Before anything is written to a buffer, it is created from the registry's DDL when it does
 //! not exist, and otherwise checked: its columns must be the buffer's, no row may carry
 //! another `row_identity_version` or `row_probe_version`, and nobody but the sink's own role
 //! may write it or make writing it run code (`rowid_registry::buffer::check_writers`: owner,
@@ -24,21 +32,23 @@
 //! commit or when that budget is spent.
 
 use std::io;
-use std::pin::pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, Sender, SyncSender, channel, sync_channel};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 
-use rowid_registry::buffer::{self, BufferOp, CatalogColumn, Writers};
+use std::collections::{HashMap, HashSet};
+
+use bytes::{Bytes, BytesMut};
+use rowid_registry::buffer::{self, BufferOp, CatalogColumn, ImageColumn, Side, Writers};
 use rowid_registry::sql::{QualifiedName, quote_ident};
-use tokio_postgres::Client;
 use tokio_postgres::binary_copy::BinaryCopyInWriter;
-use tokio_postgres::types::{PgLsn, ToSql, Type};
+use tokio_postgres::types::{IsNull, PgLsn, ToSql, Type, to_sql_checked};
+use tokio_postgres::{Client, GenericClient};
 
 use crate::connect::conninfo::Conninfo;
 use crate::connect::net;
-use crate::event::{ChangeEvent, Op};
+use crate::event::{Cell, ChangeEvent, OldKind, Op, RowImage};
 use crate::lsn::Lsn;
 use crate::sink::{Durable, Sink};
 
@@ -52,9 +62,18 @@ pub const MAX_IN_FLIGHT_BYTES: usize = 8 << 20;
 /// What a row costs in the budget beyond its identities and reason.
 const ROW_OVERHEAD: usize = 64;
 
-/// The buffer a sink writes when none is named.
+/// The buffer prefix a sink writes when none is named: buffers
+/// `pgtrickle_changes.rowid_cdc_<source oid>`.
 pub fn default_buffer() -> QualifiedName {
     QualifiedName::new(buffer::DEFAULT_SCHEMA, "rowid_cdc")
+}
+
+/// The buffer of source relation `relid` under `prefix` (`schema.prefix_<relid>`).
+pub fn buffer_of(prefix: &QualifiedName, relid: u32) -> QualifiedName {
+    QualifiedName {
+        schema: prefix.schema.clone(),
+        name: format!("{}_{relid}", prefix.name),
+    }
 }
 
 /// One buffer row, as it travels to the connection's thread.
@@ -69,22 +88,74 @@ struct Row {
     commit_lsn: u64,
     change_lsn: u64,
     unidentified: Option<String>,
+    old_image: Option<i8>,
+    backfilled: Option<Vec<String>>,
+    unchanged_toast: Option<Vec<String>>,
+    /// Per image column of the buffer (in [`Cmd::Shape`] order): the new and the old value's
+    /// send form, NULL when absent. `None`: no such image.
+    new: Option<Vec<Option<Bytes>>>,
+    old: Option<Vec<Option<Bytes>>>,
 }
 
 impl Row {
     fn cost(&self) -> usize {
+        let image = |i: &Option<Vec<Option<Bytes>>>| {
+            i.as_ref().map_or(0, |cells| {
+                cells
+                    .iter()
+                    .map(|c| 8 + c.as_ref().map_or(0, Bytes::len))
+                    .sum()
+            })
+        };
         ROW_OVERHEAD
             + self.new_id.as_ref().map_or(0, Vec::len)
             + self.old_id.as_ref().map_or(0, Vec::len)
             + self.unidentified.as_ref().map_or(0, String::len)
+            + image(&self.new)
+            + image(&self.old)
     }
 }
 
 #[derive(Debug)]
 enum Cmd {
+    /// The buffer of `relid` must hold `images` (the source's columns at the next change's
+    /// position) before the next row of it; `None`: its columns are unknown at this position
+    /// (no identity schema describes them), so the buffer is left as it is.
+    Shape {
+        relid: u32,
+        relation: String,
+        images: Option<Vec<ImageColumn>>,
+    },
     Row(Row),
     /// Finish the transaction committing at this LSN.
     Commit(u64),
+}
+
+/// A value's binary send form, written into binary COPY as it is (any column type: the
+/// server reads it with the column's own receive function).
+#[derive(Debug)]
+struct SendForm<'a>(Option<&'a [u8]>);
+
+impl ToSql for SendForm<'_> {
+    fn to_sql(
+        &self,
+        _: &Type,
+        out: &mut BytesMut,
+    ) -> Result<IsNull, Box<dyn std::error::Error + Sync + Send>> {
+        match self.0 {
+            Some(bytes) => {
+                out.extend_from_slice(bytes);
+                Ok(IsNull::No)
+            }
+            None => Ok(IsNull::Yes),
+        }
+    }
+
+    fn accepts(_: &Type) -> bool {
+        true
+    }
+
+    to_sql_checked!();
 }
 
 /// The byte budget of the channel: the sender waits while it is spent.
@@ -141,6 +212,11 @@ pub struct PostgresSink {
     open: Option<Lsn>,
     seq: i32,
     opened: Opened,
+    /// The columns last sent for each relation's buffer.
+    shapes: HashMap<u32, Option<Vec<ImageColumn>>>,
+    /// The sink's own buffers, when they are in the captured database: their changes are the
+    /// sink's own writes coming back, and are not written again.
+    own: Arc<Mutex<HashSet<u32>>>,
 }
 
 /// What the sink found when it opened.
@@ -168,6 +244,12 @@ pub struct Target {
     /// No state file exists yet: a recorded position for this slot would be changes no
     /// state accounts for, and is refused.
     pub fresh: bool,
+    /// The captured database (`system_identifier/database OID`, when readable), and whether
+    /// the sink writes into it by definition (`postgres:` without a DSN): the sink's own
+    /// buffers there are published too, and their changes are skipped.
+    pub source_database: Option<String>,
+    /// The sink writes into the captured database.
+    pub in_source: bool,
 }
 
 impl PostgresSink {
@@ -180,6 +262,8 @@ impl PostgresSink {
         let table = target.buffer.quoted();
         let budget = Arc::new(Budget::default());
         let worker_budget = budget.clone();
+        let own = Arc::new(Mutex::new(HashSet::new()));
+        let worker_own = own.clone();
         let worker = std::thread::Builder::new()
             .name("rowid-cdc-sink".into())
             .spawn(move || {
@@ -188,17 +272,34 @@ impl PostgresSink {
                     .build()
                     .map_err(|e| Failure::from(format!("sink runtime: {e}")))?;
                 let out = runtime.block_on(async {
-                    let mut client = match open_connection(&target).await {
-                        Ok((client, position, opened)) => {
+                    let opening = async {
+                        let (client, position, opened) = open_connection(&target).await?;
+                        let same_database = target.in_source
+                            || (opened.database.is_some()
+                                && opened.database == target.source_database);
+                        let mut buffers = Buffers::new(&target, worker_own, same_database);
+                        buffers.load_own(&client).await?;
+                        Ok::<_, Failure>((client, position, opened, buffers))
+                    };
+                    let (mut client, mut buffers) = match opening.await {
+                        Ok((client, position, opened, buffers)) => {
                             let _ = ready_tx.send(Ok((position, opened)));
-                            client
+                            (client, buffers)
                         }
                         Err(e) => {
                             let _ = ready_tx.send(Err(e));
                             return Ok(());
                         }
                     };
-                    serve(&mut client, &target, &rx, &ack_tx, &worker_budget).await
+                    serve(
+                        &mut client,
+                        &target,
+                        &mut buffers,
+                        &rx,
+                        &ack_tx,
+                        &worker_budget,
+                    )
+                    .await
                 });
                 worker_budget.release_all();
                 out
@@ -218,6 +319,8 @@ impl PostgresSink {
             open: None,
             seq: 0,
             opened,
+            shapes: HashMap::new(),
+            own,
         })
     }
 
@@ -255,6 +358,49 @@ impl PostgresSink {
     }
 }
 
+/// The source's columns as the buffer holds them, from the columns the change carries; `None`
+/// when the identity schema in force does not describe every one (no schema at this
+/// position, or a format-2 schema without types): the buffer cannot be shaped from that.
+fn image_columns(event: &ChangeEvent) -> Option<Vec<ImageColumn>> {
+    event
+        .columns
+        .iter()
+        .map(|c| {
+            Some(ImageColumn {
+                attnum: c.attnum?,
+                name: c.name.clone(),
+                sql_type: c.type_name.clone()?,
+            })
+        })
+        .collect()
+}
+
+/// `None` for an empty list (the buffer's "none").
+fn names(list: &[String]) -> Option<Vec<String>> {
+    (!list.is_empty()).then(|| list.to_vec())
+}
+
+/// An image's values as binary COPY fields: NULL for SQL NULL and for a value the image does
+/// not have (a key-only old row's other columns; an unchanged TOASTed value, which the row's
+/// `unchanged_toast` names). A value the stream sent as text (a type without a binary send
+/// function) cannot be written into binary COPY: refused by relation and column.
+fn cells(event: &ChangeEvent, image: &RowImage) -> io::Result<Vec<Option<Bytes>>> {
+    image
+        .columns
+        .iter()
+        .zip(&image.cells)
+        .map(|(column, cell)| match cell {
+            Cell::Absent | Cell::Null => Ok(None),
+            Cell::Binary(bytes) => Ok(Some(bytes.clone())),
+            Cell::Text(_) => Err(io::Error::other(format!(
+                "{}: column {} (type OID {}) arrived as text, which a binary COPY into its \
+                 buffer cannot take",
+                event.relation, column.name, column.type_oid
+            ))),
+        })
+        .collect()
+}
+
 fn join_error(worker: Option<JoinHandle<Result<(), Failure>>>) -> io::Error {
     match worker.map(JoinHandle::join) {
         Some(Ok(Err(e))) => e.into_io(),
@@ -265,6 +411,24 @@ fn join_error(worker: Option<JoinHandle<Result<(), Failure>>>) -> io::Error {
 
 impl Sink for PostgresSink {
     fn change(&mut self, event: &ChangeEvent) -> io::Result<()> {
+        if self
+            .own
+            .lock()
+            .map(|own| own.contains(&event.relid))
+            .unwrap_or(false)
+        {
+            return Ok(());
+        }
+        let images = image_columns(event);
+        if self.shapes.get(&event.relid) != Some(&images) {
+            self.shapes.insert(event.relid, images.clone());
+            self.send(Cmd::Shape {
+                relid: event.relid,
+                relation: event.relation.to_string(),
+                images,
+            })?;
+        }
+        let known = self.shapes.get(&event.relid).is_some_and(Option::is_some);
         if self.open.is_none() {
             self.open = Some(event.commit_lsn);
             self.seq = 0;
@@ -292,6 +456,20 @@ impl Sink for PostgresSink {
                 .unidentified
                 .as_ref()
                 .map(|u| format!("{}: {}", u.change.name(), u.reason)),
+            old_image: event.old.as_ref().and(event.old_kind).map(|k| match k {
+                OldKind::Full => b'F' as i8,
+                OldKind::Key => b'K' as i8,
+            }),
+            backfilled: names(&event.backfilled),
+            unchanged_toast: names(&event.unchanged_toast),
+            new: match (&event.new, known) {
+                (Some(image), true) => Some(cells(event, image)?),
+                _ => None,
+            },
+            old: match (&event.old, known) {
+                (Some(image), true) => Some(cells(event, image)?),
+                _ => None,
+            },
         };
         self.send(Cmd::Row(row))
     }
@@ -428,8 +606,20 @@ fn position_table(buffer: &QualifiedName) -> QualifiedName {
     }
 }
 
+/// The sink's role as `regrole` prints it (quoted where needed), as owners are compared.
+async fn sink_role(client: &Client) -> Result<String, Failure> {
+    Ok(client
+        .query_one(
+            "SELECT CURRENT_USER::pg_catalog.regrole::pg_catalog.text",
+            &[],
+        )
+        .await
+        .map_err(|e| db_error("cannot read the sink's role", &e))?
+        .get(0))
+}
+
 /// [`buffer::WRITERS_QUERY`] for `table`.
-async fn writers(client: &Client, table: &str) -> Result<Writers, Failure> {
+async fn writers(client: &impl GenericClient, table: &str) -> Result<Writers, Failure> {
     let row = client
         .query_one(buffer::WRITERS_QUERY, &[&table])
         .await
@@ -445,8 +635,9 @@ async fn writers(client: &Client, table: &str) -> Result<Writers, Failure> {
     })
 }
 
-/// Creates or checks the buffer and the position table; returns the recorded position and
-/// both tables' OIDs.
+/// Checks the buffers' schema, creates or checks the position table; returns the recorded
+/// position and the position table's OID. Buffers are created or checked when their first
+/// change arrives ([`Buffers::ensure`]).
 async fn prepare(client: &mut Client, target: &Target) -> Result<(Option<Lsn>, Vec<u32>), Failure> {
     let b = &target.buffer;
     let name = b.quoted();
@@ -456,14 +647,7 @@ async fn prepare(client: &mut Client, target: &Target) -> Result<(Option<Lsn>, V
         .await
         .map_err(|e| db_error("cannot read the sink's role", &e))?
         .get(0);
-    let me_quoted: String = client
-        .query_one(
-            "SELECT CURRENT_USER::pg_catalog.regrole::pg_catalog.text",
-            &[],
-        )
-        .await
-        .map_err(|e| db_error("cannot read the sink's role", &e))?
-        .get(0);
+    let me_quoted = sink_role(client).await?;
     if let Some(schema) = &b.schema {
         // CREATE SCHEMA IF NOT EXISTS needs CREATE on the database even when the schema is
         // there (the extension's pgtrickle_changes, say): created only when missing.
@@ -507,41 +691,6 @@ async fn prepare(client: &mut Client, target: &Target) -> Result<(Option<Lsn>, V
             )));
         }
     }
-    let exists: bool = client
-        .query_one("SELECT pg_catalog.to_regclass($1) IS NOT NULL", &[&name])
-        .await
-        .map_err(|e| db_error(&format!("cannot look up {name}"), &e))?
-        .get(0);
-    if !exists {
-        let ddl = format!("{}; {}", buffer::create_table(b), buffer::revoke_public(b));
-        client
-            .batch_execute(&ddl)
-            .await
-            .map_err(|e| db_error(&format!("cannot create the change buffer {name}"), &e))?;
-    }
-    buffer::check_writers(&name, &writers(client, &name).await?, &me_quoted)
-        .map_err(|e| Failure::from(e.to_string()))?;
-    let columns: Vec<CatalogColumn> = client
-        .query(buffer::SHAPE_QUERY, &[&name])
-        .await
-        .map_err(|e| db_error(&format!("cannot read the columns of {name}"), &e))?
-        .iter()
-        .map(|r| CatalogColumn {
-            name: r.get(0),
-            sql_type: r.get(1),
-            not_null: r.get(2),
-        })
-        .collect();
-    buffer::check_shape(&name, &columns).map_err(|e| Failure::from(e.to_string()))?;
-    if let Some(row) = client
-        .query_opt(&buffer::foreign_versions_query(&name), &[])
-        .await
-        .map_err(|e| db_error(&format!("cannot read the versions in {name}"), &e))?
-    {
-        return Err(buffer::foreign_versions(&name, row.get(0), row.get(1))
-            .to_string()
-            .into());
-    }
     client
         .batch_execute(&format!(
             "CREATE TABLE IF NOT EXISTS {p} (\"buffer\" pg_catalog.text NOT NULL, \
@@ -583,7 +732,7 @@ async fn prepare(client: &mut Client, target: &Target) -> Result<(Option<Lsn>, V
         )));
     }
     let mut tables = Vec::new();
-    for t in [&name, &pos.quoted()] {
+    for t in [&pos.quoted()] {
         let oid: u32 = client
             .query_one(
                 "SELECT $1::pg_catalog.text::pg_catalog.regclass::pg_catalog.oid",
@@ -597,7 +746,8 @@ async fn prepare(client: &mut Client, target: &Target) -> Result<(Option<Lsn>, V
     Ok((recorded, tables))
 }
 
-const TYPES: [Type; 11] = [
+/// The fixed columns' types, in [`buffer::COLUMNS`] order.
+const TYPES: [Type; 14] = [
     Type::INT8,
     Type::INT4,
     Type::OID,
@@ -609,86 +759,385 @@ const TYPES: [Type; 11] = [
     Type::INT2,
     Type::INT2,
     Type::TEXT,
+    Type::CHAR,
+    Type::TEXT_ARRAY,
+    Type::TEXT_ARRAY,
 ];
 
-/// The connection's loop: one database transaction per captured transaction.
+/// A buffer the sink has checked (or created) and shaped in this connection.
+#[derive(Debug)]
+struct Known {
+    quoted: String,
+    /// Its image columns, in the order rows carry their values.
+    columns: Vec<ImageColumn>,
+}
+
+/// The per-table buffers of one sink connection.
+#[derive(Debug)]
+struct Buffers {
+    prefix: QualifiedName,
+    known: HashMap<u32, Known>,
+    /// Storage types by source type name (a domain's base type).
+    storage: HashMap<String, String>,
+    own: Arc<Mutex<HashSet<u32>>>,
+    same_database: bool,
+    me: String,
+}
+
+impl Buffers {
+    fn new(target: &Target, own: Arc<Mutex<HashSet<u32>>>, same_database: bool) -> Buffers {
+        Buffers {
+            prefix: target.buffer.clone(),
+            known: HashMap::new(),
+            storage: HashMap::new(),
+            own,
+            same_database,
+            me: String::new(),
+        }
+    }
+
+    fn mark_own(&self, oid: u32) {
+        if self.same_database
+            && let Ok(mut own) = self.own.lock()
+        {
+            own.insert(oid);
+        }
+    }
+
+    /// Reads the sink's role, and in the captured database the buffers already there (their
+    /// changes come back through the slot and are skipped).
+    async fn load_own(&mut self, client: &Client) -> Result<(), Failure> {
+        self.me = sink_role(client).await?;
+        if !self.same_database {
+            return Ok(());
+        }
+        let schema = self
+            .prefix
+            .schema
+            .clone()
+            .unwrap_or_else(|| "public".into());
+        let start = format!("{}_", self.prefix.name);
+        let rows = client
+            .query(
+                "SELECT c.oid, c.relname::pg_catalog.text FROM pg_catalog.pg_class c \
+                 JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace \
+                 WHERE n.nspname OPERATOR(pg_catalog.=) $1 \
+                   AND pg_catalog.starts_with(c.relname::pg_catalog.text, $2)",
+                &[&schema, &start],
+            )
+            .await
+            .map_err(|e| db_error("cannot list the sink's buffers", &e))?;
+        for row in rows {
+            let name: String = row.get(1);
+            let digits = &name[start.len().min(name.len())..];
+            if !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()) {
+                self.mark_own(row.get(0));
+            }
+        }
+        Ok(())
+    }
+
+    /// A source type's storage type in the sink's database (a domain's base type).
+    async fn storage_type(
+        &mut self,
+        client: &impl GenericClient,
+        relation: &str,
+        column: &ImageColumn,
+    ) -> Result<String, Failure> {
+        if let Some(found) = self.storage.get(&column.sql_type) {
+            return Ok(found.clone());
+        }
+        let found: String = client
+            .query_one(buffer::STORAGE_TYPE_QUERY, &[&column.sql_type])
+            .await
+            .map_err(|e| {
+                db_error(
+                    &format!(
+                        "the type {} of {relation}.{} is not one the sink's database knows",
+                        column.sql_type, column.name
+                    ),
+                    &e,
+                )
+            })?
+            .get(0);
+        self.storage.insert(column.sql_type.clone(), found.clone());
+        Ok(found)
+    }
+
+    /// Makes the buffer of `relid` exist, pass the checks, and hold `images` (the source's
+    /// columns at the next change; `None`: unknown there, the buffer is left as it is), inside
+    /// the open transaction.
+    async fn ensure(
+        &mut self,
+        client: &impl GenericClient,
+        relid: u32,
+        relation: &str,
+        images: Option<Vec<ImageColumn>>,
+    ) -> Result<(), Failure> {
+        let table = buffer_of(&self.prefix, relid);
+        let name = table.quoted();
+        let want = match images {
+            Some(images) => {
+                let mut want = Vec::with_capacity(images.len());
+                for c in images {
+                    let sql_type = self.storage_type(client, relation, &c).await?;
+                    want.push(ImageColumn { sql_type, ..c });
+                }
+                buffer::check_image_names(relation, &want)
+                    .map_err(|e| Failure::from(e.to_string()))?;
+                Some(want)
+            }
+            None => None,
+        };
+        let have = match self.known.get(&relid) {
+            Some(known) => known.columns.clone(),
+            None => self.open_buffer(client, &table, want.as_deref()).await?,
+        };
+        let columns = match want {
+            Some(want) => {
+                for sql in buffer::alter_statements(&table, &have, &want) {
+                    client.batch_execute(&sql).await.map_err(|e| {
+                        db_error(
+                            &format!("cannot follow the columns of {relation} in {name}"),
+                            &e,
+                        )
+                    })?;
+                }
+                want
+            }
+            None => have,
+        };
+        self.known.insert(
+            relid,
+            Known {
+                quoted: name,
+                columns,
+            },
+        );
+        Ok(())
+    }
+
+    /// Creates the buffer `table` holding `images` (none when unknown) or checks the one
+    /// there (owner, grants, code, shape, versions); returns the image columns it holds.
+    async fn open_buffer(
+        &mut self,
+        client: &impl GenericClient,
+        table: &QualifiedName,
+        images: Option<&[ImageColumn]>,
+    ) -> Result<Vec<ImageColumn>, Failure> {
+        let name = table.quoted();
+        let exists: bool = client
+            .query_one("SELECT pg_catalog.to_regclass($1) IS NOT NULL", &[&name])
+            .await
+            .map_err(|e| db_error(&format!("cannot look up {name}"), &e))?
+            .get(0);
+        if !exists {
+            let mut ddl = buffer::create_table(table, images.unwrap_or_default());
+            ddl.push(buffer::revoke_public(table));
+            client
+                .batch_execute(&ddl.join("; "))
+                .await
+                .map_err(|e| db_error(&format!("cannot create the change buffer {name}"), &e))?;
+        }
+        buffer::check_writers(&name, &writers(client, &name).await?, &self.me)
+            .map_err(|e| Failure::from(e.to_string()))?;
+        let columns: Vec<CatalogColumn> = client
+            .query(buffer::SHAPE_QUERY, &[&name])
+            .await
+            .map_err(|e| db_error(&format!("cannot read the columns of {name}"), &e))?
+            .iter()
+            .map(|r| CatalogColumn {
+                name: r.get(0),
+                sql_type: r.get(1),
+                not_null: r.get(2),
+                comment: r.get(3),
+            })
+            .collect();
+        let have =
+            buffer::check_shape(&name, &columns).map_err(|e| Failure::from(e.to_string()))?;
+        if let Some(row) = client
+            .query_opt(&buffer::foreign_versions_query(&name), &[])
+            .await
+            .map_err(|e| db_error(&format!("cannot read the versions in {name}"), &e))?
+        {
+            return Err(buffer::foreign_versions(&name, row.get(0), row.get(1))
+                .to_string()
+                .into());
+        }
+        let oid: u32 = client
+            .query_one(
+                "SELECT $1::pg_catalog.text::pg_catalog.regclass::pg_catalog.oid",
+                &[&name],
+            )
+            .await
+            .map_err(|e| db_error(&format!("cannot look up {name}"), &e))?
+            .get(0);
+        self.mark_own(oid);
+        Ok(have)
+    }
+
+    /// The `COPY` writing rows of `relid`'s buffer, and its column count.
+    fn copy_statement(&self, relid: u32) -> Result<(String, usize), Failure> {
+        let known = self.known.get(&relid).ok_or_else(|| {
+            Failure::from(format!(
+                "a change of relation OID {relid} before its buffer"
+            ))
+        })?;
+        // The versions are written, not left to the buffer's defaults: a buffer created by
+        // another release (its CHECK constraints naming its versions) refuses the first row.
+        let mut columns = buffer::column_list();
+        for c in &known.columns {
+            for side in [Side::New, Side::Old] {
+                columns.push_str(", ");
+                columns.push_str(&quote_ident(&c.column(side)));
+            }
+        }
+        Ok((
+            format!(
+                "COPY {} ({columns}) FROM STDIN (FORMAT binary)",
+                known.quoted
+            ),
+            TYPES.len() + 2 * known.columns.len(),
+        ))
+    }
+}
+
+/// One row's COPY fields.
+async fn write_row(
+    w: std::pin::Pin<&mut BinaryCopyInWriter>,
+    row: &Row,
+    image_columns: usize,
+) -> Result<(), tokio_postgres::Error> {
+    let new_id = row.new_id.as_deref();
+    let old_id = row.old_id.as_deref();
+    let commit_lsn = PgLsn::from(row.commit_lsn);
+    let change_lsn = PgLsn::from(row.change_lsn);
+    let mut values: Vec<&(dyn ToSql + Sync)> = vec![
+        &row.xid,
+        &row.seq,
+        &row.relid,
+        &row.op,
+        &new_id,
+        &old_id,
+        &commit_lsn,
+        &change_lsn,
+        &buffer::ROW_IDENTITY_VERSION,
+        &buffer::ROW_PROBE_VERSION,
+        &row.unidentified,
+        &row.old_image,
+        &row.backfilled,
+        &row.unchanged_toast,
+    ];
+    fn value(image: &Option<Vec<Option<Bytes>>>, i: usize) -> SendForm<'_> {
+        SendForm(
+            image
+                .as_ref()
+                .and_then(|cells| cells.get(i))
+                .and_then(|c| c.as_deref()),
+        )
+    }
+    let forms: Vec<SendForm<'_>> = (0..image_columns)
+        .flat_map(|i| [value(&row.new, i), value(&row.old, i)])
+        .collect();
+    values.extend(forms.iter().map(|f| f as &(dyn ToSql + Sync)));
+    w.write(&values).await
+}
+
+/// The connection's loop: one database transaction per captured transaction, one `COPY` per
+/// run of rows of one buffer, a buffer shaped before its first row.
 async fn serve(
     client: &mut Client,
     target: &Target,
+    buffers: &mut Buffers,
     rx: &Receiver<Cmd>,
     acks: &SyncSender<()>,
     budget: &Budget,
 ) -> Result<(), Failure> {
-    let name = target.buffer.quoted();
-    // The versions are written, not left to the buffer's defaults: a buffer created by
-    // another release (its CHECK constraints naming its versions) refuses the first row.
-    let copy = format!(
-        "COPY {name} (\"xid\", \"seq\", \"source_relid\", \"op\", {}, {}, \"commit_lsn\", \
-         \"change_lsn\", \"row_identity_version\", \"row_probe_version\", {}) \
-         FROM STDIN (FORMAT binary)",
-        quote_ident(rowid_registry::sql::ROW_ID),
-        quote_ident(buffer::OLD_ROW_ID),
-        quote_ident(buffer::UNIDENTIFIED)
-    );
+    let prefix = target.buffer.quoted();
     let upsert = format!(
         "INSERT INTO {} (\"buffer\", \"slot\", \"commit_lsn\") VALUES ($1, $2, $3) \
          ON CONFLICT (\"buffer\", \"slot\") DO UPDATE SET \"commit_lsn\" = EXCLUDED.\"commit_lsn\"",
         position_table(&target.buffer).quoted()
     );
-    let write = |what: &str, e: tokio_postgres::Error| db_error(&format!("{what} {name}"), &e);
+    let write = |what: &str, e: tokio_postgres::Error| db_error(&format!("{what} {prefix}_*"), &e);
     loop {
         // The connection task runs while this one awaits; between transactions it waits for
         // the stream (a blocking receive on this thread of its own).
-        let first = match rx.recv() {
-            Ok(Cmd::Row(row)) => row,
+        let mut next = match rx.recv() {
             Ok(Cmd::Commit(_)) => {
                 return Err("a commit with no open transaction".to_string().into());
             }
+            Ok(cmd) => Some(cmd),
             Err(_) => return Ok(()),
         };
         let txn = client
             .transaction()
             .await
             .map_err(|e| write("cannot begin a transaction on", e))?;
-        let commit_lsn = {
-            let sink = txn
-                .copy_in(&copy)
-                .await
-                .map_err(|e| write("cannot COPY into", e))?;
-            let mut w = pin!(BinaryCopyInWriter::new(sink, &TYPES));
-            let mut row = first;
-            let commit_lsn = loop {
-                let new_id = row.new_id.as_deref();
-                let old_id = row.old_id.as_deref();
-                let values: [&(dyn ToSql + Sync); 11] = [
-                    &row.xid,
-                    &row.seq,
-                    &row.relid,
-                    &row.op,
-                    &new_id,
-                    &old_id,
-                    &PgLsn::from(row.commit_lsn),
-                    &PgLsn::from(row.change_lsn),
-                    &buffer::ROW_IDENTITY_VERSION,
-                    &buffer::ROW_PROBE_VERSION,
-                    &row.unidentified,
-                ];
-                let written = w.as_mut().write(&values).await;
-                budget.give(row.cost());
-                written.map_err(|e| write("cannot write a change into", e))?;
-                match rx.recv() {
-                    Ok(Cmd::Row(next)) => row = next,
-                    Ok(Cmd::Commit(lsn)) => break lsn,
+        let mut copy: Option<(u32, usize, std::pin::Pin<Box<BinaryCopyInWriter>>)> = None;
+        let commit_lsn = loop {
+            let cmd = match next.take() {
+                Some(cmd) => cmd,
+                None => match rx.recv() {
+                    Ok(cmd) => cmd,
                     // The stream stopped mid-transaction: nothing of it is committed.
                     Err(_) => return Ok(()),
-                }
+                },
             };
-            w.finish()
-                .await
-                .map_err(|e| write("cannot finish the COPY into", e))?;
-            commit_lsn
+            match cmd {
+                Cmd::Shape {
+                    relid,
+                    relation,
+                    images,
+                } => {
+                    if let Some((_, _, mut w)) = copy.take() {
+                        w.as_mut()
+                            .finish()
+                            .await
+                            .map_err(|e| write("cannot finish the COPY into", e))?;
+                    }
+                    buffers.ensure(&txn, relid, &relation, images).await?;
+                }
+                Cmd::Row(row) => {
+                    if copy.as_ref().map(|(relid, _, _)| *relid) != Some(row.relid) {
+                        if let Some((_, _, mut w)) = copy.take() {
+                            w.as_mut()
+                                .finish()
+                                .await
+                                .map_err(|e| write("cannot finish the COPY into", e))?;
+                        }
+                        let (statement, fields) = buffers.copy_statement(row.relid)?;
+                        let sink = txn
+                            .copy_in(&statement)
+                            .await
+                            .map_err(|e| write("cannot COPY into", e))?;
+                        let mut types = TYPES.to_vec();
+                        types.resize(fields, Type::BYTEA);
+                        copy = Some((
+                            row.relid,
+                            fields - TYPES.len(),
+                            Box::pin(BinaryCopyInWriter::new(sink, &types)),
+                        ));
+                    }
+                    let written = match copy.as_mut() {
+                        Some((_, images, w)) => write_row(w.as_mut(), &row, *images / 2).await,
+                        None => return Err("no COPY for a row".to_string().into()),
+                    };
+                    budget.give(row.cost());
+                    written.map_err(|e| write("cannot write a change into", e))?;
+                }
+                Cmd::Commit(lsn) => {
+                    if let Some((_, _, mut w)) = copy.take() {
+                        w.as_mut()
+                            .finish()
+                            .await
+                            .map_err(|e| write("cannot finish the COPY into", e))?;
+                    }
+                    break lsn;
+                }
+            }
         };
-        txn.execute(&upsert, &[&name, &target.slot, &PgLsn::from(commit_lsn)])
+        txn.execute(&upsert, &[&prefix, &target.slot, &PgLsn::from(commit_lsn)])
             .await
             .map_err(|e| write("cannot record the position of", e))?;
         txn.commit()

@@ -24,6 +24,9 @@ pub(crate) struct Started {
     pub(crate) pipe: Pipeline<Box<dyn Sink>>,
     /// The sink's own tables in the captured database.
     pub(crate) ignored: BTreeSet<u32>,
+    /// The captured database (`system_identifier/database OID`, when readable): a sink
+    /// reopened after a lost connection is told it again.
+    pub(crate) source_database: Option<String>,
     /// What the SQL connection saw of the server (TLS, authentication, certificate).
     pub(crate) seen: Session,
 }
@@ -104,10 +107,10 @@ pub(crate) async fn start(opts: &Options) -> Result<Started, CdcError> {
     }
     // The sink is opened (and checked) before a slot is created, so that a refused sink
     // leaves nothing behind.
-    let sink = sink::factory::open(opts, saved.as_ref())?;
     // A buffer in the database being captured is not captured itself: its writes would come
     // back through the slot forever.
     let source_database = net::database_id(&client).await;
+    let sink = sink::factory::open(opts, saved.as_ref(), source_database.as_deref())?;
     let ignored: BTreeSet<u32> = match (&opts.sink, sink.own_tables()) {
         (SinkSpec::Postgres { dsn, .. }, Some((database, tables)))
             if dsn.is_none() || (database.is_some() && database == source_database) =>
@@ -217,6 +220,7 @@ pub(crate) async fn start(opts: &Options) -> Result<Started, CdcError> {
         gated,
         pipe,
         ignored,
+        source_database,
         seen,
     })
 }
