@@ -204,27 +204,29 @@ fn capture_table_follows_a_missed_ddl() {
 #[pg_test]
 fn a_type_change_converts_the_buffer_as_its_owner() {
     Spi::run(
+        // A schema of its own (no grant that updates a schema row other tests update too:
+        // concurrent tests would deadlock on it).
         "CREATE ROLE cap_owner;
-         GRANT USAGE, CREATE ON SCHEMA public TO cap_owner;
-         GRANT USAGE ON SCHEMA pgtrickle TO cap_owner;
+         CREATE SCHEMA cap_own AUTHORIZATION cap_owner;
          SET ROLE cap_owner;
-         CREATE TABLE cap_calls (who text);
-         CREATE TYPE cap_wrapped AS (v int4);
-         CREATE FUNCTION cap_wrap(int4) RETURNS cap_wrapped LANGUAGE plpgsql AS $$
+         CREATE TABLE cap_own.cap_calls (who text);
+         CREATE TYPE cap_own.cap_wrapped AS (v int4);
+         CREATE FUNCTION cap_own.cap_wrap(int4) RETURNS cap_own.cap_wrapped LANGUAGE plpgsql AS $$
          BEGIN
-           INSERT INTO public.cap_calls VALUES (current_user);
-           RETURN ROW($1)::public.cap_wrapped;
+           INSERT INTO cap_own.cap_calls VALUES (current_user);
+           RETURN ROW($1)::cap_own.cap_wrapped;
          END $$;
-         CREATE CAST (int4 AS cap_wrapped) WITH FUNCTION cap_wrap(int4) AS ASSIGNMENT;
-         CREATE TABLE cap_cast (k int8 PRIMARY KEY, v int4);
-         SELECT pgtrickle.capture_table('cap_cast');
-         INSERT INTO cap_cast VALUES (1, 7);
+         CREATE CAST (int4 AS cap_own.cap_wrapped) WITH FUNCTION cap_own.cap_wrap(int4) AS ASSIGNMENT;
+         CREATE TABLE cap_own.cap_cast (k int8 PRIMARY KEY, v int4);
+         SELECT pgtrickle.capture_table('cap_own.cap_cast');
+         INSERT INTO cap_own.cap_cast VALUES (1, 7);
          RESET ROLE;",
     )
     .expect("setup");
     // A superuser runs the DDL: the event trigger runs as the extension's owner.
-    Spi::run("ALTER TABLE cap_cast ALTER COLUMN v TYPE cap_wrapped").expect("retype");
-    let who = Spi::get_one::<String>("SELECT string_agg(DISTINCT who, ',') FROM cap_calls")
+    Spi::run("ALTER TABLE cap_own.cap_cast ALTER COLUMN v TYPE cap_own.cap_wrapped")
+        .expect("retype");
+    let who = Spi::get_one::<String>("SELECT string_agg(DISTINCT who, ',') FROM cap_own.cap_calls")
         .expect("calls")
         .unwrap_or_default();
     let superuser = Spi::get_one::<String>("SELECT current_user::text")
@@ -232,14 +234,15 @@ fn a_type_change_converts_the_buffer_as_its_owner() {
         .unwrap_or_default();
     // The source's own rewrite ran the cast as the superuser who ran the DDL; the buffer's
     // conversion (its one row: the insert's new_v) only as cap_owner.
-    let calls = Spi::get_one::<i64>("SELECT count(*) FROM cap_calls WHERE who = 'cap_owner'")
+    let calls =
+        Spi::get_one::<i64>("SELECT count(*) FROM cap_own.cap_calls WHERE who = 'cap_owner'")
         .expect("owner calls")
         .unwrap_or(0);
     assert!(calls >= 1, "the buffer's cast did not run as its owner: {who}");
     assert!(who.split(',').all(|w| w == "cap_owner" || w == superuser), "{who}");
     let v = Spi::get_one::<String>(&format!(
         "SELECT (new_v).v::text FROM pgtrickle_changes.changes_{} WHERE op = 'I'",
-        Spi::get_one::<pg_sys::Oid>("SELECT 'cap_cast'::regclass::oid")
+        Spi::get_one::<pg_sys::Oid>("SELECT 'cap_own.cap_cast'::regclass::oid")
             .expect("oid")
             .map(u32::from)
             .unwrap_or(0)

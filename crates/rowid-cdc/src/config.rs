@@ -40,6 +40,11 @@ pub struct Options {
     /// With a new slot: first every published table's rows at its consistent point, as
     /// snapshot events.
     pub snapshot: bool,
+    /// Snapshot these tables (`schema.table`) in chunks while streaming, each again when it
+    /// was already (`--snapshot-table`).
+    pub snapshot_tables: Vec<String>,
+    /// Rows per snapshot chunk.
+    pub snapshot_chunk: i64,
     /// The state file.
     pub state: PathBuf,
     /// The sink.

@@ -50,6 +50,7 @@
 //! §11.1).
 
 pub mod capture;
+pub mod chunks;
 #[cfg(feature = "cli")]
 pub mod config;
 #[cfg(feature = "cli")]

@@ -57,12 +57,20 @@ struct Args {
     /// Create the slot when there is no state file yet.
     #[arg(long)]
     create_slot: bool,
-    /// With --create-slot: first write every published table's rows as of the slot's
-    /// consistent point ("op":"snapshot" events, read under the snapshot the slot exported),
-    /// then the changes after it. Not resumable: a run killed during the copy is refused at
-    /// restart, naming the fix (JSON-lines sinks only).
+    /// With --create-slot: every published table's rows as "op":"snapshot" events. Tables
+    /// with an ordered key are read in chunks while the stream runs (exact by identity,
+    /// resumed after a kill); the others are copied under the slot's exported snapshot first
+    /// (not resumable: a run killed during that copy is refused at restart, naming the fix).
+    /// JSON-lines sinks only.
     #[arg(long, requires = "create_slot")]
     snapshot: bool,
+    /// Snapshot this table (`schema.table`, repeatable) in chunks while streaming: a table
+    /// added to the publication, or one to read again.
+    #[arg(long, value_name = "SCHEMA.TABLE")]
+    snapshot_table: Vec<String>,
+    /// Rows per snapshot chunk.
+    #[arg(long, value_name = "ROWS", default_value_t = rowid_cdc::source::chunk_reader::DEFAULT_CHUNK_ROWS, value_parser = clap::value_parser!(i64).range(1..))]
+    snapshot_chunk: i64,
     /// State file: slot, last durable commit, identity schemas.
     #[arg(long, default_value = "rowid-cdc.state")]
     state: PathBuf,
@@ -146,6 +154,8 @@ fn main() -> ExitCode {
         publication: args.publication,
         create_slot: args.create_slot,
         snapshot: args.snapshot,
+        snapshot_tables: args.snapshot_table,
+        snapshot_chunk: args.snapshot_chunk,
         state: args.state,
         sink: match args.sink {
             SinkSpec::Postgres { dsn, .. } => SinkSpec::Postgres {

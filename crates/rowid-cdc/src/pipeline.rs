@@ -21,6 +21,7 @@ use rowid_pgoutput::{FlagBits, Message};
 
 use crate::capture::CaptureError;
 use crate::capture::{Capture, Output};
+use crate::chunks::{self, After, ChunkRead, ChunkRequest, Chunking, OpenChunk, Route};
 use crate::event::ChangeEvent;
 use crate::lsn::Lsn;
 use crate::sink::Sink;
@@ -86,6 +87,8 @@ pub struct Pipeline<S: Sink> {
     notices: Vec<String>,
     /// Relations that had an unidentified change (each is named once in the notices).
     unidentified: BTreeSet<u32>,
+    /// The chunked snapshots (their cursors are in the state).
+    chunking: Chunking,
 }
 
 impl<S: Sink> Pipeline<S> {
@@ -104,7 +107,9 @@ impl<S: Sink> Pipeline<S> {
             state.save(path).map_err(PipelineError::State)?;
         }
         let durable = state.end_lsn;
+        let chunking = Chunking::new(state.chunks.clone());
         Ok(Pipeline {
+            chunking,
             capture,
             sink,
             state,
@@ -170,7 +175,26 @@ impl<S: Sink> Pipeline<S> {
         for output in outputs.drain(..) {
             match output {
                 Output::Begin { .. } => {}
-                Output::Change(event) => self.deliver_event(&event)?,
+                Output::Change(event) => {
+                    // A change its snapshot did not see: the waiting chunk comes first.
+                    if self.chunking.chunk_due(&event) {
+                        for row in self.chunking.deliver() {
+                            self.deliver_event(&chunks::at(row, event.commit_lsn))?;
+                        }
+                    }
+                    match self.chunking.route(&event) {
+                        Route::Pass => self.deliver_event(&event)?,
+                        Route::Drop => {}
+                        Route::AsDelete => self.deliver_event(&chunks::as_delete(&event))?,
+                        Route::AsInsert => self.deliver_event(&chunks::as_insert(&event))?,
+                    }
+                }
+                Output::Watermark { lsn, content } => {
+                    let nonce = std::str::from_utf8(&content).unwrap_or_default();
+                    if !self.in_transaction() && self.chunking.is_watermark(nonce) {
+                        ack = self.watermark(lsn)?;
+                    }
+                }
                 Output::Notice { lsn, message } => {
                     self.progress.notices += 1;
                     self.notices.push(format!("at {lsn}: {message}"));
@@ -190,6 +214,7 @@ impl<S: Sink> Pipeline<S> {
                     self.state.commit_lsn = commit_lsn;
                     self.state.end_lsn = end_lsn;
                     self.state.sink = durable.record;
+                    self.state.chunks = self.chunking.cursors().to_vec();
                     if !schema_changes.is_empty() {
                         self.state.schemas = self.capture.schemas().cloned().collect();
                     }
@@ -204,6 +229,117 @@ impl<S: Sink> Pipeline<S> {
         }
         self.outputs = outputs;
         Ok(ack)
+    }
+
+    /// The high watermark of the open chunk, at `lsn` (outside any transaction): the chunk
+    /// is delivered if no change its snapshot missed came first, made durable, and its
+    /// table's cursor recorded with the position (every transaction committed before the
+    /// watermark was delivered). Returns the position to acknowledge.
+    fn watermark(&mut self, lsn: Lsn) -> Result<Option<Lsn>, PipelineError> {
+        let rows = self.chunking.close();
+        if !rows.is_empty() {
+            for row in rows {
+                self.deliver_event(&chunks::at(row, lsn))?;
+            }
+            let durable = self.sink.commit().map_err(PipelineError::Sink)?;
+            self.state.sink = durable.record;
+            self.progress.transactions += 1;
+        }
+        self.state.chunks = self.chunking.cursors().to_vec();
+        self.state.end_lsn = self.state.end_lsn.max(lsn);
+        self.save()?;
+        self.progress.durable = self.state.end_lsn;
+        Ok(Some(self.state.end_lsn))
+    }
+
+    /// What to read next for a chunked snapshot, between transactions and when no chunk is
+    /// waiting for its watermark; `None` when there is nothing to read. A table whose identity
+    /// schema is gone (dropped, unpublished) is finished without rows.
+    pub fn chunk_request(&mut self) -> Option<ChunkRequest> {
+        if self.in_transaction() {
+            return None;
+        }
+        loop {
+            let cursor = self.chunking.next()?.clone();
+            let found = self
+                .capture
+                .schemas()
+                .find(|s| s.relid == cursor.relid)
+                .and_then(|s| {
+                    let def = s.identity.as_ref().ok()?;
+                    Some(ChunkRequest {
+                        relid: s.relid,
+                        namespace: s.namespace.clone(),
+                        relname: s.relname.clone(),
+                        columns: s.columns.iter().map(|c| c.name.clone()).collect(),
+                        key: def.fields.iter().map(|f| f.column.clone()).collect(),
+                        after: cursor.after.as_ref().map(|a| a.key.clone()),
+                    })
+                });
+            match found {
+                Some(request) => return Some(request),
+                None => {
+                    self.chunking.finish(cursor.relid);
+                    self.state.chunks = self.chunking.cursors().to_vec();
+                }
+            }
+        }
+    }
+
+    /// A chunk the source side read for `request`: its rows become snapshot events (the
+    /// stream's identity and image code) waiting for their place in the stream.
+    pub fn open_chunk(
+        &mut self,
+        request: &ChunkRequest,
+        read: ChunkRead,
+    ) -> Result<(), PipelineError> {
+        let positions: Vec<usize> = request
+            .key
+            .iter()
+            .filter_map(|k| request.columns.iter().position(|c| c == k))
+            .collect();
+        let mut events = Vec::with_capacity(read.rows.len());
+        for row in &read.rows {
+            let event = self
+                .capture
+                .snapshot_event(self.state.end_lsn, read.ts, read.relid, row)
+                .map_err(PipelineError::Capture)?;
+            events.push(event);
+        }
+        let last = match (events.last(), read.rows.last()) {
+            (Some(event), Some(row)) => match &event.new_id {
+                Some(identity) => Some(After {
+                    identity: identity.clone(),
+                    key: positions
+                        .iter()
+                        .map(|&i| match row.get(i) {
+                            Some(rowid_pgoutput::Column::Binary(b)) => Some(b.clone()),
+                            _ => None,
+                        })
+                        .collect(),
+                }),
+                // The start checks chunk only tables whose rows all have an identity.
+                None => {
+                    return Err(PipelineError::Capture(CaptureError::Protocol {
+                        lsn: self.state.end_lsn,
+                        detail: format!(
+                            "a chunk of {} holds a row without identity",
+                            event.relation
+                        ),
+                    }));
+                }
+            },
+            _ => None,
+        };
+        self.chunking.open(OpenChunk {
+            relid: read.relid,
+            nonce: read.nonce,
+            snapshot: read.snapshot,
+            events,
+            last,
+            last_chunk: read.last_chunk,
+        });
+        Ok(())
     }
 
     /// The notices since the last call, oldest first.

@@ -48,6 +48,8 @@ async fn follow(opts: &Options, started: Started) -> Result<(), CdcError> {
         .map(|every| heartbeat::spawn(opts.dsn.clone(), every));
     let mut backoff = Duration::from_millis(250);
     let mut progress = Progress::new(opts.progress);
+    // The snapshot chunks' SQL connection, opened when a chunk is first needed.
+    let mut chunks = None;
     loop {
         let start = pipe.state().end_lsn;
         let repl = match gated.take() {
@@ -60,7 +62,9 @@ async fn follow(opts: &Options, started: Started) -> Result<(), CdcError> {
             Ok(mut repl) => match repl.start().await {
                 Ok(()) => {
                     backoff = Duration::from_millis(250);
-                    match stream::stream(&mut repl, &mut pipe, opts, &mut progress).await {
+                    match stream::stream(&mut repl, &mut pipe, opts, &mut progress, &mut chunks)
+                        .await
+                    {
                         Ok(end) => end,
                         Err(e) if sink_transient(&e) => SessionEnd::SinkLost(e),
                         Err(e) => return Err(e),

@@ -18,10 +18,78 @@ use std::path::{Path, PathBuf};
 use rowid_registry::schema_message::{RelationSchema, SchemaMessage};
 use serde_json::{Value, json};
 
+use crate::chunks::{After, ChunkCursor};
 use crate::lsn::Lsn;
 
+fn to_hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn from_hex(text: &str) -> Option<Vec<u8>> {
+    if !text.len().is_multiple_of(2) || !text.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return None;
+    }
+    (0..text.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&text[i..i + 2], 16).ok())
+        .collect()
+}
+
+fn cursor_json(c: &ChunkCursor) -> Value {
+    json!({
+        "relid": c.relid,
+        "after": c.after.as_ref().map(|a| json!({
+            "identity": to_hex(&a.identity),
+            "key": a.key.iter().map(|k| k.as_ref().map(|k| to_hex(k))).collect::<Vec<_>>(),
+        })),
+        "done": c.done,
+    })
+}
+
+fn cursor_from_json(v: &Value) -> Result<ChunkCursor, String> {
+    let bad = || format!("chunks: {v} is not a chunk cursor");
+    let o = v.as_object().ok_or_else(bad)?;
+    if o.keys()
+        .any(|k| !["relid", "after", "done"].contains(&k.as_str()))
+    {
+        return Err(bad());
+    }
+    let relid = o
+        .get("relid")
+        .and_then(Value::as_u64)
+        .and_then(|r| u32::try_from(r).ok())
+        .ok_or_else(bad)?;
+    let done = o.get("done").and_then(Value::as_bool).ok_or_else(bad)?;
+    let after = match o.get("after") {
+        None | Some(Value::Null) => None,
+        Some(Value::Object(a)) => {
+            let identity = a
+                .get("identity")
+                .and_then(Value::as_str)
+                .and_then(from_hex)
+                .ok_or_else(bad)?;
+            let key = a
+                .get("key")
+                .and_then(Value::as_array)
+                .ok_or_else(bad)?
+                .iter()
+                .map(|k| match k {
+                    Value::Null => Ok(None),
+                    Value::String(h) => from_hex(h)
+                        .map(|b| Some(bytes::Bytes::from(b)))
+                        .ok_or_else(bad),
+                    _ => Err(bad()),
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            Some(After { identity, key })
+        }
+        Some(_) => return Err(bad()),
+    };
+    Ok(ChunkCursor { relid, after, done })
+}
+
 /// The state file's format.
-pub const STATE_FORMAT: u64 = 3;
+pub const STATE_FORMAT: u64 = 4;
 
 /// Where capture stands.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -43,8 +111,12 @@ pub struct State {
     pub sink: Option<Value>,
     /// The identity schemas as of that transaction.
     pub schemas: Vec<RelationSchema>,
-    /// The initial snapshot (`--snapshot`), if one was asked for when the slot was created.
+    /// The copy under the slot's exported snapshot (`--snapshot` at slot creation: tables
+    /// that are not read in chunks), if one was asked for.
     pub snapshot: Option<SnapshotState>,
+    /// The chunked snapshots of keyed tables: each table's cursor (spec/state-file.md §2,
+    /// [`crate::chunks`]).
+    pub chunks: Vec<ChunkCursor>,
 }
 
 /// Where the initial snapshot stands.
@@ -113,6 +185,7 @@ impl State {
             "end_lsn": self.end_lsn.to_string(),
             "sink": self.sink,
             "snapshot": self.snapshot.map(SnapshotState::name),
+            "chunks": self.chunks.iter().map(cursor_json).collect::<Vec<_>>(),
             "identity_table": self.identity_table,
             "schemas": self.schemas.iter()
                 .map(|s| SchemaMessage::Schema(s.clone()).to_json())
@@ -132,6 +205,7 @@ impl State {
             "sink",
             "sink_len",
             "snapshot",
+            "chunks",
             "identity_table",
             "schemas",
         ];
@@ -145,17 +219,20 @@ impl State {
         };
         let format = obj.get("format").and_then(Value::as_u64);
         let (sink_key, other_key) = match format {
-            Some(STATE_FORMAT) => ("sink", "sink_len"),
+            Some(3 | STATE_FORMAT) => ("sink", "sink_len"),
             Some(2) => ("sink_len", "sink"),
-            other => return Err(format!("format {other:?} is not {STATE_FORMAT} (or 2)")),
+            other => return Err(format!("format {other:?} is not {STATE_FORMAT} (or 3, 2)")),
         };
+        if format != Some(STATE_FORMAT) && obj.contains_key("chunks") {
+            return Err(format!("unknown member \"chunks\" in format {format:?}"));
+        }
         if obj.contains_key(other_key) {
             return Err(format!("unknown member {other_key:?} in format {format:?}"));
         }
         let lsn_of = |k: &str| str_of(k)?.parse::<Lsn>().map_err(|e| format!("{k}: {e}"));
         let sink = match (obj.get(sink_key), format) {
             (None | Some(Value::Null), _) => None,
-            (Some(v @ Value::Object(_)), Some(STATE_FORMAT)) => Some(v.clone()),
+            (Some(v @ Value::Object(_)), Some(3 | STATE_FORMAT)) => Some(v.clone()),
             // Format 2 kept only a file sink's length.
             (Some(v), Some(2)) => Some(json!({
                 "file_len": v.as_u64().ok_or("sink_len: not a length")?
@@ -184,8 +261,17 @@ impl State {
             Some(Value::String(s)) if s == "done" => Some(SnapshotState::Done),
             Some(other) => return Err(format!("snapshot: {other} is not pending, done or null")),
         };
+        let chunks = match obj.get("chunks") {
+            None => Vec::new(),
+            Some(Value::Array(list)) => list
+                .iter()
+                .map(cursor_from_json)
+                .collect::<Result<Vec<_>, _>>()?,
+            Some(_) => return Err("chunks: not an array".to_string()),
+        };
         Ok(State {
             snapshot,
+            chunks,
             slot: str_of("slot")?.to_string(),
             publication: str_of("publication")?.to_string(),
             commit_lsn: lsn_of("commit_lsn")?,
@@ -229,12 +315,12 @@ impl State {
         let mut text = self.to_json().to_string();
         text.push('\n');
         {
-            let mut f = OpenOptions::new()
-                .write(true)
-                .create(true)
-                .truncate(true)
-                .open(&tmp)
-                .map_err(io)?;
+            let mut options = OpenOptions::new();
+            options.write(true).create(true).truncate(true);
+            // Chunk cursors hold key values (identities): readable by its owner only.
+            #[cfg(unix)]
+            std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+            let mut f = options.open(&tmp).map_err(io)?;
             f.write_all(text.as_bytes()).map_err(io)?;
             f.sync_all().map_err(io)?;
         }
@@ -276,9 +362,30 @@ mod tests {
             sink: Some(json!({"file_len": 1234})),
             schemas: vec![],
             snapshot: Some(SnapshotState::Pending),
+            chunks: vec![
+                ChunkCursor {
+                    relid: 16385,
+                    after: Some(After {
+                        identity: vec![0x02, 0x00, 0xff],
+                        key: vec![Some(bytes::Bytes::from_static(&[0, 0, 0, 7])), None],
+                    }),
+                    done: false,
+                },
+                ChunkCursor {
+                    relid: 16386,
+                    after: None,
+                    done: true,
+                },
+            ],
         };
         s.save(&path).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(State::load(&path).ok().flatten(), Some(s.clone()));
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = fs::metadata(&path).map(|m| m.permissions().mode() & 0o777);
+            assert_eq!(mode.ok(), Some(0o600), "the owner's only");
+        }
         assert!(
             !d.join("cdc.state.tmp").exists(),
             "the temporary file was renamed"
@@ -305,7 +412,10 @@ mod tests {
             "[]",
             r#"{"format": 3}"#,
             r#"{"format": 3, "slot": "s", "publication": "p", "commit_lsn": "0/0", "end_lsn": "0/0", "identity_table": 1, "snapshot": "half", "schemas": []}"#,
-            r#"{"format": 4, "slot": "s", "publication": "p", "commit_lsn": "0/0", "end_lsn": "0/0", "identity_table": 1, "schemas": []}"#,
+            r#"{"format": 5, "slot": "s", "publication": "p", "commit_lsn": "0/0", "end_lsn": "0/0", "identity_table": 1, "schemas": []}"#,
+            r#"{"format": 3, "slot": "s", "publication": "p", "commit_lsn": "0/0", "end_lsn": "0/0", "identity_table": 1, "chunks": [], "schemas": []}"#,
+            r#"{"format": 4, "slot": "s", "publication": "p", "commit_lsn": "0/0", "end_lsn": "0/0", "identity_table": 1, "chunks": [{"relid": 1, "after": {"identity": "0g", "key": []}, "done": false}], "schemas": []}"#,
+            r#"{"format": 4, "slot": "s", "publication": "p", "commit_lsn": "0/0", "end_lsn": "0/0", "identity_table": 1, "chunks": [{"relid": 1, "done": false, "extra": 1}], "schemas": []}"#,
             r#"{"format": 3, "slot": "s", "publication": "p", "commit_lsn": "0/0", "end_lsn": "0/0", "identity_table": 1, "sink": 5, "schemas": []}"#,
             r#"{"format": 3, "slot": "s", "publication": "p", "commit_lsn": "0/0", "end_lsn": "0/0", "identity_table": 1, "sink_len": 5, "schemas": []}"#,
             r#"{"format": 2, "slot": "s", "publication": "p", "commit_lsn": "0/0", "end_lsn": "0/0", "identity_table": 1, "sink": {}, "schemas": []}"#,
@@ -330,8 +440,19 @@ mod tests {
         let s = State::from_json(&v).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(s.sink, Some(json!({"file_len": 77})));
         assert_eq!((s.commit_lsn, s.end_lsn), (Lsn(0x10), Lsn(0x20)));
-        // Written back as format 3.
-        assert_eq!(s.to_json()["format"], 3);
+        // Written back as the current format.
+        assert_eq!(s.to_json()["format"], STATE_FORMAT);
         assert_eq!(s.to_json()["sink"], json!({"file_len": 77}));
+    }
+
+    #[test]
+    fn format_3_files_are_read_without_chunks() {
+        let v: Value = serde_json::from_str(
+            r#"{"format": 3, "slot": "s", "publication": "p", "commit_lsn": "0/10", "end_lsn": "0/20", "sink": null, "snapshot": "done", "identity_table": 9, "schemas": []}"#,
+        )
+        .unwrap_or_default();
+        let s = State::from_json(&v).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!((s.snapshot, s.chunks.len()), (Some(SnapshotState::Done), 0));
+        assert_eq!(s.to_json()["format"], 4);
     }
 }

@@ -198,6 +198,7 @@ fn initial_state() -> State {
         sink: None,
         schemas: vec![schema(&["id"])],
         snapshot: None,
+        chunks: Vec::new(),
     }
 }
 

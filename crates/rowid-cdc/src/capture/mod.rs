@@ -75,6 +75,15 @@ pub enum Output {
         /// it in the state, do not commit the sink again.
         delivered: bool,
     },
+    /// A non-transactional logical message with prefix [`crate::chunks::WATERMARK_PREFIX`]:
+    /// maybe the high watermark of a chunk this process read (the pipeline compares its
+    /// content with the nonce it wrote; anything else is ignored).
+    Watermark {
+        /// Its LSN.
+        lsn: Lsn,
+        /// Its content.
+        content: Bytes,
+    },
     /// Something the operator must hear of that did not stop capture: a logical message
     /// claiming to be an identity schema, a malformed identity schema row. Never carries a
     /// message's payload.
@@ -431,6 +440,14 @@ impl Capture {
                         ),
                     });
                 }
+            }
+            Message::Message {
+                transactional: false,
+                prefix,
+                content,
+                ..
+            } if prefix == crate::chunks::WATERMARK_PREFIX => {
+                out.push(Output::Watermark { lsn, content });
             }
             Message::Message { .. } => {}
             Message::Insert { relid, new, .. } if Some(relid) == self.identity_table => {

@@ -39,15 +39,16 @@ use std::thread::JoinHandle;
 
 use std::collections::{HashMap, HashSet};
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use rowid_registry::buffer::{self, BufferOp, CatalogColumn, ImageColumn, Side, Writers};
 use rowid_registry::sql::{QualifiedName, quote_ident};
 use tokio_postgres::binary_copy::BinaryCopyInWriter;
-use tokio_postgres::types::{IsNull, PgLsn, ToSql, Type, to_sql_checked};
+use tokio_postgres::types::{PgLsn, ToSql, Type};
 use tokio_postgres::{Client, GenericClient};
 
 use crate::connect::conninfo::Conninfo;
 use crate::connect::net;
+use crate::connect::raw::SendForm;
 use crate::event::{Cell, ChangeEvent, OldKind, Op, RowImage};
 use crate::lsn::Lsn;
 use crate::sink::{Durable, Sink};
@@ -129,33 +130,6 @@ enum Cmd {
     Row(Row),
     /// Finish the transaction committing at this LSN.
     Commit(u64),
-}
-
-/// A value's binary send form, written into binary COPY as it is (any column type: the
-/// server reads it with the column's own receive function).
-#[derive(Debug)]
-struct SendForm<'a>(Option<&'a [u8]>);
-
-impl ToSql for SendForm<'_> {
-    fn to_sql(
-        &self,
-        _: &Type,
-        out: &mut BytesMut,
-    ) -> Result<IsNull, Box<dyn std::error::Error + Sync + Send>> {
-        match self.0 {
-            Some(bytes) => {
-                out.extend_from_slice(bytes);
-                Ok(IsNull::No)
-            }
-            None => Ok(IsNull::Yes),
-        }
-    }
-
-    fn accepts(_: &Type) -> bool {
-        true
-    }
-
-    to_sql_checked!();
 }
 
 /// The byte budget of the channel: the sender waits while it is spent.

@@ -9,10 +9,13 @@
 //!   SQL connection saw them);
 //! - [`snapshot`]: the initial snapshot, every published table's rows at the slot's
 //!   consistent point, by binary COPY under the exported snapshot;
+//! - [`chunk_reader`]: keyed tables' snapshots in chunks while the stream runs (exact by
+//!   identity and transaction visibility, resumable: [`crate::chunks`]);
 //! - [`stream`]: one replication session, from pgoutput messages to acknowledged positions;
 //! - [`heartbeat`]: writes that move an idle database's slot forward.
 
 pub mod checks;
+pub mod chunk_reader;
 pub mod heartbeat;
 pub mod replication;
 pub mod slot;

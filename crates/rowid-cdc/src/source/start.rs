@@ -7,7 +7,8 @@ use std::collections::BTreeSet;
 
 use pgwire_replication::ReplicationClient;
 
-use super::{checks, replication, slot, snapshot};
+use super::{checks, chunk_reader, replication, slot, snapshot};
+use crate::chunks::ChunkCursor;
 use crate::config::{Options, SinkSpec};
 use crate::connect::net::{self, Session};
 use crate::error::{CdcError, setup};
@@ -92,9 +93,11 @@ pub(crate) async fn start(opts: &Options) -> Result<Started, CdcError> {
         }
         _ => {}
     }
-    if opts.snapshot && matches!(opts.sink, SinkSpec::Postgres { .. }) {
+    if (opts.snapshot || !opts.snapshot_tables.is_empty())
+        && matches!(opts.sink, SinkSpec::Postgres { .. })
+    {
         return Err(setup(
-            "--snapshot writes snapshot events, which a change buffer does not hold (its rows \
+            "--snapshot and --snapshot-table write snapshot events, which a change buffer does not hold (its rows \
              are changes): use a JSON-lines sink",
         ));
     }
@@ -180,11 +183,64 @@ pub(crate) async fn start(opts: &Options) -> Result<Started, CdcError> {
                 sink: None,
                 schemas: created.schemas,
                 snapshot: None,
+                chunks: Vec::new(),
             };
             (Some(created.replication), state, Some(created.snapshot))
         }
     };
-    let schemas = state.schemas.clone();
+    let mut state = state;
+    let captured: Vec<_> = state
+        .schemas
+        .iter()
+        .filter(|s| !ignored.contains(&s.relid))
+        .cloned()
+        .collect();
+    // Tables with an ordered key are read in chunks while streaming; the others (at slot
+    // creation) are copied under the exported snapshot first.
+    let mut copied = Vec::new();
+    if opts.snapshot && exported.is_some() {
+        for s in &captured {
+            match chunk_reader::chunkable(&client, s, &opts.publication).await {
+                Ok(()) => state.chunks.push(ChunkCursor {
+                    relid: s.relid,
+                    after: None,
+                    done: false,
+                }),
+                Err(why) => {
+                    if opts.progress {
+                        eprintln!(
+                            "rowid-cdc: snapshot: {} is copied at the slot's consistent point, \
+                             not in chunks: {why}",
+                            s.qualified_name()
+                        );
+                    }
+                    copied.push(s.clone());
+                }
+            }
+        }
+    }
+    for name in &opts.snapshot_tables {
+        let Some(s) = captured.iter().find(|s| {
+            s.qualified_name() == *name || format!("{}.{}", s.namespace, s.relname) == *name
+        }) else {
+            return Err(setup(format!(
+                "--snapshot-table {name}: not a table of publication {} (as schema.table)",
+                opts.publication
+            )));
+        };
+        if let Err(why) = chunk_reader::chunkable(&client, s, &opts.publication).await {
+            return Err(setup(format!(
+                "--snapshot-table {name}: cannot be read in chunks while streaming: {why}"
+            )));
+        }
+        // Added, or read again from its first row.
+        state.chunks.retain(|c| c.relid != s.relid);
+        state.chunks.push(ChunkCursor {
+            relid: s.relid,
+            after: None,
+            done: false,
+        });
+    }
     let consistent = state.end_lsn;
     let mut pipe = Pipeline::resume(
         state,
@@ -196,16 +252,12 @@ pub(crate) async fn start(opts: &Options) -> Result<Started, CdcError> {
     .map_err(CdcError::Pipeline)?;
     if let (true, Some(exported)) = (opts.snapshot, exported) {
         pipe.snapshot_begin().map_err(CdcError::Pipeline)?;
-        let captured: Vec<_> = schemas
-            .into_iter()
-            .filter(|s| !ignored.contains(&s.relid))
-            .collect();
         snapshot::copy(
             &mut client,
             &exported,
             &opts.publication,
             consistent,
-            &captured,
+            &copied,
             &mut pipe,
             opts.progress,
         )

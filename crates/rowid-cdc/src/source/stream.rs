@@ -12,6 +12,7 @@ use crate::lsn::Lsn;
 use crate::pipeline::Pipeline;
 use crate::progress::Progress;
 use crate::sink::Sink;
+use crate::source::chunk_reader::ChunkReader;
 
 /// What ended one replication session.
 pub(crate) enum SessionEnd {
@@ -32,11 +33,34 @@ pub(crate) async fn stream(
     pipe: &mut Pipeline<Box<dyn Sink>>,
     opts: &Options,
     progress: &mut Progress,
+    chunks: &mut Option<ChunkReader>,
 ) -> Result<SessionEnd, CdcError> {
     let stop = tokio::signal::ctrl_c();
     tokio::pin!(stop);
     let mut last_idle_record = Instant::now() - IDLE_RECORD_INTERVAL;
+    let mut last_chunk_report = Instant::now();
     loop {
+        // Between transactions, with no chunk waiting for its watermark: the next chunk of a
+        // table being snapshotted (read while the stream waits: at most one chunk's rows).
+        if let Some(request) = pipe.chunk_request() {
+            let reader = match chunks {
+                Some(reader) => reader,
+                None => chunks.insert(ChunkReader::connect(opts).await?),
+            };
+            let read = reader.read(&request).await?;
+            if opts.progress && last_chunk_report.elapsed() >= Duration::from_secs(1) {
+                last_chunk_report = Instant::now();
+                eprintln!(
+                    "rowid-cdc: snapshot: {}.{}: a chunk of {} rows{}",
+                    request.namespace,
+                    request.relname,
+                    read.rows.len(),
+                    if read.last_chunk { ", the last" } else { "" }
+                );
+            }
+            pipe.open_chunk(&request, read)
+                .map_err(CdcError::Pipeline)?;
+        }
         let event = tokio::select! {
             _ = &mut stop => {
                 repl.stop();

@@ -1,0 +1,263 @@
+//! Reading a keyed table's snapshot in chunks while the stream runs ([`crate::chunks`] has
+//! the rules that make it exact): the next rows after the table's cursor in key order, in one
+//! `REPEATABLE READ` transaction whose snapshot is recorded with them, then a high watermark
+//! carrying a random nonce (a non-transactional logical message: it reaches the stream after
+//! every transaction the snapshot saw). Values are read in binary, so each arrives in its send
+//! form: the bytes pgoutput's binary tuples and the initial COPY carry.
+//!
+//! Which tables can be chunked ([`chunkable`]): a key from a unique index on NOT NULL columns
+//! whose types encode order-preservingly (the cursor compares identities as bytes, and the
+//! read orders by the key: the two orders must be one), so integers, `boolean`, `uuid`,
+//! `date`, `time`, `timestamp[tz]`, `bytea`, and text types under the `C` or `POSIX`
+//! collation. Other tables are copied under the slot's exported snapshot at creation.
+
+use std::collections::HashMap;
+
+use rowid_codec::Domain;
+use rowid_pgoutput::Column;
+use rowid_registry::schema_message::RelationSchema;
+use rowid_registry::sql::{QualifiedName, quote_ident};
+use tokio_postgres::types::ToSql;
+use tokio_postgres::{Client, IsolationLevel, Statement};
+
+use crate::chunks::{ChunkRead, ChunkRequest, TxnSnapshot, WATERMARK_PREFIX};
+use crate::config::Options;
+use crate::connect::net;
+use crate::connect::raw::{RawCell, SendForm};
+use crate::error::{CdcError, setup};
+
+/// Rows per chunk unless `--snapshot-chunk` says otherwise.
+pub const DEFAULT_CHUNK_ROWS: i64 = 4096;
+
+/// Key types whose identity bytes sort as PostgreSQL's default B-tree sorts the values
+/// (spec/wire-format.md §10), as `format_type(oid, NULL)` names them.
+const ORDERED: [&str; 11] = [
+    "smallint",
+    "integer",
+    "bigint",
+    "boolean",
+    "uuid",
+    "date",
+    "time without time zone",
+    "timestamp without time zone",
+    "timestamp with time zone",
+    "bytea",
+    "oid",
+];
+
+/// Text types: ordered as their identity bytes only under a byte-order collation.
+const TEXT: [&str; 3] = ["text", "character varying", "character"];
+
+/// Whether `schema`'s table can be snapshotted in chunks: `Err` says why not.
+pub async fn chunkable(
+    client: &Client,
+    schema: &RelationSchema,
+    publication: &str,
+) -> Result<(), String> {
+    let filtered = client
+        .query_opt(
+            "SELECT p.rowfilter IS NOT NULL, p.attnames::pg_catalog.text[] \
+             FROM pg_catalog.pg_publication_tables p \
+             WHERE p.pubname OPERATOR(pg_catalog.=) $1 \
+               AND p.schemaname OPERATOR(pg_catalog.=) $2 \
+               AND p.tablename OPERATOR(pg_catalog.=) $3",
+            &[&publication, &schema.namespace, &schema.relname],
+        )
+        .await
+        .map_err(|e| format!("cannot read the publication: {e}"))?;
+    if let Some(row) = filtered {
+        let (filter, published): (bool, Vec<String>) = (row.get(0), row.get(1));
+        let columns: Vec<&str> = schema.columns.iter().map(|c| c.name.as_str()).collect();
+        if filter || published != columns {
+            return Err(format!(
+                "publication {publication} publishes it with a row filter or a column list, \
+                 which a chunk's read would not apply"
+            ));
+        }
+    }
+    let def = schema
+        .identity
+        .as_ref()
+        .map_err(|r| format!("no usable identity ({})", r.message))?;
+    if def.domain != Domain::ScanKey || def.index.is_none() {
+        return Err("keyless: no key to read it in order by".into());
+    }
+    for f in &def.fields {
+        let nullable = schema
+            .columns
+            .iter()
+            .find(|c| c.name == f.column)
+            .is_none_or(|c| !c.not_null);
+        if nullable {
+            return Err(format!("key column {} may be NULL", f.column));
+        }
+        let row = client
+            .query_one(
+                "SELECT pg_catalog.format_type(a.atttypid, NULL), \
+                        COALESCE(co.collname::pg_catalog.text, '') \
+                 FROM pg_catalog.pg_attribute a \
+                 LEFT JOIN pg_catalog.pg_collation co ON co.oid OPERATOR(pg_catalog.=) a.attcollation \
+                 WHERE a.attrelid OPERATOR(pg_catalog.=) $1 \
+                   AND a.attname OPERATOR(pg_catalog.=) $2::pg_catalog.text::pg_catalog.name",
+                &[&schema.relid, &f.column],
+            )
+            .await
+            .map_err(|e| format!("cannot read key column {}: {e}", f.column))?;
+        let (ty, collation): (String, String) = (row.get(0), row.get(1));
+        let ordered = ORDERED.contains(&ty.as_str())
+            || (TEXT.contains(&ty.as_str()) && matches!(collation.as_str(), "C" | "POSIX"));
+        if !ordered {
+            return Err(format!(
+                "key column {} ({ty}{}) does not encode in its sort order",
+                f.column,
+                if collation.is_empty() {
+                    String::new()
+                } else {
+                    format!(" COLLATE {collation}")
+                }
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Reads chunks over a SQL connection of its own.
+pub struct ChunkReader {
+    client: Client,
+    rows: i64,
+    /// Per table: the first chunk's statement and the next ones'.
+    statements: HashMap<u32, (Statement, Statement)>,
+}
+
+impl ChunkReader {
+    /// Connects to the source.
+    pub async fn connect(opts: &Options) -> Result<ChunkReader, CdcError> {
+        let connected = net::connect(&opts.dsn)
+            .await
+            .map_err(|e| setup(format!("snapshot chunks: {}", e.message)))?;
+        let connection = connected.connection;
+        tokio::spawn(async move {
+            let _ = connection.await;
+        });
+        connected
+            .client
+            .batch_execute("SET search_path = pg_catalog, pg_temp")
+            .await?;
+        Ok(ChunkReader {
+            client: connected.client,
+            rows: opts.snapshot_chunk,
+            statements: HashMap::new(),
+        })
+    }
+
+    async fn statements(
+        &mut self,
+        request: &ChunkRequest,
+    ) -> Result<(Statement, Statement), CdcError> {
+        if let Some(found) = self.statements.get(&request.relid) {
+            return Ok(found.clone());
+        }
+        let kind: String = self
+            .client
+            .query_one(
+                "SELECT relkind::pg_catalog.text FROM pg_catalog.pg_class \
+                 WHERE oid OPERATOR(pg_catalog.=) $1",
+                &[&request.relid],
+            )
+            .await?
+            .get(0);
+        // A partitioned root stands for its leaves (publish_via_partition_root).
+        let only = if kind == "p" { "" } else { "ONLY " };
+        let table = QualifiedName::new(&request.namespace, &request.relname).quoted();
+        let columns: Vec<String> = request.columns.iter().map(|c| quote_ident(c)).collect();
+        let key: Vec<String> = request.key.iter().map(|c| quote_ident(c)).collect();
+        let params: Vec<String> = (2..key.len() + 2).map(|i| format!("${i}")).collect();
+        let select = format!("SELECT {} FROM {only}{table}", columns.join(", "));
+        let order = format!("ORDER BY {} LIMIT $1", key.join(", "));
+        let first = self.client.prepare(&format!("{select} {order}")).await?;
+        let next = self
+            .client
+            .prepare(&format!(
+                "{select} WHERE ({}) OPERATOR(pg_catalog.>) ({}) {order}",
+                key.join(", "),
+                params.join(", ")
+            ))
+            .await?;
+        self.statements
+            .insert(request.relid, (first.clone(), next.clone()));
+        Ok((first, next))
+    }
+
+    /// Reads the chunk `request` asks for and writes its high watermark.
+    pub async fn read(&mut self, request: &ChunkRequest) -> Result<ChunkRead, CdcError> {
+        let (first, next) = self.statements(request).await?;
+        let mut nonce = [0u8; 16];
+        getrandom::getrandom(&mut nonce)
+            .map_err(|e| setup(format!("snapshot chunks: no random nonce: {e}")))?;
+        let nonce: String = nonce.iter().map(|b| format!("{b:02x}")).collect();
+        let txn = self
+            .client
+            .build_transaction()
+            .isolation_level(IsolationLevel::RepeatableRead)
+            .read_only(true)
+            .start()
+            .await?;
+        let snapshot: String = txn
+            .query_one(
+                "SELECT pg_catalog.pg_current_snapshot()::pg_catalog.text",
+                &[],
+            )
+            .await?
+            .get(0);
+        let ts: i64 = txn
+            .query_one(
+                "SELECT ((pg_catalog.date_part('epoch', pg_catalog.now()) - 946684800) \
+                 * 1000000)::pg_catalog.int8",
+                &[],
+            )
+            .await?
+            .get(0);
+        let rows = match &request.after {
+            None => txn.query(&first, &[&self.rows]).await?,
+            Some(after) => {
+                let forms: Vec<SendForm<'_>> =
+                    after.iter().map(|k| SendForm(k.as_deref())).collect();
+                let mut params: Vec<&(dyn ToSql + Sync)> = vec![&self.rows];
+                params.extend(forms.iter().map(|f| f as &(dyn ToSql + Sync)));
+                txn.query(&next, &params).await?
+            }
+        };
+        txn.commit().await?;
+        let snapshot = TxnSnapshot::parse(&snapshot).ok_or_else(|| {
+            setup(format!(
+                "snapshot chunks: cannot read the snapshot {snapshot:?}"
+            ))
+        })?;
+        let tuples = rows
+            .iter()
+            .map(|row| {
+                (0..request.columns.len())
+                    .map(|i| match row.try_get::<_, RawCell>(i) {
+                        Ok(RawCell(Some(b))) => Ok(Column::Binary(b)),
+                        Ok(RawCell(None)) => Ok(Column::Null),
+                        Err(e) => Err(CdcError::from(e)),
+                    })
+                    .collect::<Result<Vec<_>, _>>()
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        self.client
+            .execute(
+                "SELECT pg_catalog.pg_logical_emit_message(false, $1, $2::pg_catalog.text)",
+                &[&WATERMARK_PREFIX, &nonce],
+            )
+            .await?;
+        Ok(ChunkRead {
+            relid: request.relid,
+            last_chunk: (tuples.len() as i64) < self.rows,
+            nonce,
+            snapshot,
+            ts,
+            rows: tuples,
+        })
+    }
+}

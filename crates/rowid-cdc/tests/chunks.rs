@@ -1,0 +1,325 @@
+//! Chunked snapshots through the pipeline, deterministically (no server): a chunk read under a
+//! known transaction snapshot, then transactions the snapshot saw and did not see, changes
+//! inside and outside the chunk's range, key changes across the cursor, a watermark with a
+//! foreign nonce and the chunk's own. What reaches the sink is each change's effect on the
+//! rows already delivered, with the chunk's rows exactly where its snapshot falls.
+
+// Test code: a failed expectation is a panic by design.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::io;
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
+use rowid_cdc::chunks::{ChunkCursor, ChunkRead, TxnSnapshot, WATERMARK_PREFIX};
+use rowid_cdc::pipeline::Pipeline;
+use rowid_cdc::sink::{Durable, Sink};
+use rowid_cdc::state::State;
+use rowid_cdc::{Capture, ChangeEvent, Lsn, Op, RelationSchema, ReplicaIdentity};
+use rowid_codec::structure::Shape;
+use rowid_codec::{Domain, TypeTag};
+use rowid_pgoutput::{
+    Column, CommitInfo, FlagBits, Message, OldTuple, Relation, RelationColumn, encode,
+};
+use rowid_registry::schema_message::{IdentityDef, IdentityField, SchemaColumn};
+
+const T: u32 = 16385;
+
+fn schema() -> RelationSchema {
+    RelationSchema {
+        relid: T,
+        namespace: "public".into(),
+        relname: "t".into(),
+        replica_identity: ReplicaIdentity::Default,
+        columns: ["id", "v"]
+            .iter()
+            .enumerate()
+            .map(|(i, n)| SchemaColumn {
+                attnum: i as i16 + 1,
+                name: (*n).into(),
+                type_oid: 20,
+                type_name: None,
+                not_null: true,
+                shape: None,
+            })
+            .collect(),
+        primary_key: vec!["id".into()],
+        identity: Ok(IdentityDef {
+            domain: Domain::ScanKey,
+            index: Some("t_pkey".into()),
+            primary: true,
+            fields: vec![IdentityField {
+                column: "id".into(),
+                type_oid: 20,
+                shape: Shape::Scalar(TypeTag::Int8),
+            }],
+        }),
+    }
+}
+
+fn int8(v: i64) -> Column {
+    Column::Binary(Bytes::copy_from_slice(&v.to_be_bytes()))
+}
+
+/// The events the pipeline delivered, in order, as (op, old id, new id, new v).
+#[derive(Clone, Default)]
+struct Collect(Arc<Mutex<Vec<ChangeEvent>>>);
+
+impl Sink for Collect {
+    fn change(&mut self, event: &ChangeEvent) -> io::Result<()> {
+        self.0.lock().unwrap().push(event.clone());
+        Ok(())
+    }
+    fn commit(&mut self) -> io::Result<Durable> {
+        Ok(Durable::default())
+    }
+    fn durable(&self) -> Durable {
+        Durable::default()
+    }
+}
+
+/// The key (int8) of an identity: its last 8 payload bytes before the terminator, sign
+/// flipped back (wire-format §3).
+fn key_of(id: &Option<Vec<u8>>) -> Option<i64> {
+    let id = id.as_ref()?;
+    let n = id.len();
+    let mut b = [0u8; 8];
+    b.copy_from_slice(&id[n - 9..n - 1]);
+    b[0] ^= 0x80;
+    Some(i64::from_be_bytes(b))
+}
+
+struct Stream {
+    pipe: Pipeline<Collect>,
+    lsn: u64,
+}
+
+impl Stream {
+    /// A pipeline into `sink` whose state has `t` to snapshot in chunks, nothing delivered.
+    fn new(sink: &Collect) -> Stream {
+        let state = State {
+            slot: "s".into(),
+            publication: "p".into(),
+            commit_lsn: Lsn::ZERO,
+            end_lsn: Lsn(0x100),
+            identity_table: 0,
+            sink: None,
+            schemas: vec![schema()],
+            snapshot: None,
+            chunks: vec![ChunkCursor {
+                relid: T,
+                after: None,
+                done: false,
+            }],
+        };
+        let capture = Capture::new(state.schemas.clone(), Lsn::ZERO, FlagBits::default());
+        let pipe = Pipeline::new(capture, sink.clone(), state, None).unwrap();
+        Stream { pipe, lsn: 0x100 }
+    }
+
+    fn send(&mut self, m: Message) {
+        self.lsn += 0x40;
+        self.pipe.message(Lsn(self.lsn), encode(&m)).unwrap();
+    }
+
+    /// One transaction `xid` of `changes`.
+    fn txn(&mut self, xid: u32, changes: Vec<Message>) {
+        let commit_lsn = self.lsn + 0x1000;
+        self.send(Message::Begin {
+            final_lsn: commit_lsn,
+            commit_ts: 0,
+            xid,
+        });
+        self.send(Message::Relation {
+            xid: None,
+            relation: Relation {
+                relid: T,
+                namespace: "public".into(),
+                name: "t".into(),
+                replica_identity: b'd',
+                columns: ["id", "v"]
+                    .iter()
+                    .map(|n| RelationColumn {
+                        flags: u8::from(*n == "id"),
+                        name: (*n).into(),
+                        type_oid: 20,
+                        typmod: -1,
+                    })
+                    .collect(),
+            },
+        });
+        for c in changes {
+            self.send(c);
+        }
+        self.send(Message::Commit(CommitInfo {
+            flags: 0,
+            commit_lsn,
+            end_lsn: commit_lsn + 0x30,
+            commit_ts: 0,
+        }));
+        self.lsn = commit_lsn + 0x30;
+    }
+
+    fn watermark(&mut self, nonce: &str) -> Option<Lsn> {
+        self.lsn += 0x40;
+        self.pipe
+            .apply(
+                Lsn(self.lsn),
+                Message::Message {
+                    xid: None,
+                    transactional: false,
+                    lsn: self.lsn,
+                    prefix: WATERMARK_PREFIX.into(),
+                    content: Bytes::copy_from_slice(nonce.as_bytes()),
+                },
+            )
+            .unwrap()
+    }
+}
+
+fn update(old: i64, new: i64, v: i64) -> Message {
+    Message::Update {
+        xid: None,
+        relid: T,
+        old: (old != new).then(|| OldTuple::Key(vec![int8(old), Column::Null])),
+        new: vec![int8(new), int8(v)],
+    }
+}
+
+fn insert(id: i64, v: i64) -> Message {
+    Message::Insert {
+        xid: None,
+        relid: T,
+        new: vec![int8(id), int8(v)],
+    }
+}
+
+#[test]
+fn a_chunk_lands_where_its_snapshot_falls_and_changes_arrive_as_their_effect() {
+    let sink = Collect::default();
+    let mut s = Stream::new(&sink);
+
+    let request = s.pipe.chunk_request().expect("a chunk to read");
+    assert_eq!(
+        (request.columns.clone(), request.key.clone()),
+        (vec!["id".to_string(), "v".into()], vec!["id".to_string()])
+    );
+    assert_eq!(request.after, None);
+    // Rows 1..=5 as read under a snapshot that saw every transaction below 103 but 101.
+    s.pipe
+        .open_chunk(
+            &request,
+            ChunkRead {
+                relid: T,
+                nonce: "n1".into(),
+                snapshot: TxnSnapshot::parse("100:103:101").unwrap(),
+                ts: 0,
+                rows: (1..=5).map(|id| vec![int8(id), int8(id * 100)]).collect(),
+                last_chunk: false,
+            },
+        )
+        .unwrap();
+    assert!(s.pipe.chunk_request().is_none(), "one chunk at a time");
+    // Seen by the snapshot: in the chunk's range, its effect is in the chunk (dropped);
+    // above it, a later chunk holds it (dropped).
+    s.txn(99, vec![update(3, 3, 7), insert(10, 1)]);
+    assert!(
+        sink.0.lock().unwrap().is_empty(),
+        "nothing before the chunk"
+    );
+    // Not seen: the chunk comes first, then the change, now within the delivered rows.
+    s.txn(101, vec![update(2, 2, 9)]);
+    // Seen, but arriving after the chunk (its commit record after 101's): already in it.
+    s.txn(102, vec![update(4, 4, 8)]);
+    // Not seen: a key moved out of the delivered rows arrives as the delete of the old row;
+    // an insert within them passes; a key moved into them as the insert of the new row; a
+    // change entirely above them is dropped.
+    s.txn(
+        104,
+        vec![
+            update(5, 50, 1),
+            insert(0, 1),
+            update(70, -1, 1),
+            update(80, 90, 1),
+        ],
+    );
+    assert_eq!(
+        s.watermark("not ours"),
+        None,
+        "a foreign watermark is ignored"
+    );
+    assert!(
+        s.watermark("n1").is_some(),
+        "the chunk's watermark closes it"
+    );
+    let got: Vec<(Op, Option<i64>, Option<i64>)> = sink
+        .0
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|e| (e.op, key_of(&e.old_id), key_of(&e.new_id)))
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            (Op::Snapshot, None, Some(1)),
+            (Op::Snapshot, None, Some(2)),
+            (Op::Snapshot, None, Some(3)),
+            (Op::Snapshot, None, Some(4)),
+            (Op::Snapshot, None, Some(5)),
+            (Op::Update, Some(2), Some(2)),
+            (Op::Delete, Some(5), None),
+            (Op::Insert, None, Some(0)),
+            (Op::Insert, None, Some(-1)),
+        ]
+    );
+    // The snapshot rows are delivered at the position of the change they precede.
+    let events = sink.0.lock().unwrap().clone();
+    assert_eq!(events[0].commit_lsn, events[5].commit_lsn);
+    // The cursor moved to the chunk's last row; the next chunk starts after its key.
+    let next = s.pipe.chunk_request().expect("the next chunk");
+    assert_eq!(
+        next.after,
+        Some(vec![Some(Bytes::copy_from_slice(&5i64.to_be_bytes()))])
+    );
+    assert_eq!(
+        s.pipe.state().chunks[0]
+            .after
+            .as_ref()
+            .map(|a| a.identity.clone()),
+        events[4].new_id
+    );
+}
+
+#[test]
+fn a_chunk_nobody_missed_is_delivered_at_its_watermark() {
+    let sink = Collect::default();
+    let mut s = Stream::new(&sink);
+    let request = s.pipe.chunk_request().unwrap();
+    s.pipe
+        .open_chunk(
+            &request,
+            ChunkRead {
+                relid: T,
+                nonce: "n2".into(),
+                snapshot: TxnSnapshot::parse("50:50:").unwrap(),
+                ts: 0,
+                rows: vec![vec![int8(1), int8(1)]],
+                last_chunk: true,
+            },
+        )
+        .unwrap();
+    s.txn(40, vec![update(1, 1, 1)]);
+    assert!(sink.0.lock().unwrap().is_empty());
+    let ack = s.watermark("n2").unwrap();
+    assert_eq!(sink.0.lock().unwrap().len(), 1);
+    assert_eq!(s.pipe.state().end_lsn, ack);
+    assert!(
+        s.pipe.state().chunks[0].done,
+        "the last chunk ends the table's snapshot"
+    );
+    assert!(s.pipe.chunk_request().is_none());
+    // From now on the table's changes pass.
+    s.txn(60, vec![update(1, 1, 2)]);
+    assert_eq!(sink.0.lock().unwrap().len(), 2);
+}
