@@ -312,6 +312,20 @@ fn follow_with_rowid_cdc(cluster: &Cluster) -> Result<(), String> {
         }
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
+    // The keyed tables are read in chunks while streaming: the workload starts once the
+    // state file says every chunk was delivered (a change of a row not yet delivered would
+    // arrive inside its snapshot row instead).
+    loop {
+        let text = std::fs::read_to_string(&state).unwrap_or_default();
+        if text.contains("\"chunks\":[{") && !text.contains("\"done\":false") {
+            break;
+        }
+        if started.elapsed() > std::time::Duration::from_secs(60) {
+            let _ = child.kill();
+            return Err(format!("rowid-cdc did not finish its snapshot: {text}"));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
     show(
         cluster,
         "one transaction: a key change, the primary key moved to (id, title) between two inserts, a TOASTed row updated through a sibling column under REPLICA IDENTITY FULL (its value filled from the old row: backfilled) and under DEFAULT (not in the WAL: unchanged_toast, absent, never NULL)",
