@@ -4,8 +4,9 @@
 -- One UPDATE of every row of a table keyed by int8, four ways: no trigger; pg_trickle's V1
 -- capture (a PL/pgSQL trigger: ::text casts, the V1 hash, an insert into a V1-style buffer
 -- that also keeps the new and old column values); pgtrickle.capture_changes (old and new
--- V2 identities into the change buffer); and the floor, the same C trigger writing one fixed
--- identity (the same rows without computing any). Rounds alternate the order; each case
+-- V2 identities and the row's old and new images, its typed new_/old_ columns, into the
+-- change buffer); and the floor, the same C trigger writing one fixed identity (the same
+-- rows, images included, without computing any identity). Rounds alternate the order; each case
 -- reports its median. "net" subtracts the no-trigger UPDATE: the trigger's own cost per row.
 
 \set ON_ERROR_STOP 1

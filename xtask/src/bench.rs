@@ -254,8 +254,11 @@ fn trigger_capture(cluster: &Cluster, sizes: &Sizes, report: &mut String) -> Res
     }
     let _ = writeln!(
         report,
-        "\nV2 capture_changes / V1 PL/pgSQL capture, net per row = {:.2} (target <= 0.5); \
-         V2 / the floor (a C trigger inserting the same row with a fixed identity) = {:.2}\n",
+        "\nBoth triggers write the change's old and new column values beside its identity \
+         (the V2 buffer's typed `new_`/`old_` image columns, spec/change-buffer.md format 3). \
+         V2 capture_changes / V1 PL/pgSQL capture, net per row = {:.2} (targets: <= 1.0 with \
+         images, issue 21; <= 0.5, issue 13); V2 / the floor (a C trigger inserting the same \
+         row with a fixed identity) = {:.2}\n",
         net(2) / net(1),
         net(2) / net(3),
     );

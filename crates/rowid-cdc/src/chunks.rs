@@ -36,6 +36,7 @@ use std::collections::HashSet;
 
 use bytes::Bytes;
 use rowid_pgoutput::Tuple;
+use rowid_registry::schema_message::RelationSchema;
 
 use crate::event::{ChangeEvent, Op};
 use crate::lsn::Lsn;
@@ -149,6 +150,9 @@ pub struct ChunkRequest {
     pub key: Vec<String>,
     /// The last row delivered: its key columns' send forms (`None`: start at the first).
     pub after: Option<Vec<Option<Bytes>>>,
+    /// Its identity schema as the stream stands: a chunk is read only under a snapshot that
+    /// sees the table in this shape.
+    pub schema: RelationSchema,
 }
 
 /// A chunk as the source side read it.
@@ -244,6 +248,16 @@ impl Chunking {
     pub fn chunk_due(&self, event: &ChangeEvent) -> bool {
         self.open.as_ref().is_some_and(|w| {
             w.before.is_none() && w.chunk.relid == event.relid && !w.chunk.snapshot.sees(event.xid)
+        })
+    }
+
+    /// Whether the commit of transaction `xid`, which changed the identity schemas of the
+    /// tables `changed`, comes after the waiting chunk's snapshot and changes its table's
+    /// shape before the chunk was delivered: the chunk (read in the shape before) must be
+    /// delivered first.
+    pub fn schema_due(&self, xid: u32, changed: &[u32]) -> bool {
+        self.open.as_ref().is_some_and(|w| {
+            w.before.is_none() && changed.contains(&w.chunk.relid) && !w.chunk.snapshot.sees(xid)
         })
     }
 

@@ -200,12 +200,20 @@ impl<S: Sink> Pipeline<S> {
                     self.notices.push(format!("at {lsn}: {message}"));
                 }
                 Output::Commit {
+                    xid,
                     commit_lsn,
                     end_lsn,
                     schema_changes,
                     delivered,
                     ..
                 } => {
+                    // A shape change its snapshot did not see: the waiting chunk, read in the
+                    // shape before, comes first.
+                    if self.chunking.schema_due(xid, &schema_changes) {
+                        for row in self.chunking.deliver() {
+                            self.deliver_event(&chunks::at(row, commit_lsn))?;
+                        }
+                    }
                     let durable = if delivered {
                         self.sink.durable()
                     } else {
@@ -274,6 +282,7 @@ impl<S: Sink> Pipeline<S> {
                         columns: s.columns.iter().map(|c| c.name.clone()).collect(),
                         key: def.fields.iter().map(|f| f.column.clone()).collect(),
                         after: cursor.after.as_ref().map(|a| a.key.clone()),
+                        schema: s.clone(),
                     })
                 });
             match found {

@@ -395,6 +395,8 @@ impl Capture {
                 }
                 let schema_changes: Vec<u32> = txn.schemas.keys().copied().collect();
                 for (relid, schema) in txn.schemas {
+                    // A snapshot row after this commit is read in the new shape.
+                    self.snapshot_bindings.remove(&relid);
                     match schema {
                         Some(s) => self.schemas.insert(relid, s),
                         None => self.schemas.remove(&relid),

@@ -5,6 +5,12 @@
 //! every transaction the snapshot saw). Values are read in binary, so each arrives in its send
 //! form: the bytes pgoutput's binary tuples and the initial COPY carry.
 //!
+//! The read locks its table (`ACCESS SHARE`) before the snapshot is taken and reads the
+//! table's identity schema under it: the rows are in the shape that schema describes, and a
+//! read whose shape is not the stream's is abandoned before any row is read (asked again once
+//! the stream or the snapshot caught up; [`crate::chunks`] delivers a chunk before a later
+//! DDL of its table).
+//!
 //! Which tables can be chunked ([`chunkable`]): a key from a unique index on NOT NULL columns
 //! whose types encode order-preservingly (the cursor compares identities as bytes, and the
 //! read orders by the key: the two orders must be one), so integers, `boolean`, `uuid`,
@@ -15,8 +21,9 @@ use std::collections::HashMap;
 
 use rowid_codec::Domain;
 use rowid_pgoutput::Column;
-use rowid_registry::schema_message::RelationSchema;
+use rowid_registry::schema_message::{RelationSchema, SchemaMessage};
 use rowid_registry::sql::{QualifiedName, quote_ident};
+use tokio_postgres::error::SqlState;
 use tokio_postgres::types::ToSql;
 use tokio_postgres::{Client, IsolationLevel, Statement};
 
@@ -121,12 +128,46 @@ pub async fn chunkable(
     Ok(())
 }
 
+/// The statements that write a chunk's high watermark, with `{prefix}` and `{nonce}` to fill
+/// in, for a server of `version` (`server_version_num`). The watermark must reach the stream
+/// promptly: a walsender sends only WAL that is flushed, and a non-transactional message is
+/// not flushed by itself before PostgreSQL 17 (it waits for the WAL writer, up to
+/// `wal_writer_delay` per chunk). PostgreSQL 17 flushes it when asked; before, the message is
+/// followed in its transaction by an xid and a synchronous commit, whose flush covers it (the
+/// transaction has no change, so pgoutput sends nothing of it).
+fn watermark_sql(version: i32) -> &'static str {
+    if version >= 170000 {
+        "SELECT pg_catalog.pg_logical_emit_message(false, '{prefix}', \
+         '{nonce}'::pg_catalog.text, true)"
+    } else {
+        "BEGIN; SET LOCAL synchronous_commit = on; \
+         SELECT pg_catalog.pg_logical_emit_message(false, '{prefix}', '{nonce}'::pg_catalog.text); \
+         SELECT pg_catalog.txid_current(); COMMIT"
+    }
+}
+
 /// Reads chunks over a SQL connection of its own.
 pub struct ChunkReader {
     client: Client,
     rows: i64,
-    /// Per table: the first chunk's statement and the next ones'.
-    statements: HashMap<u32, (Statement, Statement)>,
+    /// The statements that write a chunk's high watermark and flush it (see
+    /// [`watermark_sql`]).
+    watermark: &'static str,
+    /// Per table: its statements for the shape they were prepared for.
+    statements: HashMap<u32, Prepared>,
+}
+
+/// One table's statements.
+#[derive(Clone)]
+struct Prepared {
+    /// The identity schema they were prepared for.
+    schema: RelationSchema,
+    /// Locks the table against DDL for the read.
+    lock: String,
+    /// The first chunk.
+    first: Statement,
+    /// The chunks after a cursor.
+    next: Statement,
 }
 
 impl ChunkReader {
@@ -141,20 +182,30 @@ impl ChunkReader {
         });
         connected
             .client
-            .batch_execute("SET search_path = pg_catalog, pg_temp")
+            .batch_execute("SET search_path = pg_catalog, pg_temp; SET lock_timeout = '5s'")
             .await?;
+        let version: i32 = connected
+            .client
+            .query_one(
+                "SELECT pg_catalog.current_setting('server_version_num')::pg_catalog.int4",
+                &[],
+            )
+            .await?
+            .get(0);
         Ok(ChunkReader {
             client: connected.client,
             rows: opts.snapshot_chunk,
+            watermark: watermark_sql(version),
             statements: HashMap::new(),
         })
     }
 
-    async fn statements(
-        &mut self,
-        request: &ChunkRequest,
-    ) -> Result<(Statement, Statement), CdcError> {
-        if let Some(found) = self.statements.get(&request.relid) {
+    /// The table's statements for the shape `request` stands at (prepared again when the
+    /// shape changed).
+    async fn statements(&mut self, request: &ChunkRequest) -> Result<Prepared, CdcError> {
+        if let Some(found) = self.statements.get(&request.relid)
+            && found.schema == request.schema
+        {
             return Ok(found.clone());
         }
         let kind: String = self
@@ -183,14 +234,24 @@ impl ChunkReader {
                 params.join(", ")
             ))
             .await?;
-        self.statements
-            .insert(request.relid, (first.clone(), next.clone()));
-        Ok((first, next))
+        let prepared = Prepared {
+            schema: request.schema.clone(),
+            lock: format!("LOCK TABLE {only}{table} IN ACCESS SHARE MODE"),
+            first,
+            next,
+        };
+        self.statements.insert(request.relid, prepared.clone());
+        Ok(prepared)
     }
 
-    /// Reads the chunk `request` asks for and writes its high watermark.
-    pub async fn read(&mut self, request: &ChunkRequest) -> Result<ChunkRead, CdcError> {
-        let (first, next) = self.statements(request).await?;
+    /// Reads the chunk `request` asks for and writes its high watermark; `None` when the
+    /// table's shape under the read's snapshot is not the one the stream stands at (a DDL on
+    /// one side of the snapshot and not yet on the other): nothing was read, ask again once
+    /// the stream moved.
+    pub async fn read(&mut self, request: &ChunkRequest) -> Result<Option<ChunkRead>, CdcError> {
+        let Prepared {
+            lock, first, next, ..
+        } = self.statements(request).await?;
         let mut nonce = [0u8; 16];
         getrandom::getrandom(&mut nonce)
             .map_err(|e| setup(format!("snapshot chunks: no random nonce: {e}")))?;
@@ -202,21 +263,42 @@ impl ChunkReader {
             .read_only(true)
             .start()
             .await?;
-        let snapshot: String = txn
+        // The table is locked before the snapshot is taken (LOCK takes none): no DDL of it
+        // commits during the read, every one before it is seen, so the catalog the read
+        // uses is the shape its snapshot sees. That shape must be the request's.
+        if let Err(e) = txn.batch_execute(&lock).await {
+            // Renamed or dropped since the stream's schema (the stream will say so), or a DDL
+            // holds it longer than the lock timeout: asked again later.
+            if matches!(
+                e.code(),
+                Some(&SqlState::UNDEFINED_TABLE) | Some(&SqlState::LOCK_NOT_AVAILABLE)
+            ) {
+                return Ok(None);
+            }
+            return Err(e.into());
+        }
+        // The first statement takes the transaction's snapshot: the rows below are read under
+        // exactly the snapshot it returns.
+        let taken = txn
             .query_one(
-                "SELECT pg_catalog.pg_current_snapshot()::pg_catalog.text",
+                "SELECT pg_catalog.pg_current_snapshot()::pg_catalog.text, \
+                        ((pg_catalog.date_part('epoch', pg_catalog.now()) - 946684800) \
+                         * 1000000)::pg_catalog.int8",
                 &[],
+            )
+            .await?;
+        let (snapshot, ts): (String, i64) = (taken.get(0), taken.get(1));
+        let shape: String = txn
+            .query_one(
+                "SELECT pgtrickle.identity_schema($1::pg_catalog.oid::pg_catalog.regclass)",
+                &[&request.relid],
             )
             .await?
             .get(0);
-        let ts: i64 = txn
-            .query_one(
-                "SELECT ((pg_catalog.date_part('epoch', pg_catalog.now()) - 946684800) \
-                 * 1000000)::pg_catalog.int8",
-                &[],
-            )
-            .await?
-            .get(0);
+        match SchemaMessage::parse(shape.as_bytes()) {
+            Ok(SchemaMessage::Schema(s)) if s == request.schema => {}
+            _ => return Ok(None),
+        }
         let rows = match &request.after {
             None => txn.query(&first, &[&self.rows]).await?,
             Some(after) => {
@@ -245,19 +327,22 @@ impl ChunkReader {
                     .collect::<Result<Vec<_>, _>>()
             })
             .collect::<Result<Vec<_>, _>>()?;
+        // The nonce is hex digits, the prefix a constant: both are literals safely.
         self.client
-            .execute(
-                "SELECT pg_catalog.pg_logical_emit_message(false, $1, $2::pg_catalog.text)",
-                &[&WATERMARK_PREFIX, &nonce],
+            .batch_execute(
+                &self
+                    .watermark
+                    .replace("{prefix}", WATERMARK_PREFIX)
+                    .replace("{nonce}", &nonce),
             )
             .await?;
-        Ok(ChunkRead {
+        Ok(Some(ChunkRead {
             relid: request.relid,
             last_chunk: (tuples.len() as i64) < self.rows,
             nonce,
             snapshot,
             ts,
             rows: tuples,
-        })
+        }))
     }
 }

@@ -7,7 +7,7 @@ use pgwire_replication::{PgWireError, ReplicationClient, ReplicationEvent};
 use rowid_pgoutput::{CommitInfo, Message};
 
 use crate::config::Options;
-use crate::error::CdcError;
+use crate::error::{CdcError, setup};
 use crate::lsn::Lsn;
 use crate::pipeline::Pipeline;
 use crate::progress::Progress;
@@ -24,6 +24,14 @@ pub(crate) enum SessionEnd {
     SinkLost(CdcError),
 }
 
+/// How long after a chunk read that found the table in another shape than the stream it is
+/// asked for again.
+const STALE_RETRY: Duration = Duration::from_millis(100);
+
+/// How many such reads in a row stop the run (about a minute: a shape that never agrees is a
+/// defect to report, not to wait for).
+const STALE_READS_LIMIT: u32 = 600;
+
 /// How often a position reported with nothing in flight is recorded (each record is a state
 /// file write and fsync).
 const IDLE_RECORD_INTERVAL: Duration = Duration::from_secs(1);
@@ -39,15 +47,35 @@ pub(crate) async fn stream(
     tokio::pin!(stop);
     let mut last_idle_record = Instant::now() - IDLE_RECORD_INTERVAL;
     let mut last_chunk_report = Instant::now();
+    // A chunk read found the table in another shape than the stream: when to ask again, and
+    // how many times in a row that happened.
+    let mut retry_at: Option<Instant> = None;
+    let mut stale_reads = 0u32;
     loop {
         // Between transactions, with no chunk waiting for its watermark: the next chunk of a
         // table being snapshotted (read while the stream waits: at most one chunk's rows).
-        if let Some(request) = pipe.chunk_request() {
+        let retry_due = retry_at.is_none_or(|at| Instant::now() >= at);
+        if let Some(request) = retry_due.then(|| pipe.chunk_request()).flatten() {
             let reader = match chunks {
                 Some(reader) => reader,
                 None => chunks.insert(ChunkReader::connect(opts).await?),
             };
-            let read = reader.read(&request).await?;
+            let Some(read) = reader.read(&request).await? else {
+                // The table's shape under a new snapshot is not the stream's yet: asked again
+                // shortly (the stream reaches the DDL, or the DDL becomes visible).
+                stale_reads += 1;
+                if stale_reads > STALE_READS_LIMIT {
+                    return Err(setup(format!(
+                        "snapshot chunks: {}.{}: for {STALE_READS_LIMIT} reads its shape under \
+                         the read's snapshot was not the one the stream stands at",
+                        request.namespace, request.relname
+                    )));
+                }
+                retry_at = Some(Instant::now() + STALE_RETRY);
+                continue;
+            };
+            stale_reads = 0;
+            retry_at = None;
             if opts.progress && last_chunk_report.elapsed() >= Duration::from_secs(1) {
                 last_chunk_report = Instant::now();
                 eprintln!(
@@ -61,11 +89,18 @@ pub(crate) async fn stream(
             pipe.open_chunk(&request, read)
                 .map_err(CdcError::Pipeline)?;
         }
+        let retry = async {
+            match retry_at {
+                Some(at) => tokio::time::sleep_until(at.into()).await,
+                None => std::future::pending().await,
+            }
+        };
         let event = tokio::select! {
             _ = &mut stop => {
                 repl.stop();
                 return Ok(SessionEnd::Stopped);
             }
+            () = retry => continue,
             e = repl.recv() => e,
         };
         let ev = match event {
