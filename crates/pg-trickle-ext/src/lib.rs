@@ -235,14 +235,16 @@ COMMENT ON SCHEMA pgtrickle_changes IS
 
 -- Identity schema messages, format 3 (spec/identity-messages.md): one row per published
 -- table, written only by the extension's event triggers (as the extension's owner: PUBLIC
--- has no right on it), published by pgtrickle_identity so that a WAL consumer reads each
--- row change at the position of the DDL that made it.
+-- may only read it, what the catalogs already show), published by pgtrickle_identity so
+-- that a WAL consumer reads each row change at the position of the DDL that made it (and a
+-- snapshot reader the schema its snapshot sees).
 CREATE TABLE pgtrickle.identity_schemas (
   relid pg_catalog.oid PRIMARY KEY,
   key_index pg_catalog.oid,
   schema pg_catalog.text NOT NULL
 );
 REVOKE ALL ON TABLE pgtrickle.identity_schemas FROM PUBLIC;
+GRANT SELECT ON TABLE pgtrickle.identity_schemas TO PUBLIC;
 COMMENT ON TABLE pgtrickle.identity_schemas IS
   'Identity schema of every published table (spec/identity-messages.md format 3); written only by the identity-message event triggers';
 CREATE PUBLICATION pgtrickle_identity FOR TABLE pgtrickle.identity_schemas;

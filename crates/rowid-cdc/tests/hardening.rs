@@ -512,6 +512,47 @@ fn a_replication_role_without_superuser_captures() {
     }
 }
 
+/// The same role takes a chunked snapshot: it reads the table's rows and, under the same
+/// snapshot, the table's identity schema row (PUBLIC may read it), and writes the chunks'
+/// watermarks; every row arrives once.
+#[test]
+#[ignore = "needs a PostgreSQL server with wal_level=logical and the extension: run through `cargo xtask test`"]
+fn a_replication_role_without_superuser_snapshots_in_chunks() {
+    let _serial = serial();
+    let db = database("rowid_cdc_hard_role_snap", "hard_role_snap");
+    db.run(
+        "CREATE EXTENSION pg_trickle_ext;
+         SELECT pgtrickle.enable_identity_messages();
+         CREATE TABLE pub (id int8 PRIMARY KEY, v text);
+         INSERT INTO pub SELECT g, 'pre' FROM generate_series(1, 5000) g;
+         CREATE PUBLICATION hard_role_snap FOR TABLE pub;
+         DROP ROLE IF EXISTS hard_snap; CREATE ROLE hard_snap LOGIN REPLICATION;
+         GRANT SELECT ON pub TO hard_snap;",
+    )
+    .unwrap();
+    let dir = Dir::new("hard_role_snap");
+    let cdc = Cdc {
+        dsn: db.dsn().replace("user=postgres", "user=hard_snap"),
+        slot: "hard_role_snap",
+        publication: "hard_role_snap",
+        dir: &dir,
+    };
+    let running = cdc.spawn(&["--create-slot", "--snapshot", "--snapshot-chunk", "700"]);
+    let lines = cdc.wait_lines(5000);
+    let err = running.interrupt();
+    let mut ids: Vec<&str> = lines
+        .iter()
+        .filter(|l| l["op"] == "snapshot")
+        .filter_map(|l| l["new"]["id"].as_str())
+        .collect();
+    ids.sort_unstable();
+    ids.dedup();
+    assert_eq!(ids.len(), 5000, "{err}");
+    wait_free(&db, "hard_role_snap");
+    db.run("SELECT pg_drop_replication_slot('hard_role_snap');")
+        .unwrap();
+}
+
 /// A database whose encoding is not UTF8: the WAL would carry its text converted, so WAL
 /// identities would differ from `encode_row_id_v2`'s. Refused at start, before any slot.
 #[test]

@@ -21,11 +21,11 @@ use std::collections::HashMap;
 
 use rowid_codec::Domain;
 use rowid_pgoutput::Column;
-use rowid_registry::schema_message::{RelationSchema, SchemaMessage};
+use rowid_registry::schema_message::{IDENTITY_TABLE, RelationSchema, SchemaMessage};
 use rowid_registry::sql::{QualifiedName, quote_ident};
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::ToSql;
-use tokio_postgres::{Client, IsolationLevel, Statement};
+use tokio_postgres::{Client, Statement};
 
 use crate::chunks::{ChunkRead, ChunkRequest, TxnSnapshot, WATERMARK_PREFIX};
 use crate::config::Options;
@@ -150,6 +150,8 @@ fn watermark_sql(version: i32) -> &'static str {
 pub struct ChunkReader {
     client: Client,
     rows: i64,
+    /// Takes a read's snapshot: the snapshot, the time, the table's identity schema under it.
+    snapshot: Statement,
     /// The statements that write a chunk's high watermark and flush it (see
     /// [`watermark_sql`]).
     watermark: &'static str,
@@ -171,8 +173,9 @@ struct Prepared {
 }
 
 impl ChunkReader {
-    /// Connects to the source.
-    pub async fn connect(opts: &Options) -> Result<ChunkReader, CdcError> {
+    /// Connects to the source; `identity_table` is the OID of the identity schema table the
+    /// start checks authenticated.
+    pub async fn connect(opts: &Options, identity_table: u32) -> Result<ChunkReader, CdcError> {
         let connected = net::connect(&opts.dsn)
             .await
             .map_err(|e| setup(format!("snapshot chunks: {}", e.message)))?;
@@ -192,9 +195,40 @@ impl ChunkReader {
             )
             .await?
             .get(0);
+        // The identity schema table read below is the one the start checks authenticated.
+        let (schema, table) = IDENTITY_TABLE;
+        let found: u32 = connected
+            .client
+            .query_one(
+                &format!(
+                    "SELECT '{}'::pg_catalog.regclass::pg_catalog.oid",
+                    QualifiedName::new(schema, table).quoted()
+                ),
+                &[],
+            )
+            .await?
+            .get(0);
+        if found != identity_table {
+            return Err(setup(format!(
+                "snapshot chunks: {schema}.{table} is OID {found}, not the authenticated \
+                 {identity_table}"
+            )));
+        }
+        let snapshot = connected
+            .client
+            .prepare(&format!(
+                "SELECT pg_catalog.pg_current_snapshot()::pg_catalog.text, \
+                        ((pg_catalog.date_part('epoch', pg_catalog.now()) - 946684800) \
+                         * 1000000)::pg_catalog.int8, \
+                        (SELECT s.schema FROM {} s \
+                         WHERE s.relid OPERATOR(pg_catalog.=) $1)",
+                QualifiedName::new(schema, table).quoted()
+            ))
+            .await?;
         Ok(ChunkReader {
             client: connected.client,
             rows: opts.snapshot_chunk,
+            snapshot,
             watermark: watermark_sql(version),
             statements: HashMap::new(),
         })
@@ -249,72 +283,52 @@ impl ChunkReader {
     /// one side of the snapshot and not yet on the other): nothing was read, ask again once
     /// the stream moved.
     pub async fn read(&mut self, request: &ChunkRequest) -> Result<Option<ChunkRead>, CdcError> {
-        let Prepared {
-            lock, first, next, ..
-        } = self.statements(request).await?;
+        let prepared = self.statements(request).await?;
         let mut nonce = [0u8; 16];
         getrandom::getrandom(&mut nonce)
             .map_err(|e| setup(format!("snapshot chunks: no random nonce: {e}")))?;
         let nonce: String = nonce.iter().map(|b| format!("{b:02x}")).collect();
-        let txn = self
-            .client
-            .build_transaction()
-            .isolation_level(IsolationLevel::RepeatableRead)
-            .read_only(true)
-            .start()
-            .await?;
         // The table is locked before the snapshot is taken (LOCK takes none): no DDL of it
         // commits during the read, every one before it is seen, so the catalog the read
         // uses is the shape its snapshot sees. That shape must be the request's.
-        if let Err(e) = txn.batch_execute(&lock).await {
+        let begin = format!(
+            "START TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY; {}",
+            prepared.lock
+        );
+        if let Err(e) = self.client.batch_execute(&begin).await {
             // Renamed or dropped since the stream's schema (the stream will say so), or a DDL
             // holds it longer than the lock timeout: asked again later.
             if matches!(
                 e.code(),
                 Some(&SqlState::UNDEFINED_TABLE) | Some(&SqlState::LOCK_NOT_AVAILABLE)
             ) {
+                self.rollback().await?;
                 return Ok(None);
             }
+            let _ = self.rollback().await;
             return Err(e.into());
         }
-        // The first statement takes the transaction's snapshot: the rows below are read under
-        // exactly the snapshot it returns.
-        let taken = txn
-            .query_one(
-                "SELECT pg_catalog.pg_current_snapshot()::pg_catalog.text, \
-                        ((pg_catalog.date_part('epoch', pg_catalog.now()) - 946684800) \
-                         * 1000000)::pg_catalog.int8",
-                &[],
-            )
-            .await?;
-        let (snapshot, ts): (String, i64) = (taken.get(0), taken.get(1));
-        let shape: String = txn
-            .query_one(
-                "SELECT pgtrickle.identity_schema($1::pg_catalog.oid::pg_catalog.regclass)",
-                &[&request.relid],
-            )
-            .await?
-            .get(0);
-        match SchemaMessage::parse(shape.as_bytes()) {
-            Ok(SchemaMessage::Schema(s)) if s == request.schema => {}
-            _ => return Ok(None),
-        }
-        let rows = match &request.after {
-            None => txn.query(&first, &[&self.rows]).await?,
-            Some(after) => {
-                let forms: Vec<SendForm<'_>> =
-                    after.iter().map(|k| SendForm(k.as_deref())).collect();
-                let mut params: Vec<&(dyn ToSql + Sync)> = vec![&self.rows];
-                params.extend(forms.iter().map(|f| f as &(dyn ToSql + Sync)));
-                txn.query(&next, &params).await?
+        let read = match self.read_locked(request, &prepared).await {
+            Ok(Some(read)) => read,
+            Ok(None) => {
+                self.rollback().await?;
+                return Ok(None);
+            }
+            // The error is the one to report; the connection is likely gone with it.
+            Err(e) => {
+                let _ = self.rollback().await;
+                return Err(e);
             }
         };
-        txn.commit().await?;
-        let snapshot = TxnSnapshot::parse(&snapshot).ok_or_else(|| {
-            setup(format!(
-                "snapshot chunks: cannot read the snapshot {snapshot:?}"
-            ))
-        })?;
+        let (snapshot, ts, rows) = read;
+        // The nonce is hex digits, the prefix a constant: both are literals safely.
+        let commit_and_mark = format!(
+            "COMMIT; {}",
+            self.watermark
+                .replace("{prefix}", WATERMARK_PREFIX)
+                .replace("{nonce}", &nonce)
+        );
+        self.client.batch_execute(&commit_and_mark).await?;
         let tuples = rows
             .iter()
             .map(|row| {
@@ -327,15 +341,6 @@ impl ChunkReader {
                     .collect::<Result<Vec<_>, _>>()
             })
             .collect::<Result<Vec<_>, _>>()?;
-        // The nonce is hex digits, the prefix a constant: both are literals safely.
-        self.client
-            .batch_execute(
-                &self
-                    .watermark
-                    .replace("{prefix}", WATERMARK_PREFIX)
-                    .replace("{nonce}", &nonce),
-            )
-            .await?;
         Ok(Some(ChunkRead {
             relid: request.relid,
             last_chunk: (tuples.len() as i64) < self.rows,
@@ -344,5 +349,47 @@ impl ChunkReader {
             ts,
             rows: tuples,
         }))
+    }
+
+    /// Inside the read's transaction, the table locked: its snapshot (taken by this first
+    /// query, with the table's identity schema under it), then the rows, or `None` when the
+    /// schema is not the request's.
+    async fn read_locked(
+        &self,
+        request: &ChunkRequest,
+        prepared: &Prepared,
+    ) -> Result<Option<(TxnSnapshot, i64, Vec<tokio_postgres::Row>)>, CdcError> {
+        let taken = self
+            .client
+            .query_one(&self.snapshot, &[&request.relid])
+            .await?;
+        let (snapshot, ts, shape): (String, i64, Option<String>) =
+            (taken.get(0), taken.get(1), taken.get(2));
+        match shape.as_deref().map(|s| SchemaMessage::parse(s.as_bytes())) {
+            Some(Ok(SchemaMessage::Schema(s))) if s == request.schema => {}
+            _ => return Ok(None),
+        }
+        let snapshot = TxnSnapshot::parse(&snapshot).ok_or_else(|| {
+            setup(format!(
+                "snapshot chunks: cannot read the snapshot {snapshot:?}"
+            ))
+        })?;
+        let rows = match &request.after {
+            None => self.client.query(&prepared.first, &[&self.rows]).await?,
+            Some(after) => {
+                let forms: Vec<SendForm<'_>> =
+                    after.iter().map(|k| SendForm(k.as_deref())).collect();
+                let mut params: Vec<&(dyn ToSql + Sync)> = vec![&self.rows];
+                params.extend(forms.iter().map(|f| f as &(dyn ToSql + Sync)));
+                self.client.query(&prepared.next, &params).await?
+            }
+        };
+        Ok(Some((snapshot, ts, rows)))
+    }
+
+    /// Ends a read's transaction without effect (a no-op outside one).
+    async fn rollback(&self) -> Result<(), CdcError> {
+        self.client.batch_execute("ROLLBACK").await?;
+        Ok(())
     }
 }

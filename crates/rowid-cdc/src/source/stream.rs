@@ -58,7 +58,9 @@ pub(crate) async fn stream(
         if let Some(request) = retry_due.then(|| pipe.chunk_request()).flatten() {
             let reader = match chunks {
                 Some(reader) => reader,
-                None => chunks.insert(ChunkReader::connect(opts).await?),
+                None => {
+                    chunks.insert(ChunkReader::connect(opts, pipe.state().identity_table).await?)
+                }
             };
             let Some(read) = reader.read(&request).await? else {
                 // The table's shape under a new snapshot is not the stream's yet: asked again
