@@ -351,6 +351,12 @@ impl<S: Sink> Pipeline<S> {
         Ok(())
     }
 
+    /// How many of the tables snapshotted in chunks are done, of how many.
+    pub fn chunk_tables(&self) -> (usize, usize) {
+        let cursors = self.chunking.cursors();
+        (cursors.iter().filter(|c| c.done).count(), cursors.len())
+    }
+
     /// The notices since the last call, oldest first.
     pub fn take_notices(&mut self) -> Vec<String> {
         std::mem::take(&mut self.notices)

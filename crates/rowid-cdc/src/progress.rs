@@ -60,3 +60,78 @@ fn peak_rss_kib() -> Option<u64> {
         .find_map(|l| l.strip_prefix("VmHWM:"))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
 }
+
+/// The chunked snapshot's progress line, at most once a second: rows read in chunks by this
+/// run and their rate, tables done, and for the table being read its estimated rows left
+/// (`pg_class.reltuples` less the rows this run read of it) and the time they would take.
+pub struct ChunkProgress {
+    enabled: bool,
+    started: Instant,
+    last: Instant,
+    rows: u64,
+    /// Rows this run read per table.
+    per_table: std::collections::HashMap<u32, u64>,
+    finished: bool,
+}
+
+impl ChunkProgress {
+    /// A chunk progress line, printed only when `enabled`.
+    pub fn new(enabled: bool) -> ChunkProgress {
+        let now = Instant::now();
+        ChunkProgress {
+            enabled,
+            started: now,
+            last: now - Duration::from_secs(1),
+            rows: 0,
+            per_table: std::collections::HashMap::new(),
+            finished: false,
+        }
+    }
+
+    /// A chunk of `rows` rows of table `relid` (`name`, `estimate` rows in all when known)
+    /// was read; `done` of `tables` tables are done.
+    pub fn chunk(
+        &mut self,
+        relid: u32,
+        name: &str,
+        rows: usize,
+        estimate: Option<u64>,
+        (done, tables): (usize, usize),
+    ) {
+        self.rows += rows as u64;
+        let read = self.per_table.entry(relid).or_insert(0);
+        *read += rows as u64;
+        if !self.enabled || self.last.elapsed() < Duration::from_secs(1) {
+            return;
+        }
+        self.last = Instant::now();
+        let rate = self.rows as f64 / self.started.elapsed().as_secs_f64().max(1e-3);
+        let left = match estimate {
+            Some(e) => {
+                let left = e.saturating_sub(*read);
+                format!(
+                    "; about {left} rows of it left, ETA {:.0} s",
+                    left as f64 / rate.max(1.0)
+                )
+            }
+            None => String::new(),
+        };
+        eprintln!(
+            "rowid-cdc: snapshot: {} rows in chunks ({rate:.0}/s), {done} of {tables} tables \
+             done, now {name}{left}",
+            self.rows
+        );
+    }
+
+    /// Prints the last line once every chunked table is done (`done` of `tables`).
+    pub fn tables(&mut self, (done, tables): (usize, usize)) {
+        if self.enabled && !self.finished && tables > 0 && done == tables && self.rows > 0 {
+            self.finished = true;
+            eprintln!(
+                "rowid-cdc: snapshot: {} rows of {tables} tables in chunks in {:.2} s",
+                self.rows,
+                self.started.elapsed().as_secs_f64()
+            );
+        }
+    }
+}

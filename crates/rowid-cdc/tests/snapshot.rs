@@ -489,6 +489,7 @@ fn chunked_snapshots_follow_ddl() {
          SELECT pgtrickle.enable_identity_messages();
          CREATE TABLE shaped (id int8 PRIMARY KEY, a int4, b text);
          INSERT INTO shaped SELECT g, 0, 'b' || g FROM generate_series(1, 60000) g;
+         ANALYZE shaped;
          CREATE TABLE phase (n int4 PRIMARY KEY);
          CREATE PUBLICATION snap_ddl FOR TABLE shaped, phase;",
     )
@@ -501,7 +502,13 @@ fn chunked_snapshots_follow_ddl() {
         publication: "snap_ddl",
         dir: &dir,
     };
-    let _running = cdc.spawn(&["--create-slot", "--snapshot", "--snapshot-chunk", "100"]);
+    let running = cdc.spawn(&[
+        "--create-slot",
+        "--snapshot",
+        "--snapshot-chunk",
+        "100",
+        "--progress",
+    ]);
     wait_active(&db, "snap_ddl");
     db.run(SHAPE_WRITES).unwrap();
     wait_done_without_marker(&dir);
@@ -518,6 +525,15 @@ fn chunked_snapshots_follow_ddl() {
         assert!(t.elapsed() < Duration::from_secs(60), "no end marker");
         std::thread::sleep(Duration::from_millis(100));
     };
+    // The progress lines: the first chunk's, with the table's estimate and an ETA, and the
+    // last one once both tables are done.
+    let err = running.interrupt();
+    assert!(
+        err.contains("rows in chunks (")
+            && err.contains("now public.shaped; about ")
+            && err.contains("rows of 2 tables in chunks in "),
+        "{err}"
+    );
     let mut phase = 0usize;
     let mut snapshot_phases = std::collections::BTreeSet::new();
     let mut rows: BTreeMap<String, Value> = BTreeMap::new();

@@ -149,6 +149,7 @@ fn watermark_sql(version: i32) -> &'static str {
 /// Reads chunks over a SQL connection of its own.
 pub struct ChunkReader {
     client: Client,
+    /// Rows per chunk.
     rows: i64,
     /// Takes a read's snapshot: the snapshot, the time, the table's identity schema under it.
     snapshot: Statement,
@@ -164,6 +165,8 @@ pub struct ChunkReader {
 struct Prepared {
     /// The identity schema they were prepared for.
     schema: RelationSchema,
+    /// Its rows as `pg_class.reltuples` estimates them (`None`: no estimate).
+    estimate: Option<u64>,
     /// Locks the table against DDL for the read.
     lock: String,
     /// The first chunk.
@@ -242,15 +245,15 @@ impl ChunkReader {
         {
             return Ok(found.clone());
         }
-        let kind: String = self
+        let class = self
             .client
             .query_one(
-                "SELECT relkind::pg_catalog.text FROM pg_catalog.pg_class \
-                 WHERE oid OPERATOR(pg_catalog.=) $1",
+                "SELECT relkind::pg_catalog.text, reltuples::pg_catalog.float8 \
+                 FROM pg_catalog.pg_class WHERE oid OPERATOR(pg_catalog.=) $1",
                 &[&request.relid],
             )
-            .await?
-            .get(0);
+            .await?;
+        let (kind, estimate): (String, f64) = (class.get(0), class.get(1));
         // A partitioned root stands for its leaves (publish_via_partition_root).
         let only = if kind == "p" { "" } else { "ONLY " };
         let table = QualifiedName::new(&request.namespace, &request.relname).quoted();
@@ -270,12 +273,19 @@ impl ChunkReader {
             .await?;
         let prepared = Prepared {
             schema: request.schema.clone(),
+            // -1: never vacuumed or analyzed.
+            estimate: (estimate >= 0.0).then_some(estimate as u64),
             lock: format!("LOCK TABLE {only}{table} IN ACCESS SHARE MODE"),
             first,
             next,
         };
         self.statements.insert(request.relid, prepared.clone());
         Ok(prepared)
+    }
+
+    /// The estimated rows of a table read before (`pg_class.reltuples` then).
+    pub fn estimate(&self, relid: u32) -> Option<u64> {
+        self.statements.get(&relid).and_then(|p| p.estimate)
     }
 
     /// Reads the chunk `request` asks for and writes its high watermark; `None` when the
@@ -341,9 +351,10 @@ impl ChunkReader {
                     .collect::<Result<Vec<_>, _>>()
             })
             .collect::<Result<Vec<_>, _>>()?;
+        let last_chunk = (tuples.len() as i64) < self.rows;
         Ok(Some(ChunkRead {
             relid: request.relid,
-            last_chunk: (tuples.len() as i64) < self.rows,
+            last_chunk,
             nonce,
             snapshot,
             ts,

@@ -10,7 +10,7 @@ use crate::config::Options;
 use crate::error::{CdcError, setup};
 use crate::lsn::Lsn;
 use crate::pipeline::Pipeline;
-use crate::progress::Progress;
+use crate::progress::{ChunkProgress, Progress};
 use crate::sink::Sink;
 use crate::source::chunk_reader::ChunkReader;
 
@@ -46,7 +46,7 @@ pub(crate) async fn stream(
     let stop = tokio::signal::ctrl_c();
     tokio::pin!(stop);
     let mut last_idle_record = Instant::now() - IDLE_RECORD_INTERVAL;
-    let mut last_chunk_report = Instant::now();
+    let mut chunk_progress = ChunkProgress::new(opts.progress);
     // A chunk read found the table in another shape than the stream: when to ask again, and
     // how many times in a row that happened.
     let mut retry_at: Option<Instant> = None;
@@ -78,16 +78,13 @@ pub(crate) async fn stream(
             };
             stale_reads = 0;
             retry_at = None;
-            if opts.progress && last_chunk_report.elapsed() >= Duration::from_secs(1) {
-                last_chunk_report = Instant::now();
-                eprintln!(
-                    "rowid-cdc: snapshot: {}.{}: a chunk of {} rows{}",
-                    request.namespace,
-                    request.relname,
-                    read.rows.len(),
-                    if read.last_chunk { ", the last" } else { "" }
-                );
-            }
+            chunk_progress.chunk(
+                request.relid,
+                &format!("{}.{}", request.namespace, request.relname),
+                read.rows.len(),
+                reader.estimate(request.relid),
+                pipe.chunk_tables(),
+            );
             pipe.open_chunk(&request, read)
                 .map_err(CdcError::Pipeline)?;
         }
@@ -189,6 +186,7 @@ pub(crate) async fn stream(
             progress.server_end = progress.server_end.max(lsn.0);
         }
         progress.line(pipe.progress(), false);
+        chunk_progress.tables(pipe.chunk_tables());
         if opts
             .stop_after
             .is_some_and(|n| pipe.progress().changes >= n && !pipe.in_transaction())
