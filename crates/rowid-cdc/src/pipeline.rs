@@ -11,13 +11,14 @@
 //! that committed before it was delivered already, so the slot need not keep the WAL before
 //! it, even when nothing published changes while other tables write gigabytes.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::fmt;
 use std::io;
 use std::path::PathBuf;
 
 use bytes::Bytes;
 use rowid_pgoutput::{FlagBits, Message};
+use rowid_registry::schema_message::IdentityField;
 
 use crate::capture::CaptureError;
 use crate::capture::{Capture, Output};
@@ -36,6 +37,8 @@ pub enum PipelineError {
     Sink(io::Error),
     /// The state file could not be written.
     State(StateError),
+    /// A chunked snapshot cannot go on exactly (the message names the table and the fix).
+    Snapshot(String),
 }
 
 impl fmt::Display for PipelineError {
@@ -44,6 +47,7 @@ impl fmt::Display for PipelineError {
             PipelineError::Capture(e) => write!(f, "{e}"),
             PipelineError::Sink(e) => write!(f, "sink: {e}"),
             PipelineError::State(e) => write!(f, "{e}"),
+            PipelineError::Snapshot(e) => write!(f, "snapshot: {e}"),
         }
     }
 }
@@ -89,6 +93,8 @@ pub struct Pipeline<S: Sink> {
     unidentified: BTreeSet<u32>,
     /// The chunked snapshots (their cursors are in the state).
     chunking: Chunking,
+    /// The key a table's chunks were asked for with (its cursor is an identity of that key).
+    chunk_keys: HashMap<u32, Vec<IdentityField>>,
 }
 
 impl<S: Sink> Pipeline<S> {
@@ -110,6 +116,7 @@ impl<S: Sink> Pipeline<S> {
         let chunking = Chunking::new(state.chunks.clone());
         Ok(Pipeline {
             chunking,
+            chunk_keys: HashMap::new(),
             capture,
             sink,
             state,
@@ -214,6 +221,7 @@ impl<S: Sink> Pipeline<S> {
                             self.deliver_event(&chunks::at(row, commit_lsn))?;
                         }
                     }
+                    self.check_chunk_keys(&schema_changes)?;
                     let durable = if delivered {
                         self.sink.durable()
                     } else {
@@ -260,6 +268,51 @@ impl<S: Sink> Pipeline<S> {
         Ok(Some(self.state.end_lsn))
     }
 
+    /// Refuses a committed key change of a table whose chunked snapshot has delivered rows
+    /// and is not done: its cursor is an identity of the old key, which the new key's
+    /// identities do not sort against, so the rest of its chunks could not be routed exactly.
+    fn check_chunk_keys(&self, changed: &[u32]) -> Result<(), PipelineError> {
+        for relid in changed {
+            let Some(old) = self.chunk_keys.get(relid) else {
+                continue;
+            };
+            let started = self
+                .chunking
+                .cursors()
+                .iter()
+                .any(|c| c.relid == *relid && !c.done && c.after.is_some());
+            if !started {
+                continue;
+            }
+            let schema = self.capture.schemas().find(|s| s.relid == *relid);
+            let new = schema
+                .and_then(|s| s.identity.as_ref().ok())
+                .map(|d| &d.fields);
+            if new != Some(old) {
+                let name =
+                    schema.map_or_else(|| format!("relation OID {relid}"), |s| s.qualified_name());
+                let columns = |f: &[IdentityField]| {
+                    f.iter()
+                        .map(|f| f.column.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                };
+                return Err(PipelineError::Snapshot(format!(
+                    "{name}: its key changed during its chunked snapshot (was ({}), now {}); \
+                     the rows delivered so far carry identities of the old key and the rest \
+                     cannot be read after them in order. Read the table again from its first \
+                     row: run with --snapshot-table {name}",
+                    columns(old),
+                    new.map_or_else(
+                        || "no usable key".to_string(),
+                        |f| format!("({})", columns(f))
+                    )
+                )));
+            }
+        }
+        Ok(())
+    }
+
     /// What to read next for a chunked snapshot, between transactions and when no chunk is
     /// waiting for its watermark; `None` when there is nothing to read. A table whose identity
     /// schema is gone (dropped, unpublished) is finished without rows.
@@ -286,7 +339,12 @@ impl<S: Sink> Pipeline<S> {
                     })
                 });
             match found {
-                Some(request) => return Some(request),
+                Some(request) => {
+                    if let Ok(def) = &request.schema.identity {
+                        self.chunk_keys.insert(request.relid, def.fields.clone());
+                    }
+                    return Some(request);
+                }
                 None => {
                     self.chunking.finish(cursor.relid);
                     self.state.chunks = self.chunking.cursors().to_vec();

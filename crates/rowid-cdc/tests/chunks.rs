@@ -15,7 +15,7 @@ use rowid_cdc::chunks::{ChunkCursor, ChunkRead, TxnSnapshot, WATERMARK_PREFIX};
 use rowid_cdc::pipeline::Pipeline;
 use rowid_cdc::sink::{Durable, Sink};
 use rowid_cdc::state::State;
-use rowid_cdc::{Capture, ChangeEvent, Lsn, Op, RelationSchema, ReplicaIdentity};
+use rowid_cdc::{Capture, ChangeEvent, Lsn, Op, RelationSchema, ReplicaIdentity, identity_rows};
 use rowid_codec::structure::Shape;
 use rowid_codec::{Domain, TypeTag};
 use rowid_pgoutput::{
@@ -24,6 +24,9 @@ use rowid_pgoutput::{
 use rowid_registry::schema_message::{IdentityDef, IdentityField, SchemaColumn};
 
 const T: u32 = 16385;
+
+/// The OID of the identity schema table in these streams.
+const IDENTITY_TABLE: u32 = 16001;
 
 fn schema() -> RelationSchema {
     RelationSchema {
@@ -112,7 +115,8 @@ impl Stream {
                 done: false,
             }],
         };
-        let capture = Capture::new(state.schemas.clone(), Lsn::ZERO, FlagBits::default());
+        let capture = Capture::new(state.schemas.clone(), Lsn::ZERO, FlagBits::default())
+            .with_identity_table(IDENTITY_TABLE);
         let pipe = Pipeline::new(capture, sink.clone(), state, None).unwrap();
         Stream { pipe, lsn: 0x100 }
     }
@@ -174,6 +178,27 @@ impl Stream {
                 },
             )
             .unwrap()
+    }
+}
+
+impl Stream {
+    /// Reads the chunk the pipeline asks for as `rows` (ids) under `snapshot`, watermark
+    /// `nonce`.
+    fn open(&mut self, nonce: &str, snapshot: &str, rows: &[i64], last_chunk: bool) {
+        let request = self.pipe.chunk_request().expect("a chunk to read");
+        self.pipe
+            .open_chunk(
+                &request,
+                ChunkRead {
+                    relid: T,
+                    nonce: nonce.into(),
+                    snapshot: TxnSnapshot::parse(snapshot).unwrap(),
+                    ts: 0,
+                    rows: rows.iter().map(|&id| vec![int8(id), int8(id)]).collect(),
+                    last_chunk,
+                },
+            )
+            .unwrap();
     }
 }
 
@@ -295,20 +320,7 @@ fn a_chunk_lands_where_its_snapshot_falls_and_changes_arrive_as_their_effect() {
 fn a_chunk_nobody_missed_is_delivered_at_its_watermark() {
     let sink = Collect::default();
     let mut s = Stream::new(&sink);
-    let request = s.pipe.chunk_request().unwrap();
-    s.pipe
-        .open_chunk(
-            &request,
-            ChunkRead {
-                relid: T,
-                nonce: "n2".into(),
-                snapshot: TxnSnapshot::parse("50:50:").unwrap(),
-                ts: 0,
-                rows: vec![vec![int8(1), int8(1)]],
-                last_chunk: true,
-            },
-        )
-        .unwrap();
+    s.open("n2", "50:50:", &[1], true);
     s.txn(40, vec![update(1, 1, 1)]);
     assert!(sink.0.lock().unwrap().is_empty());
     let ack = s.watermark("n2").unwrap();
@@ -322,4 +334,69 @@ fn a_chunk_nobody_missed_is_delivered_at_its_watermark() {
     // From now on the table's changes pass.
     s.txn(60, vec![update(1, 1, 2)]);
     assert_eq!(sink.0.lock().unwrap().len(), 2);
+}
+
+/// A key changed (its identity schema row names another key) after a chunk was delivered:
+/// the cursor is an identity of the old key, so the run stops, naming the table and the fix,
+/// before the transaction reaches the sink; a key change before any chunk was delivered, or
+/// a shape change that keeps the key, goes on.
+#[test]
+fn a_key_changed_during_the_chunks_stops_naming_the_table() {
+    let sink = Collect::default();
+    let mut s = Stream::new(&sink);
+    s.open("n3", "50:50:", &[1, 2], false);
+    assert!(s.watermark("n3").is_some());
+    // The same key under a new column name for v: goes on.
+    let mut renamed = schema();
+    renamed.columns[1].name = "w".into();
+    s.txn(
+        60,
+        vec![
+            identity_rows::relation(IDENTITY_TABLE),
+            identity_rows::upsert(IDENTITY_TABLE, &renamed),
+        ],
+    );
+    let mut rekeyed = renamed.clone();
+    if let Ok(def) = &mut rekeyed.identity {
+        def.fields[0].column = "w".into();
+    }
+    let delivered = sink.0.lock().unwrap().len();
+    s.lsn += 0x40;
+    let commit_lsn = s.lsn + 0x1000;
+    for m in [
+        Message::Begin {
+            final_lsn: commit_lsn,
+            commit_ts: 0,
+            xid: 61,
+        },
+        identity_rows::relation(IDENTITY_TABLE),
+        identity_rows::upsert(IDENTITY_TABLE, &rekeyed),
+    ] {
+        s.send(m);
+    }
+    s.lsn += 0x40;
+    let err = s
+        .pipe
+        .message(
+            Lsn(s.lsn),
+            encode(&Message::Commit(CommitInfo {
+                flags: 0,
+                commit_lsn,
+                end_lsn: commit_lsn + 0x30,
+                commit_ts: 0,
+            })),
+        )
+        .expect_err("a key change during the chunks");
+    let message = err.to_string();
+    assert!(
+        message
+            .contains("public.t: its key changed during its chunked snapshot (was (id), now (w))")
+            && message.contains("--snapshot-table public.t"),
+        "{message}"
+    );
+    assert_eq!(
+        sink.0.lock().unwrap().len(),
+        delivered,
+        "nothing more delivered"
+    );
 }
