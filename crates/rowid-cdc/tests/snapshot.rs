@@ -381,7 +381,7 @@ fn a_snapshot_killed_during_the_copy_is_refused_at_restart() {
          CREATE TABLE a (id int4);
          INSERT INTO a SELECT generate_series(1, 100);
          CREATE TABLE z (id int4);
-         INSERT INTO z SELECT generate_series(1, 500000);
+         INSERT INTO z SELECT generate_series(1, 1000000);
          CREATE PUBLICATION snap_kill FOR TABLE a, z;",
     )
     .unwrap();
@@ -394,20 +394,22 @@ fn a_snapshot_killed_during_the_copy_is_refused_at_restart() {
         dir: &dir,
     };
     // Keyless tables are copied under the exported snapshot (no key to read them in chunks
-    // by). z takes seconds to copy (half a million rows into the JSON-lines file): the run is
-    // killed once the state says pending and the copy has begun.
+    // by). z takes seconds to copy (a million rows into the JSON-lines file): the run is
+    // killed once the state says pending and the copy has begun (the file is looked at by
+    // its size: parsing it while it grows would let the copy finish first).
     let running = cdc.spawn(&["--create-slot", "--snapshot"]);
     let t = Instant::now();
     loop {
         let state = std::fs::read_to_string(dir.file("cdc.state")).unwrap_or_default();
-        if state.contains("\"snapshot\":\"pending\"") && cdc.lines().len() >= 100 {
+        let written = std::fs::metadata(dir.file("changes.jsonl")).map_or(0, |m| m.len());
+        if state.contains("\"snapshot\":\"pending\"") && written > 0 {
             break;
         }
         assert!(
             t.elapsed() < Duration::from_secs(30),
             "never pending: {state}"
         );
-        std::thread::sleep(Duration::from_millis(50));
+        std::thread::sleep(Duration::from_millis(5));
     }
     // SIGKILL: no chance to clean up.
     let pid = running.0.id().to_string();
