@@ -33,8 +33,10 @@ use std::collections::HashMap;
 use std::ffi::{CStr, CString};
 use std::rc::Rc;
 
+use pgrx::PgTryBuilder;
 use pgrx::pg_guard;
 use pgrx::pg_sys;
+use pgrx::pg_sys::panic::CaughtError;
 use rowid_codec::Domain;
 use rowid_registry::buffer::{
     self, BACKFILLED, BufferOp, CatalogColumn, ImageColumn, OLD_IMAGE, OLD_ROW_ID, Side,
@@ -243,18 +245,49 @@ fn follow_columns(function: &str, source: pg_sys::Oid, buffer: pg_sys::Oid) -> u
         buffer::DEFAULT_SCHEMA,
         &format!("changes_{}", u32::from(source)),
     );
-    let statements = buffer::alter_statements(&qualified, &have, &want);
-    if !statements.is_empty() {
+    let count = buffer::alter_statements(&qualified, &have, &want, true).len();
+    if count > 0 {
         let owner = writers_owner(buffer);
+        // Read before: nothing may query the database between catching an error and raising.
+        let source_name = relation_name(source);
         // As the buffer's owner, restricted: a cast a USING runs is the owner's to trust, not
         // the extension owner's.
         as_owner(owner, || {
-            for sql in &statements {
-                spi::run(sql, &[]);
+            // Nobody else writes the buffer meanwhile: its only writer is the source's
+            // trigger, and the source's DDL holds the source locked.
+            let holds_rows = spi::one::<bool>(
+                &format!("SELECT EXISTS (SELECT FROM {})", qualified.quoted()),
+                &[],
+            )
+            .unwrap_or(true);
+            for sql in &buffer::alter_statements(&qualified, &have, &want, holds_rows) {
+                PgTryBuilder::new(|| spi::run(sql, &[]))
+                    // Raises at once: the caught error is not resumed from.
+                    .catch_others(|caught| {
+                        let cause = match &caught {
+                            CaughtError::PostgresError(r) | CaughtError::ErrorReport(r) => {
+                                r.message().to_string()
+                            }
+                            CaughtError::RustPanic { ereport, .. } => {
+                                ereport.message().to_string()
+                            }
+                        };
+                        errors::invalid_buffer(
+                            function,
+                            &format!(
+                                "cannot follow the DDL of {} in its change buffer {name} ({cause}); \
+                                 the buffer holds changes with the columns' old types, which \
+                                 are kept: consume them (or empty the buffer) and run the DDL \
+                                 again",
+                                source_name
+                            ),
+                        )
+                    })
+                    .execute();
             }
         });
     }
-    statements.len()
+    count
 }
 
 /// The owner of a relation.

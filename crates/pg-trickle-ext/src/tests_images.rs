@@ -251,3 +251,42 @@ fn a_type_change_converts_the_buffer_as_its_owner() {
     .unwrap_or_default();
     assert_eq!(v, "7");
 }
+
+/// An ALTER TYPE whose USING has no cast equivalent (int4 to point) is followed while the
+/// buffer is empty (nothing to convert); with changes buffered, the DDL fails naming the
+/// buffer and the fix, and the buffered changes are kept.
+#[pg_test]
+fn a_retype_without_a_cast_follows_an_empty_buffer() {
+    let t = "cap_retype";
+    Spi::run(&format!("CREATE TABLE {t} (k int8 PRIMARY KEY, b int4)")).expect("table");
+    let buffer = Spi::get_one::<String>(&format!("SELECT pgtrickle.capture_table('{t}')"))
+        .expect("capture_table")
+        .expect("buffer");
+    Spi::run(&format!(
+        "ALTER TABLE {t} ALTER COLUMN b TYPE point USING point(b, b)"
+    ))
+    .expect("retype an empty buffer");
+    assert_eq!(
+        image_columns(&buffer),
+        "new_k bigint, old_k bigint, new_b point, old_b point"
+    );
+    Spi::run(&format!("INSERT INTO {t} VALUES (1, point(2, 3))")).expect("insert");
+    let b = Spi::get_one::<String>(&format!("SELECT new_b::text FROM {buffer}"))
+        .expect("row")
+        .unwrap_or_default();
+    assert_eq!(b, "(2,3)");
+}
+
+/// ... and a full buffer refuses the DDL by name.
+#[pg_test]
+#[should_panic(expected = "the buffer holds changes with the columns' old types")]
+fn a_retype_without_a_cast_is_refused_while_changes_are_buffered() {
+    let t = "cap_retype_full";
+    Spi::run(&format!("CREATE TABLE {t} (k int8 PRIMARY KEY, b int4)")).expect("table");
+    Spi::run(&format!("SELECT pgtrickle.capture_table('{t}')")).expect("capture");
+    Spi::run(&format!("INSERT INTO {t} VALUES (1, 2)")).expect("insert");
+    Spi::run(&format!(
+        "ALTER TABLE {t} ALTER COLUMN b TYPE point USING point(b, b)"
+    ))
+    .expect("refused");
+}

@@ -429,15 +429,18 @@ fn comments<'a>(
 
 /// The statements that turn a buffer holding the images `have` (from [`check_shape`]) into
 /// one holding `want` (the source's columns now), matched by source `attnum`: a column gone
-/// is dropped, a renamed one renamed, a retyped one converted with the cast the source's
-/// `ALTER COLUMN ... TYPE` used when it had no `USING` (`new_x::type`; without such a cast
-/// the statement fails while rows hold a value), a new one added at the end. Empty when the
-/// buffer already holds `want`. Run in the transaction of the source's DDL, before any change
-/// under the new shape.
+/// is dropped, a renamed one renamed, a retyped one converted, a new one added at the end.
+/// A retyped column of a buffer that `holds_rows` is converted with the cast the source's
+/// `ALTER COLUMN ... TYPE` uses when it has no `USING` (`new_x::type`; without such a cast
+/// the statement fails, and with it the source's DDL: buffered changes are never dropped);
+/// an empty buffer's column is retyped without converting anything (`USING NULL::type`),
+/// whatever the source's `USING` was. Empty when the buffer already holds `want`. Run in
+/// the transaction of the source's DDL, before any change under the new shape.
 pub fn alter_statements(
     table: &QualifiedName,
     have: &[ImageColumn],
     want: &[ImageColumn],
+    holds_rows: bool,
 ) -> Vec<String> {
     let name = table.quoted();
     let mut out = Vec::new();
@@ -484,11 +487,10 @@ pub fn alter_statements(
         {
             let w = &want[i];
             out.push(pair(w, &|col| {
-                format!(
-                    "ALTER COLUMN {c} TYPE {t} USING {c}::{t}",
-                    c = quote_ident(col),
-                    t = w.sql_type
-                )
+                let c = quote_ident(col);
+                let t = &w.sql_type;
+                let from = if holds_rows { c.clone() } else { "NULL".into() };
+                format!("ALTER COLUMN {c} TYPE {t} USING {from}::{t}")
             }));
         }
     }
@@ -959,7 +961,7 @@ mod tests {
             image(2, "a", "text"),
             image(3, "b", "text"),
         ];
-        assert!(alter_statements(&b, &have, &have).is_empty());
+        assert!(alter_statements(&b, &have, &have, true).is_empty());
         // a and b swap names, id becomes numeric, column 4 is added.
         let want = [
             image(1, "id", "numeric"),
@@ -967,7 +969,7 @@ mod tests {
             image(3, "a", "text"),
             image(4, "c", "integer"),
         ];
-        let got = alter_statements(&b, &have, &want);
+        let got = alter_statements(&b, &have, &want, true);
         assert_eq!(
             got,
             [
@@ -990,6 +992,7 @@ mod tests {
             &b,
             &have[..2],
             &[image(1, "id", "bigint"), image(4, "a", "text")],
+            true,
         );
         assert_eq!(
             got[0],
@@ -1000,6 +1003,14 @@ mod tests {
             r#"ALTER TABLE "s"."b" ADD COLUMN "new_a" text, ADD COLUMN "old_a" text"#
         );
         assert_eq!(got.len(), 4);
+        // An empty buffer converts nothing: no cast from the old type is needed.
+        let got = alter_statements(&b, &have[..1], &[image(1, "id", "point")], false);
+        assert_eq!(
+            got,
+            [
+                r#"ALTER TABLE "s"."b" ALTER COLUMN "new_id" TYPE point USING NULL::point, ALTER COLUMN "old_id" TYPE point USING NULL::point"#
+            ]
+        );
     }
 
     #[test]

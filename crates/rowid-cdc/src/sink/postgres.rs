@@ -869,7 +869,19 @@ impl Buffers {
         };
         let columns = match want {
             Some(want) => {
-                for sql in buffer::alter_statements(&table, &have, &want) {
+                // A retyped column of an empty buffer converts nothing (any source USING);
+                // the sink is the buffer's only writer.
+                let retyped = have.iter().any(|h| {
+                    want.iter()
+                        .any(|w| w.attnum == h.attnum && w.sql_type != h.sql_type)
+                });
+                let holds_rows = !retyped
+                    || client
+                        .query_one(&format!("SELECT EXISTS (SELECT FROM {name})"), &[])
+                        .await
+                        .map_err(|e| db_error(&format!("cannot read {name}"), &e))?
+                        .get::<_, bool>(0);
+                for sql in buffer::alter_statements(&table, &have, &want, holds_rows) {
                     client.batch_execute(&sql).await.map_err(|e| {
                         db_error(
                             &format!("cannot follow the columns of {relation} in {name}"),
