@@ -17,8 +17,10 @@ use std::io;
 use std::path::PathBuf;
 
 use bytes::Bytes;
+use rowid_codec::Domain;
+use rowid_codec::structure::Shape;
 use rowid_pgoutput::{FlagBits, Message};
-use rowid_registry::schema_message::IdentityField;
+use rowid_registry::schema_message::RelationSchema;
 
 use crate::capture::CaptureError;
 use crate::capture::{Capture, Output};
@@ -53,6 +55,29 @@ impl fmt::Display for PipelineError {
 }
 
 impl std::error::Error for PipelineError {}
+
+/// One identity field as [`key_signature`] compares it: attnum, type OID, shape.
+type KeyField = (Option<i16>, u32, Shape);
+
+/// What a table's identities are made of, as far as their bytes and order go: the domain
+/// and each field's column (by attnum: a rename changes nothing), type and shape. `None`: no
+/// usable identity.
+fn key_signature(schema: &RelationSchema) -> Option<(Domain, Vec<KeyField>)> {
+    let def = schema.identity.as_ref().ok()?;
+    let fields = def
+        .fields
+        .iter()
+        .map(|f| {
+            let attnum = schema
+                .columns
+                .iter()
+                .find(|c| c.name == f.column)
+                .map(|c| c.attnum);
+            (attnum, f.type_oid, f.shape.clone())
+        })
+        .collect();
+    Some((def.domain, fields))
+}
 
 /// Counters for progress reports.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -93,8 +118,9 @@ pub struct Pipeline<S: Sink> {
     unidentified: BTreeSet<u32>,
     /// The chunked snapshots (their cursors are in the state).
     chunking: Chunking,
-    /// The key a table's chunks were asked for with (its cursor is an identity of that key).
-    chunk_keys: HashMap<u32, Vec<IdentityField>>,
+    /// The identity schema a table's chunks were asked for with (its cursor is an identity
+    /// of that schema's key).
+    chunk_keys: HashMap<u32, RelationSchema>,
 }
 
 impl<S: Sink> Pipeline<S> {
@@ -285,28 +311,29 @@ impl<S: Sink> Pipeline<S> {
                 continue;
             }
             let schema = self.capture.schemas().find(|s| s.relid == *relid);
-            let new = schema
-                .and_then(|s| s.identity.as_ref().ok())
-                .map(|d| &d.fields);
-            if new != Some(old) {
+            let new = schema.and_then(key_signature);
+            if new.is_none() || new != key_signature(old) {
                 let name =
                     schema.map_or_else(|| format!("relation OID {relid}"), |s| s.qualified_name());
-                let columns = |f: &[IdentityField]| {
-                    f.iter()
-                        .map(|f| f.column.as_str())
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                };
+                let columns =
+                    |s: Option<&RelationSchema>| match s.and_then(|s| s.identity.as_ref().ok()) {
+                        Some(d) => format!(
+                            "({})",
+                            d.fields
+                                .iter()
+                                .map(|f| f.column.as_str())
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        ),
+                        None => "no usable key".to_string(),
+                    };
                 return Err(PipelineError::Snapshot(format!(
-                    "{name}: its key changed during its chunked snapshot (was ({}), now {}); \
+                    "{name}: its key changed during its chunked snapshot (was {}, now {}); \
                      the rows delivered so far carry identities of the old key and the rest \
                      cannot be read after them in order. Read the table again from its first \
                      row: run with --snapshot-table {name}",
-                    columns(old),
-                    new.map_or_else(
-                        || "no usable key".to_string(),
-                        |f| format!("({})", columns(f))
-                    )
+                    columns(Some(old)),
+                    columns(schema)
                 )));
             }
         }
@@ -340,9 +367,8 @@ impl<S: Sink> Pipeline<S> {
                 });
             match found {
                 Some(request) => {
-                    if let Ok(def) = &request.schema.identity {
-                        self.chunk_keys.insert(request.relid, def.fields.clone());
-                    }
+                    self.chunk_keys
+                        .insert(request.relid, request.schema.clone());
                     return Some(request);
                 }
                 None => {

@@ -346,9 +346,14 @@ fn a_key_changed_during_the_chunks_stops_naming_the_table() {
     let mut s = Stream::new(&sink);
     s.open("n3", "50:50:", &[1, 2], false);
     assert!(s.watermark("n3").is_some());
-    // The same key under a new column name for v: goes on.
+    // The same key under new column names (the key's too): goes on.
     let mut renamed = schema();
+    renamed.columns[0].name = "ident".into();
     renamed.columns[1].name = "w".into();
+    renamed.primary_key = vec!["ident".into()];
+    if let Ok(def) = &mut renamed.identity {
+        def.fields[0].column = "ident".into();
+    }
     s.txn(
         60,
         vec![
