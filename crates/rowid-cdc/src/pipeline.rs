@@ -391,14 +391,10 @@ impl<S: Sink> Pipeline<S> {
             .iter()
             .filter_map(|k| request.columns.iter().position(|c| c == k))
             .collect();
-        let mut events = Vec::with_capacity(read.rows.len());
-        for row in &read.rows {
-            let event = self
-                .capture
-                .snapshot_event(self.state.end_lsn, read.ts, read.relid, row)
-                .map_err(PipelineError::Capture)?;
-            events.push(event);
-        }
+        let events = self
+            .capture
+            .snapshot_events(self.state.end_lsn, read.ts, read.relid, &read.rows)
+            .map_err(PipelineError::Capture)?;
         let last = match (events.last(), read.rows.last()) {
             (Some(event), Some(row)) => match &event.new_id {
                 Some(identity) => Some(After {

@@ -123,9 +123,14 @@ impl ChunkProgress {
         );
     }
 
+    /// Whether the last line may still be due (asked before counting the tables).
+    pub fn waiting(&self) -> bool {
+        self.enabled && !self.finished && self.rows > 0
+    }
+
     /// Prints the last line once every chunked table is done (`done` of `tables`).
     pub fn tables(&mut self, (done, tables): (usize, usize)) {
-        if self.enabled && !self.finished && tables > 0 && done == tables && self.rows > 0 {
+        if self.waiting() && tables > 0 && done == tables {
             self.finished = true;
             eprintln!(
                 "rowid-cdc: snapshot: {} rows of {tables} tables in chunks in {:.2} s",

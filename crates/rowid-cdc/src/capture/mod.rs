@@ -211,6 +211,22 @@ impl Capture {
         relid: u32,
         row: &Tuple,
     ) -> Result<ChangeEvent, CaptureError> {
+        let mut events = self.snapshot_events(lsn, ts, relid, std::slice::from_ref(row))?;
+        events.pop().ok_or_else(|| CaptureError::Protocol {
+            lsn,
+            detail: format!("no snapshot event for a row of relation OID {relid}"),
+        })
+    }
+
+    /// [`Capture::snapshot_event`] for every row of `rows` (a chunk of one relation): the
+    /// relation's binding is looked up once, not per row.
+    pub fn snapshot_events(
+        &mut self,
+        lsn: Lsn,
+        ts: i64,
+        relid: u32,
+        rows: &[Tuple],
+    ) -> Result<Vec<ChangeEvent>, CaptureError> {
         if !self.snapshot_bindings.contains_key(&relid) {
             let schema = self.schema(relid).ok_or_else(|| CaptureError::Protocol {
                 lsn,
@@ -246,61 +262,9 @@ impl Capture {
                 lsn,
                 detail: format!("no snapshot binding for relation OID {relid}"),
             })?;
-        let new = images::images(&b.columns, &b.relation, &self.flags, None, Some(row)).new;
-        let base = ChangeEvent {
-            commit_lsn: lsn,
-            lsn,
-            xid: 0,
-            commit_ts: ts,
-            relid,
-            relation: b.name.clone(),
-            op: Op::Snapshot,
-            columns: b.columns.clone(),
-            domain: None,
-            key: Arc::from([]),
-            old_id: None,
-            new_id: None,
-            old: None,
-            old_kind: None,
-            new,
-            backfilled: Vec::new(),
-            unchanged_toast: Vec::new(),
-            unidentified: None,
-        };
-        let reason = match &b.identity {
-            Ok((bound, key)) => {
-                let mut id = Vec::new();
-                match bound.encode(row, &mut id) {
-                    Ok(_) => {
-                        return Ok(ChangeEvent {
-                            domain: Some(bound.domain()),
-                            key: key.clone(),
-                            new_id: Some(id),
-                            ..base
-                        });
-                    }
-                    Err(e) => e.to_string(),
-                }
-            }
-            Err(reason) => reason.clone(),
-        };
-        if self.strict {
-            return Err(CaptureError::Protocol {
-                lsn,
-                detail: format!(
-                    "--strict: a snapshot row of {} has no identity: {reason}",
-                    base.relation
-                ),
-            });
-        }
-        Ok(ChangeEvent {
-            op: Op::Unidentified,
-            unidentified: Some(Unidentified {
-                change: Op::Snapshot,
-                reason,
-            }),
-            ..base
-        })
+        rows.iter()
+            .map(|row| snapshot_row_event(b, &self.flags, self.strict, lsn, ts, relid, row))
+            .collect()
     }
 
     /// Changes of these relations are skipped (a sink's own buffer in the source database:
@@ -949,4 +913,72 @@ fn oid_column(c: Option<&Column>) -> Option<u32> {
 
 fn unsupported(lsn: Lsn, message: &'static str) -> CaptureError {
     CaptureError::Unsupported { lsn, message }
+}
+
+/// One snapshot row of relation `relid` as its event under binding `b` (see
+/// [`Capture::snapshot_event`]).
+fn snapshot_row_event(
+    b: &SnapshotBinding,
+    flags: &FlagBits,
+    strict: bool,
+    lsn: Lsn,
+    ts: i64,
+    relid: u32,
+    row: &Tuple,
+) -> Result<ChangeEvent, CaptureError> {
+    let new = images::images(&b.columns, &b.relation, flags, None, Some(row)).new;
+    let base = ChangeEvent {
+        commit_lsn: lsn,
+        lsn,
+        xid: 0,
+        commit_ts: ts,
+        relid,
+        relation: b.name.clone(),
+        op: Op::Snapshot,
+        columns: b.columns.clone(),
+        domain: None,
+        key: Arc::from([]),
+        old_id: None,
+        new_id: None,
+        old: None,
+        old_kind: None,
+        new,
+        backfilled: Vec::new(),
+        unchanged_toast: Vec::new(),
+        unidentified: None,
+    };
+    let reason = match &b.identity {
+        Ok((bound, key)) => {
+            let mut id = Vec::new();
+            match bound.encode(row, &mut id) {
+                Ok(_) => {
+                    return Ok(ChangeEvent {
+                        domain: Some(bound.domain()),
+                        key: key.clone(),
+                        new_id: Some(id),
+                        ..base
+                    });
+                }
+                Err(e) => e.to_string(),
+            }
+        }
+        Err(reason) => reason.clone(),
+    };
+    if strict {
+        return Err(CaptureError::Protocol {
+            lsn,
+            detail: format!(
+                "--strict: a snapshot row of {} has no identity: {reason}",
+                base.relation
+            ),
+        });
+    }
+    Ok(ChangeEvent {
+        op: Op::Unidentified,
+        unidentified: Some(Unidentified {
+            change: Op::Snapshot,
+            reason,
+        }),
+        ..base
+    })
 }

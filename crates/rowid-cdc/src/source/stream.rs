@@ -186,7 +186,9 @@ pub(crate) async fn stream(
             progress.server_end = progress.server_end.max(lsn.0);
         }
         progress.line(pipe.progress(), false);
-        chunk_progress.tables(pipe.chunk_tables());
+        if chunk_progress.waiting() {
+            chunk_progress.tables(pipe.chunk_tables());
+        }
         if opts
             .stop_after
             .is_some_and(|n| pipe.progress().changes >= n && !pipe.in_transaction())
