@@ -61,7 +61,8 @@ fn peak_rss_kib() -> Option<u64> {
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
 }
 
-/// The chunked snapshot's progress line, at most once a second: rows read in chunks by this
+/// The chunked snapshot's progress line, at most once a second and at the first chunk of each
+/// table (however fast the one before went, every table is named): rows read in chunks by this
 /// run and their rate, tables done, and for the table being read its estimated rows left
 /// (`pg_class.reltuples` less the rows this run read of it) and the time they would take.
 pub struct ChunkProgress {
@@ -89,20 +90,35 @@ impl ChunkProgress {
     }
 
     /// A chunk of `rows` rows of table `relid` (`name`, `estimate` rows in all when known)
-    /// was read; `done` of `tables` tables are done.
+    /// was read; `done` of `tables` tables are done. Prints the line when it is due.
     pub fn chunk(
         &mut self,
         relid: u32,
         name: &str,
         rows: usize,
         estimate: Option<u64>,
-        (done, tables): (usize, usize),
+        tables: (usize, usize),
     ) {
+        if let Some(line) = self.chunk_line(relid, name, rows, estimate, tables) {
+            eprintln!("{line}");
+        }
+    }
+
+    /// [`ChunkProgress::chunk`]'s counting, and its line when one is due.
+    fn chunk_line(
+        &mut self,
+        relid: u32,
+        name: &str,
+        rows: usize,
+        estimate: Option<u64>,
+        (done, tables): (usize, usize),
+    ) -> Option<String> {
         self.rows += rows as u64;
         let read = self.per_table.entry(relid).or_insert(0);
+        let first = *read == 0;
         *read += rows as u64;
-        if !self.enabled || self.last.elapsed() < Duration::from_secs(1) {
-            return;
+        if !self.enabled || (!first && self.last.elapsed() < Duration::from_secs(1)) {
+            return None;
         }
         self.last = Instant::now();
         let rate = self.rows as f64 / self.started.elapsed().as_secs_f64().max(1e-3);
@@ -116,11 +132,11 @@ impl ChunkProgress {
             }
             None => String::new(),
         };
-        eprintln!(
+        Some(format!(
             "rowid-cdc: snapshot: {} rows in chunks ({rate:.0}/s), {done} of {tables} tables \
              done, now {name}{left}",
             self.rows
-        );
+        ))
     }
 
     /// Whether the last line may still be due (asked before counting the tables).
@@ -138,5 +154,35 @@ impl ChunkProgress {
                 self.started.elapsed().as_secs_f64()
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_table_is_named_at_its_first_chunk_however_fast() {
+        let mut p = ChunkProgress::new(true);
+        let first = p.chunk_line(1, "public.a", 0, Some(0), (0, 2));
+        assert!(
+            first.is_some_and(|l| l.ends_with("now public.a; about 0 rows of it left, ETA 0 s"))
+        );
+        // Within the same second: the next table's first chunk still has its line, the
+        // chunks after it wait for the second to pass.
+        let second = p.chunk_line(2, "public.b", 100, Some(1000), (1, 2));
+        assert!(
+            second
+                .as_deref()
+                .is_some_and(|l| l.contains("100 rows in chunks (")
+                    && l.contains("1 of 2 tables done, now public.b; about 900 rows of it left")),
+            "{second:?}"
+        );
+        assert_eq!(p.chunk_line(2, "public.b", 100, Some(1000), (1, 2)), None);
+        assert!(
+            ChunkProgress::new(false)
+                .chunk_line(1, "public.a", 5, None, (0, 1))
+                .is_none()
+        );
     }
 }
