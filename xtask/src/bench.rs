@@ -470,24 +470,21 @@ fn wal_capture(
     let stop_after = n.to_string();
     let snap_file = format!("jsonl:{}", dir.join("snapshot.jsonl").display());
     let mut snap = Vec::new();
-    for (slot, sink) in [
-        ("bench_snap_null", "null"),
-        ("bench_snap_file", snap_file.as_str()),
+    for (slot, sink, how) in [
+        ("bench_snap_null", "null", "--snapshot"),
+        ("bench_snap_file", snap_file.as_str(), "--snapshot"),
+        ("bench_snap_chunks", "null", "--snapshot-table"),
     ] {
-        // t has an int8 key: it is read in chunks while streaming; the run stops once its n
-        // rows were delivered (the whole run is timed: slot creation, the chunks, their
-        // watermarks).
-        let (secs, err) = timed(&mut cdc(
-            slot,
-            sink,
-            &[
-                "--create-slot",
-                "--snapshot",
-                "--progress",
-                "--stop-after",
-                &stop_after,
-            ],
-        ))?;
+        // --snapshot copies t at the slot's consistent point in key order before the stream
+        // starts; --snapshot-table reads it in chunks while streaming. Either run stops once
+        // its n rows were delivered (the whole run is timed: slot creation, the copy or the
+        // chunks with their watermarks).
+        let mut extra = vec!["--create-slot", how];
+        if how == "--snapshot-table" {
+            extra.push("public.t");
+        }
+        extra.extend(["--progress", "--stop-after", &stop_after]);
+        let (secs, err) = timed(&mut cdc(slot, sink, &extra))?;
         snap.push((secs, rss(&err)));
         db.run(&format!("SELECT pg_drop_replication_slot('{slot}');"))?;
     }
@@ -495,16 +492,19 @@ fn wal_capture(
     let copy_secs = copy_first.min(copy_last);
     report.push_str(&format!(
         "## 5a. Initial snapshot ({n} rows)\n\n\
-         `rowid-cdc --create-slot --snapshot` reads t (int8 key) in chunks of 4096 rows in key \
-         order while the stream runs (binary results, identities and images computed per row, \
-         a watermark per chunk) against `COPY (SELECT id, v FROM ONLY t) TO STDOUT (FORMAT \
-         binary)` by psql into /dev/null, before and after ({copy_first:.2} s and \
-         {copy_last:.2} s; the faster counts). rowid-cdc's time is its whole run (connecting, \
-         creating the slot, every chunk) until the n rows were delivered.\n\n\
+         `rowid-cdc --create-slot --snapshot` copies t (int8 key) at the slot's consistent \
+         point in key order (binary COPY, identities and images computed per row, a \
+         checkpoint a second), `--snapshot-table public.t` reads it in chunks of 4096 rows \
+         while the stream runs (a watermark per chunk); against `COPY (SELECT id, v FROM ONLY \
+         t) TO STDOUT (FORMAT binary)` by psql into /dev/null, before and after \
+         ({copy_first:.2} s and {copy_last:.2} s; the faster counts). rowid-cdc's time is its \
+         whole run (connecting, creating the slot, every row) until the n rows were \
+         delivered.\n\n\
          | reader | seconds | rows/s | / COPY | peak RSS MB |\n|---|---|---|---|---|\n\
          | COPY TO STDOUT (binary) into /dev/null | {copy_secs:.2} | {:.0} | 1.00 | - |\n\
          | rowid-cdc --snapshot, null sink | {:.2} | {:.0} | {:.2} | {} |\n\
-         | rowid-cdc --snapshot, JSON lines file | {:.2} | {:.0} | {:.2} | {} |\n\n\
+         | rowid-cdc --snapshot, JSON lines file | {:.2} | {:.0} | {:.2} | {} |\n\
+         | rowid-cdc --snapshot-table (chunks while streaming), null sink | {:.2} | {:.0} | {:.2} | {} |\n\n\
          Target: >= 0.7 (COPY seconds / snapshot seconds).\n\n",
         n as f64 / copy_secs,
         snap[0].0,
@@ -515,6 +515,10 @@ fn wal_capture(
         n as f64 / snap[1].0,
         copy_secs / snap[1].0,
         snap[1].1,
+        snap[2].0,
+        n as f64 / snap[2].0,
+        copy_secs / snap[2].0,
+        snap[2].1,
     ));
     // The consumers' slots exist before the workload; `--stop-after 0` only creates them.
     let file = format!("jsonl:{}", dir.join("changes.jsonl").display());

@@ -221,6 +221,18 @@ impl Chunking {
         }
     }
 
+    /// Moves a table's cursor past rows delivered outside the stream (the initial copy at the
+    /// slot's consistent point, which no stream change precedes): to `after` when given, and
+    /// `done` when the table was copied whole.
+    pub fn advance(&mut self, relid: u32, after: Option<After>, done: bool) {
+        if let Some(c) = self.cursors.iter_mut().find(|c| c.relid == relid) {
+            if after.is_some() {
+                c.after = after;
+            }
+            c.done = done;
+        }
+    }
+
     /// The next table to read a chunk of, with its cursor, when no chunk is waiting.
     pub fn next(&self) -> Option<&ChunkCursor> {
         if self.open.is_some() {

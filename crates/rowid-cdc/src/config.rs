@@ -45,6 +45,8 @@ pub struct Options {
     pub snapshot_tables: Vec<String>,
     /// Rows per snapshot chunk.
     pub snapshot_chunk: i64,
+    /// Time between the checkpoints of the initial copy of a table in key order.
+    pub snapshot_checkpoint: std::time::Duration,
     /// The state file.
     pub state: PathBuf,
     /// The sink.

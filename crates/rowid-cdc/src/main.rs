@@ -57,11 +57,12 @@ struct Args {
     /// Create the slot when there is no state file yet.
     #[arg(long)]
     create_slot: bool,
-    /// With --create-slot: every published table's rows as "op":"snapshot" events. Tables
-    /// with an ordered key are read in chunks while the stream runs (exact by identity,
-    /// resumed after a kill); the others are copied under the slot's exported snapshot first
-    /// (not resumable: a run killed during that copy is refused at restart, naming the fix).
-    /// JSON-lines sinks only.
+    /// With --create-slot: every published table's rows as "op":"snapshot" events, copied
+    /// under the slot's exported snapshot before the stream starts. Tables with an ordered
+    /// key are copied last, in key order, their position recorded (--snapshot-checkpoint):
+    /// a run killed during their copy goes on in chunks while streaming, exact by identity;
+    /// the others are not resumable (a run killed during their copy is refused at restart,
+    /// naming the fix). JSON-lines sinks only.
     #[arg(long, requires = "create_slot")]
     snapshot: bool,
     /// Snapshot this table (`schema.table`, repeatable) in chunks while streaming: a table
@@ -71,6 +72,11 @@ struct Args {
     /// Rows per snapshot chunk.
     #[arg(long, value_name = "ROWS", default_value_t = rowid_cdc::source::chunk_reader::DEFAULT_CHUNK_ROWS, value_parser = clap::value_parser!(i64).range(1..))]
     snapshot_chunk: i64,
+    /// Seconds between the checkpoints of the initial copy of a table in key order (its rows
+    /// made durable, its position recorded; 0: every 4096 rows): what a run killed during it
+    /// reads again, against a sink flush and a state file write each.
+    #[arg(long, value_name = "SECS", default_value_t = 1)]
+    snapshot_checkpoint: u64,
     /// State file: slot, last durable commit, identity schemas.
     #[arg(long, default_value = "rowid-cdc.state")]
     state: PathBuf,
@@ -156,6 +162,7 @@ fn main() -> ExitCode {
         snapshot: args.snapshot,
         snapshot_tables: args.snapshot_table,
         snapshot_chunk: args.snapshot_chunk,
+        snapshot_checkpoint: Duration::from_secs(args.snapshot_checkpoint),
         state: args.state,
         sink: match args.sink {
             SinkSpec::Postgres { dsn, .. } => SinkSpec::Postgres {

@@ -391,21 +391,25 @@ impl<S: Sink> Pipeline<S> {
             .iter()
             .filter_map(|k| request.columns.iter().position(|c| c == k))
             .collect();
+        // The last row's key (the next chunk's lower bound), before the events take the rows.
+        let last_key: Option<Vec<Option<Bytes>>> = read.rows.last().map(|row| {
+            positions
+                .iter()
+                .map(|&i| match row.get(i) {
+                    Some(rowid_pgoutput::Column::Binary(b)) => Some(b.clone()),
+                    _ => None,
+                })
+                .collect()
+        });
         let events = self
             .capture
-            .snapshot_events(self.state.end_lsn, read.ts, read.relid, &read.rows)
+            .snapshot_events(self.state.end_lsn, read.ts, read.relid, read.rows)
             .map_err(PipelineError::Capture)?;
-        let last = match (events.last(), read.rows.last()) {
-            (Some(event), Some(row)) => match &event.new_id {
+        let last = match (events.last(), last_key) {
+            (Some(event), Some(key)) => match &event.new_id {
                 Some(identity) => Some(After {
                     identity: identity.clone(),
-                    key: positions
-                        .iter()
-                        .map(|&i| match row.get(i) {
-                            Some(rowid_pgoutput::Column::Binary(b)) => Some(b.clone()),
-                            _ => None,
-                        })
-                        .collect(),
+                    key,
                 }),
                 // The start checks chunk only tables whose rows all have an identity.
                 None => {
@@ -456,13 +460,70 @@ impl<S: Sink> Pipeline<S> {
         lsn: Lsn,
         ts: i64,
         relid: u32,
-        row: &rowid_pgoutput::Tuple,
+        row: &mut rowid_pgoutput::Tuple,
     ) -> Result<(), PipelineError> {
         let event = self
             .capture
             .snapshot_event(lsn, ts, relid, row)
             .map_err(PipelineError::Capture)?;
         self.deliver_event(&event)
+    }
+
+    /// [`Pipeline::snapshot_row`] for a row of a table copied in key order, returning the
+    /// cursor it leaves (its identity and the send forms of its columns at `key`, the key's
+    /// positions): a checkpoint ([`Pipeline::snapshot_checkpoint`]) after it resumes there.
+    pub fn snapshot_row_cursor(
+        &mut self,
+        lsn: Lsn,
+        ts: i64,
+        relid: u32,
+        row: &mut rowid_pgoutput::Tuple,
+        key: &[usize],
+    ) -> Result<After, PipelineError> {
+        let key_forms = key
+            .iter()
+            .map(|&i| match row.get(i) {
+                Some(rowid_pgoutput::Column::Binary(b)) => Some(b.clone()),
+                _ => None,
+            })
+            .collect();
+        let event = self
+            .capture
+            .snapshot_event(lsn, ts, relid, row)
+            .map_err(PipelineError::Capture)?;
+        self.deliver_event(&event)?;
+        match event.new_id {
+            Some(identity) => Ok(After {
+                identity,
+                key: key_forms,
+            }),
+            // Only tables whose rows all have an identity are copied in key order.
+            None => Err(PipelineError::Capture(CaptureError::Protocol {
+                lsn,
+                detail: format!(
+                    "a row of {} copied in key order has no identity",
+                    event.relation
+                ),
+            })),
+        }
+    }
+
+    /// Makes the rows copied so far durable and records how far the copy of table `relid` in
+    /// key order got (`after`: its last row; `done`: all of it), after the initial snapshot's
+    /// other tables ([`Pipeline::snapshot_end`]): a run killed later goes on from there in
+    /// chunks while streaming from the slot's consistent point (no stream change precedes the
+    /// copy's snapshot, so the rows delivered stand exactly as a delivered chunk's).
+    pub fn snapshot_checkpoint(
+        &mut self,
+        relid: u32,
+        after: Option<After>,
+        done: bool,
+    ) -> Result<(), PipelineError> {
+        let durable = self.sink.commit().map_err(PipelineError::Sink)?;
+        self.state.sink = durable.record;
+        self.chunking.advance(relid, after, done);
+        self.state.chunks = self.chunking.cursors().to_vec();
+        self.save()
     }
 
     /// One event into the sink, counted; the first unidentified one of a relation is named

@@ -537,7 +537,13 @@ fn a_replication_role_without_superuser_snapshots_in_chunks() {
         publication: "hard_role_snap",
         dir: &dir,
     };
-    let running = cdc.spawn(&["--create-slot", "--snapshot", "--snapshot-chunk", "700"]);
+    let running = cdc.spawn(&[
+        "--create-slot",
+        "--snapshot-table",
+        "public.pub",
+        "--snapshot-chunk",
+        "700",
+    ]);
     let lines = cdc.wait_lines(5000);
     let err = running.interrupt();
     let mut ids: Vec<&str> = lines
@@ -550,6 +556,27 @@ fn a_replication_role_without_superuser_snapshots_in_chunks() {
     assert_eq!(ids.len(), 5000, "{err}");
     wait_free(&db, "hard_role_snap");
     db.run("SELECT pg_drop_replication_slot('hard_role_snap');")
+        .unwrap();
+    // And the initial copy at the slot's consistent point (the table locked, read in key
+    // order) by the same role.
+    let dir = Dir::new("hard_role_copy");
+    let cdc = Cdc {
+        dsn: db.dsn().replace("user=postgres", "user=hard_snap"),
+        slot: "hard_role_copy",
+        publication: "hard_role_snap",
+        dir: &dir,
+    };
+    let running = cdc.spawn(&["--create-slot", "--snapshot"]);
+    let lines = cdc.wait_lines(5000);
+    let err = running.interrupt();
+    let ids: Vec<i64> = lines
+        .iter()
+        .filter(|l| l["op"] == "snapshot")
+        .filter_map(|l| l["new"]["id"].as_str()?.parse().ok())
+        .collect();
+    assert_eq!(ids, (1..=5000).collect::<Vec<i64>>(), "{err}");
+    wait_free(&db, "hard_role_copy");
+    db.run("SELECT pg_drop_replication_slot('hard_role_copy');")
         .unwrap();
 }
 

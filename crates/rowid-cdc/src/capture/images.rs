@@ -53,6 +53,23 @@ fn cell(c: Option<&Column>) -> Cell {
     }
 }
 
+/// A snapshot row's image: the row's values, taken (`row` is left empty, keeping its
+/// allocation).
+pub(super) fn snapshot_image(columns: &Arc<[ColumnMeta]>, row: &mut Tuple) -> RowImage {
+    RowImage {
+        columns: columns.clone(),
+        cells: row
+            .drain(..)
+            .map(|c| match c {
+                Column::Null => Cell::Null,
+                Column::Binary(b) => Cell::Binary(b),
+                Column::Text(t) => Cell::Text(t),
+                Column::UnchangedToast => Cell::Absent,
+            })
+            .collect(),
+    }
+}
+
 /// The images of a change of `relation` with these tuples.
 pub(super) fn images(
     columns: &Arc<[ColumnMeta]>,

@@ -203,19 +203,18 @@ impl Capture {
     /// relation's identity schema lists them (`Column::Binary` send forms or `Column::Null`),
     /// read at `lsn` (the slot's consistent point) at `ts` (PostgreSQL microseconds): an
     /// [`Op::Snapshot`] event with its identity and new image, or [`Op::Unidentified`] naming
-    /// why the row has none (a strict capture stops instead).
+    /// why the row has none (a strict capture stops instead). The image takes the row's
+    /// values (`row` is left empty, its allocation kept for the next row).
     pub fn snapshot_event(
         &mut self,
         lsn: Lsn,
         ts: i64,
         relid: u32,
-        row: &Tuple,
+        row: &mut Tuple,
     ) -> Result<ChangeEvent, CaptureError> {
-        let mut events = self.snapshot_events(lsn, ts, relid, std::slice::from_ref(row))?;
-        events.pop().ok_or_else(|| CaptureError::Protocol {
-            lsn,
-            detail: format!("no snapshot event for a row of relation OID {relid}"),
-        })
+        self.bind_snapshot(lsn, relid)?;
+        let b = self.snapshot_binding(lsn, relid)?;
+        snapshot_row_event(b, self.strict, lsn, ts, relid, row)
     }
 
     /// [`Capture::snapshot_event`] for every row of `rows` (a chunk of one relation): the
@@ -225,8 +224,17 @@ impl Capture {
         lsn: Lsn,
         ts: i64,
         relid: u32,
-        rows: &[Tuple],
+        rows: Vec<Tuple>,
     ) -> Result<Vec<ChangeEvent>, CaptureError> {
+        self.bind_snapshot(lsn, relid)?;
+        let b = self.snapshot_binding(lsn, relid)?;
+        rows.into_iter()
+            .map(|mut row| snapshot_row_event(b, self.strict, lsn, ts, relid, &mut row))
+            .collect()
+    }
+
+    /// Binds the relation's identity schema to snapshot rows, unless that was done already.
+    fn bind_snapshot(&mut self, lsn: Lsn, relid: u32) -> Result<(), CaptureError> {
         if !self.snapshot_bindings.contains_key(&relid) {
             let schema = self.schema(relid).ok_or_else(|| CaptureError::Protocol {
                 lsn,
@@ -251,20 +259,20 @@ impl Capture {
                         refusal.sqlstate, refusal.message
                     )),
                 },
-                relation: rel,
             };
             self.snapshot_bindings.insert(relid, binding);
         }
-        let b = self
-            .snapshot_bindings
+        Ok(())
+    }
+
+    /// The relation's snapshot binding ([`Capture::bind_snapshot`] made it).
+    fn snapshot_binding(&self, lsn: Lsn, relid: u32) -> Result<&SnapshotBinding, CaptureError> {
+        self.snapshot_bindings
             .get(&relid)
             .ok_or_else(|| CaptureError::Protocol {
                 lsn,
                 detail: format!("no snapshot binding for relation OID {relid}"),
-            })?;
-        rows.iter()
-            .map(|row| snapshot_row_event(b, &self.flags, self.strict, lsn, ts, relid, row))
-            .collect()
+            })
     }
 
     /// Changes of these relations are skipped (a sink's own buffer in the source database:
@@ -865,8 +873,6 @@ impl Capture {
 struct SnapshotBinding {
     /// `schema.name`, shared by the events.
     name: Arc<str>,
-    /// The relation as the schema lists it.
-    relation: Relation,
     columns: Arc<[ColumnMeta]>,
     /// The identity bound to those columns and its key, or why there is none.
     identity: Result<(BoundIdentity, Arc<[String]>), String>,
@@ -919,14 +925,29 @@ fn unsupported(lsn: Lsn, message: &'static str) -> CaptureError {
 /// [`Capture::snapshot_event`]).
 fn snapshot_row_event(
     b: &SnapshotBinding,
-    flags: &FlagBits,
     strict: bool,
     lsn: Lsn,
     ts: i64,
     relid: u32,
-    row: &Tuple,
+    row: &mut Tuple,
 ) -> Result<ChangeEvent, CaptureError> {
-    let new = images::images(&b.columns, &b.relation, flags, None, Some(row)).new;
+    let identity = match &b.identity {
+        Ok((bound, key)) => {
+            // Large enough for most keys at once (an int8 key takes 11 bytes).
+            let mut id = Vec::with_capacity(32);
+            match bound.encode(row, &mut id) {
+                Ok(_) => Ok((bound.domain(), key.clone(), id)),
+                Err(e) => Err(e.to_string()),
+            }
+        }
+        Err(reason) => Err(reason.clone()),
+    };
+    // Identity first: the image then takes the row's values.
+    let new = Some(images::snapshot_image(&b.columns, row));
+    let (domain, key, new_id, reason) = match identity {
+        Ok((domain, key, id)) => (Some(domain), key, Some(id), None),
+        Err(reason) => (None, Arc::from([]), None, Some(reason)),
+    };
     let base = ChangeEvent {
         commit_lsn: lsn,
         lsn,
@@ -936,10 +957,10 @@ fn snapshot_row_event(
         relation: b.name.clone(),
         op: Op::Snapshot,
         columns: b.columns.clone(),
-        domain: None,
-        key: Arc::from([]),
+        domain,
+        key,
         old_id: None,
-        new_id: None,
+        new_id,
         old: None,
         old_kind: None,
         new,
@@ -947,22 +968,8 @@ fn snapshot_row_event(
         unchanged_toast: Vec::new(),
         unidentified: None,
     };
-    let reason = match &b.identity {
-        Ok((bound, key)) => {
-            let mut id = Vec::new();
-            match bound.encode(row, &mut id) {
-                Ok(_) => {
-                    return Ok(ChangeEvent {
-                        domain: Some(bound.domain()),
-                        key: key.clone(),
-                        new_id: Some(id),
-                        ..base
-                    });
-                }
-                Err(e) => e.to_string(),
-            }
-        }
-        Err(reason) => reason.clone(),
+    let Some(reason) = reason else {
+        return Ok(base);
     };
     if strict {
         return Err(CaptureError::Protocol {

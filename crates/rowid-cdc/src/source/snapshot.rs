@@ -4,9 +4,15 @@
 //! bytes pgoutput's binary tuples carry: identities and images come from the same code as the
 //! stream's (the union of the snapshot and the stream is the table at every later position).
 //!
-//! The exported snapshot lives only until the replication connection's next command, so the
-//! copy cannot resume after a crash: the state file records it pending first, and a restart
-//! refuses, naming the fix ([`crate::state::SnapshotState`]).
+//! Tables whose key encodes in its sort order are copied in key order, after the others, with
+//! their cursor recorded at least once a second: the rows delivered by then are those of a
+//! delivered chunk whose snapshot no stream change precedes, so a run killed during that copy
+//! goes on in chunks while streaming ([`crate::chunks`]). The other tables cannot resume:
+//! the exported snapshot lives only until the replication connection's next command, so the
+//! state file records their copy pending first, and a restart during it refuses, naming the
+//! fix ([`crate::state::SnapshotState`]). The stream starts after the copy: the slot keeps
+//! the WAL written meanwhile (for a table too large for that, `--snapshot-table` reads it in
+//! chunks while streaming).
 
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -28,22 +34,36 @@ const SIGNATURE: &[u8; 11] = b"PGCOPY\n\xff\r\n\0";
 /// Seconds between 1970-01-01 and 2000-01-01.
 const PG_EPOCH_UNIX_SECS: i64 = 946_684_800;
 
-/// Copies every table of `schemas` into `pipe` under the exported snapshot `snapshot`;
-/// returns the number of rows. `progress`: a line on stderr at most once a second.
+/// Copies every table of `keyless` and then of `keyed` into `pipe` under the exported snapshot
+/// `snapshot`, locked against DDL (`ACCESS SHARE`) for the copy; returns the number of rows.
+/// The `keyless` tables are copied first and recorded done together
+/// ([`Pipeline::snapshot_end`], not resumable); each `keyed` table (its key encodes in its
+/// sort order: [`super::chunk_reader::chunkable`]) is then copied in key order with a
+/// checkpoint every `checkpoint` ([`Pipeline::snapshot_checkpoint`]; the clock is read every
+/// 4096 rows), so a run killed during it goes on in chunks from its last checkpoint.
+/// `progress`: a line on stderr at most once a second.
+#[allow(clippy::too_many_arguments)]
 pub async fn copy(
     client: &mut Client,
     snapshot: &str,
     publication: &str,
     consistent: Lsn,
-    schemas: &[RelationSchema],
+    keyless: &[RelationSchema],
+    keyed: &[RelationSchema],
     pipe: &mut Pipeline<Box<dyn Sink>>,
     progress: bool,
+    checkpoint_every: Duration,
 ) -> Result<u64, CdcError> {
     let tx = super::slot::at_snapshot(client, snapshot).await?;
     let ts = now_pg_micros();
     let mut estimate = 0u64;
-    let mut plans = Vec::with_capacity(schemas.len());
-    for s in schemas {
+    let mut plans = Vec::with_capacity(keyless.len() + keyed.len());
+    let mut locks = Vec::new();
+    let tables = keyless
+        .iter()
+        .map(|s| (s, false))
+        .chain(keyed.iter().map(|s| (s, true)));
+    for (s, in_key_order) in tables {
         let row = tx
             .query_one(
                 "SELECT c.relkind::pg_catalog.text, c.reltuples::pg_catalog.float8, \
@@ -73,30 +93,94 @@ pub async fn copy(
         // A partitioned root stands for its leaves (publish_via_partition_root); any other
         // table's stream carries its own rows only.
         let only = if kind == "p" { "" } else { "ONLY " };
+        locks.push(format!("{only}{table}"));
+        // In key order: the key's positions among the columns (the cursor's send forms).
+        let key: Option<Vec<usize>> = in_key_order.then(|| {
+            s.identity
+                .as_ref()
+                .map(|def| {
+                    def.fields
+                        .iter()
+                        .filter_map(|f| columns.iter().position(|c| *c == f.column))
+                        .collect()
+                })
+                .unwrap_or_default()
+        });
+        let order = match &key {
+            Some(positions) => format!(
+                " ORDER BY {}",
+                positions
+                    .iter()
+                    .map(|&i| list[i].as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+            None => String::new(),
+        };
         plans.push((
             s,
+            key,
             format!(
-                "COPY (SELECT {} FROM {only}{table}) TO STDOUT (FORMAT binary)",
+                "COPY (SELECT {} FROM {only}{table}{order}) TO STDOUT (FORMAT binary)",
                 list.join(", ")
             ),
         ));
     }
+    // The copy's shape is the consistent point's: no DDL of these tables commits until the
+    // copy ends (one committed between the slot's creation and this lock is a window of
+    // milliseconds; a changed column count or type is refused by the reader below).
+    for lock in locks.chunks(100) {
+        tx.batch_execute(&format!(
+            "LOCK TABLE {} IN ACCESS SHARE MODE",
+            lock.join(", ")
+        ))
+        .await?;
+    }
     let mut report = Report::new(progress, plans.len(), estimate);
-    for (done, (s, statement)) in plans.iter().enumerate() {
+    let mut keyless_done = false;
+    for (done, (s, key, statement)) in plans.iter().enumerate() {
+        if key.is_some() && !keyless_done {
+            pipe.snapshot_end().map_err(CdcError::Pipeline)?;
+            keyless_done = true;
+        }
         let name = s.qualified_name();
         let stream = tx.copy_out(statement.as_str()).await?;
         let mut stream = std::pin::pin!(stream);
         let mut reader = CopyReader::new(s.columns.len(), name.clone());
+        let mut row = Tuple::with_capacity(s.columns.len());
+        let mut checkpoint = Instant::now();
         while let Some(chunk) = stream.next().await.transpose().map_err(CdcError::from)? {
-            reader.push(&chunk);
-            while let Some(row) = reader.row()? {
-                pipe.snapshot_row(consistent, ts, s.relid, &row)
-                    .map_err(CdcError::Pipeline)?;
+            reader.push(chunk);
+            while reader.row_into(&mut row)? {
                 report.row(&name, done);
+                match key {
+                    // The clock is read once every 4096 rows (as the progress line's).
+                    Some(positions)
+                        if report.rows.is_multiple_of(CLOCK_EVERY)
+                            && checkpoint.elapsed() >= checkpoint_every =>
+                    {
+                        let after = pipe
+                            .snapshot_row_cursor(consistent, ts, s.relid, &mut row, positions)
+                            .map_err(CdcError::Pipeline)?;
+                        pipe.snapshot_checkpoint(s.relid, Some(after), false)
+                            .map_err(CdcError::Pipeline)?;
+                        checkpoint = Instant::now();
+                    }
+                    _ => pipe
+                        .snapshot_row(consistent, ts, s.relid, &mut row)
+                        .map_err(CdcError::Pipeline)?,
+                }
             }
         }
         reader.finish()?;
+        if key.is_some() {
+            pipe.snapshot_checkpoint(s.relid, None, true)
+                .map_err(CdcError::Pipeline)?;
+        }
         report.table_done();
+    }
+    if !keyless_done {
+        pipe.snapshot_end().map_err(CdcError::Pipeline)?;
     }
     tx.commit().await?;
     report.last();
@@ -114,8 +198,14 @@ fn now_pg_micros() -> i64 {
 /// Rows of a binary COPY, from chunks as they arrive. Everything is checked: the
 /// signature, every row's field count against the table's columns, every length against
 /// the bytes that follow; a malformed stream is an error naming the table, never a guess.
+///
+/// The values are slices of the chunks (PostgreSQL sends a row per message: nothing is
+/// copied); only a row split across chunks is put together first.
 struct CopyReader {
-    buf: BytesMut,
+    /// Unread bytes of whole chunks.
+    buf: Bytes,
+    /// A row (or the header) still incomplete, as far as it arrived.
+    partial: BytesMut,
     columns: usize,
     table: String,
     header: bool,
@@ -125,7 +215,8 @@ struct CopyReader {
 impl CopyReader {
     fn new(columns: usize, table: String) -> CopyReader {
         CopyReader {
-            buf: BytesMut::new(),
+            buf: Bytes::new(),
+            partial: BytesMut::new(),
             columns,
             table,
             header: false,
@@ -133,8 +224,16 @@ impl CopyReader {
         }
     }
 
-    fn push(&mut self, chunk: &[u8]) {
-        self.buf.extend_from_slice(chunk);
+    fn push(&mut self, chunk: Bytes) {
+        if self.buf.is_empty() && self.partial.is_empty() {
+            self.buf = chunk;
+            return;
+        }
+        if !self.buf.is_empty() {
+            self.partial.extend_from_slice(&self.buf);
+            self.buf = Bytes::new();
+        }
+        self.partial.extend_from_slice(&chunk);
     }
 
     fn bad(&self, what: &str) -> CdcError {
@@ -144,31 +243,26 @@ impl CopyReader {
         ))
     }
 
-    /// The next complete row, `None` until more bytes arrive (or after the end marker).
-    fn row(&mut self) -> Result<Option<Tuple>, CdcError> {
+    /// How many bytes the next item (the header, a row, the end marker) at the start of
+    /// `bytes` takes; `None`: not all of it arrived.
+    fn measure(&self, bytes: &[u8]) -> Result<Option<usize>, CdcError> {
         if !self.header {
-            if self.buf.len() < SIGNATURE.len() + 8 {
+            if bytes.len() < SIGNATURE.len() + 8 {
                 return Ok(None);
             }
-            if &self.buf[..SIGNATURE.len()] != SIGNATURE {
+            if &bytes[..SIGNATURE.len()] != SIGNATURE {
                 return Err(self.bad("no binary COPY signature"));
             }
-            let ext = u32::from_be_bytes([self.buf[15], self.buf[16], self.buf[17], self.buf[18]]);
-            let need = SIGNATURE.len() + 8 + ext as usize;
-            if self.buf.len() < need {
-                return Ok(None);
-            }
-            self.buf.advance(need);
-            self.header = true;
+            let ext = u32::from_be_bytes([bytes[15], bytes[16], bytes[17], bytes[18]]);
+            let need = (SIGNATURE.len() + 8).saturating_add(ext as usize);
+            return Ok((bytes.len() >= need).then_some(need));
         }
-        if self.ended || self.buf.len() < 2 {
+        let Some(count) = bytes.get(..2) else {
             return Ok(None);
-        }
-        let count = i16::from_be_bytes([self.buf[0], self.buf[1]]);
+        };
+        let count = i16::from_be_bytes([count[0], count[1]]);
         if count == -1 {
-            self.buf.advance(2);
-            self.ended = true;
-            return Ok(None);
+            return Ok(Some(2));
         }
         if usize::try_from(count).ok() != Some(self.columns) {
             return Err(self.bad(&format!(
@@ -176,10 +270,9 @@ impl CopyReader {
                 self.columns
             )));
         }
-        // Measure the whole row before taking anything.
-        let mut at = 2;
+        let mut at = 2usize;
         for _ in 0..self.columns {
-            let Some(len) = self.buf.get(at..at + 4) else {
+            let Some(len) = bytes.get(at..at + 4) else {
                 return Ok(None);
             };
             let len = i32::from_be_bytes([len[0], len[1], len[2], len[3]]);
@@ -188,25 +281,60 @@ impl CopyReader {
                 -1 => {}
                 n if n < 0 => return Err(self.bad("a negative field length")),
                 n => {
-                    at += n as usize;
-                    if self.buf.len() < at {
+                    at = at.saturating_add(n as usize);
+                    if bytes.len() < at {
                         return Ok(None);
                     }
                 }
             }
         }
-        let mut row_bytes: Bytes = self.buf.split_to(at).freeze();
-        row_bytes.advance(2);
-        let mut row = Vec::with_capacity(self.columns);
-        for _ in 0..self.columns {
-            let len = row_bytes.get_i32();
-            if len == -1 {
-                row.push(Column::Null);
-            } else {
-                row.push(Column::Binary(row_bytes.split_to(len as usize)));
+        Ok(Some(at))
+    }
+
+    /// Reads the next complete row into `row` (its previous values replaced); `false` until
+    /// more bytes arrive, and after the end marker.
+    fn row_into(&mut self, row: &mut Tuple) -> Result<bool, CdcError> {
+        loop {
+            if self.ended {
+                return Ok(false);
             }
+            if !self.partial.is_empty() {
+                // A split item: parsed once it is whole.
+                if self.measure(&self.partial)?.is_none() {
+                    return Ok(false);
+                }
+                self.buf = self.partial.split().freeze();
+            }
+            let Some(len) = self.measure(&self.buf)? else {
+                // An incomplete item at the end of this chunk: kept until the next.
+                if !self.buf.is_empty() {
+                    self.partial.extend_from_slice(&self.buf);
+                    self.buf = Bytes::new();
+                }
+                return Ok(false);
+            };
+            if !self.header {
+                self.buf.advance(len);
+                self.header = true;
+                continue;
+            }
+            let mut item = self.buf.split_to(len);
+            if item[..2] == (-1i16).to_be_bytes() {
+                self.ended = true;
+                return Ok(false);
+            }
+            item.advance(2);
+            row.clear();
+            for _ in 0..self.columns {
+                let len = item.get_i32();
+                if len == -1 {
+                    row.push(Column::Null);
+                } else {
+                    row.push(Column::Binary(item.split_to(len as usize)));
+                }
+            }
+            return Ok(true);
         }
-        Ok(Some(row))
     }
 
     /// The stream ended: it must have ended with the end marker and nothing after it.
@@ -214,7 +342,7 @@ impl CopyReader {
         if !self.ended {
             return Err(self.bad("it ended without the end marker"));
         }
-        if !self.buf.is_empty() {
+        if !self.buf.is_empty() || !self.partial.is_empty() {
             return Err(self.bad("bytes after the end marker"));
         }
         Ok(())
@@ -321,10 +449,11 @@ mod tests {
         for chunk in [1, 3, 7, bytes.len()] {
             let mut r = CopyReader::new(2, "t".into());
             let mut rows = Vec::new();
+            let mut row = Tuple::new();
             for c in bytes.chunks(chunk) {
-                r.push(c);
-                while let Some(row) = r.row().unwrap_or_else(|e| panic!("{e}")) {
-                    rows.push(row);
+                r.push(Bytes::copy_from_slice(c));
+                while r.row_into(&mut row).unwrap_or_else(|e| panic!("{e}")) {
+                    rows.push(row.clone());
                 }
             }
             r.finish().unwrap_or_else(|e| panic!("{e}"));
@@ -348,22 +477,23 @@ mod tests {
     #[test]
     fn malformed_copies_are_refused_by_table() {
         let good = copy_bytes(&[vec![Some(&[1][..])]]);
+        let mut row = Tuple::new();
         let mut r = CopyReader::new(2, "public.t".into());
-        r.push(&good);
-        let err = r.row().expect_err("one field for two columns");
+        r.push(Bytes::copy_from_slice(&good));
+        let err = r.row_into(&mut row).expect_err("one field for two columns");
         assert!(err.to_string().contains("public.t"), "{err}");
         let mut r = CopyReader::new(1, "t".into());
-        r.push(b"NOTCOPY\n\xff\r\n\0\0\0\0\0\0\0\0\0");
-        assert!(r.row().is_err());
+        r.push(Bytes::from_static(b"NOTCOPY\n\xff\r\n\0\0\0\0\0\0\0\0\0"));
+        assert!(r.row_into(&mut row).is_err());
         let mut r = CopyReader::new(1, "t".into());
-        r.push(&good[..good.len() - 2]);
-        assert!(r.row().is_ok_and(|row| row.is_some()));
+        r.push(Bytes::copy_from_slice(&good[..good.len() - 2]));
+        assert!(r.row_into(&mut row).is_ok_and(|read| read));
         assert!(r.finish().is_err(), "no end marker");
         let mut negative = good.clone();
         let at = SIGNATURE.len() + 8 + 2;
         negative[at..at + 4].copy_from_slice(&(-5i32).to_be_bytes());
         let mut r = CopyReader::new(1, "t".into());
-        r.push(&negative);
-        assert!(r.row().is_err());
+        r.push(Bytes::copy_from_slice(&negative));
+        assert!(r.row_into(&mut row).is_err());
     }
 }

@@ -195,22 +195,27 @@ pub(crate) async fn start(opts: &Options) -> Result<Started, CdcError> {
         .filter(|s| !ignored.contains(&s.relid))
         .cloned()
         .collect();
-    // Tables with an ordered key are read in chunks while streaming; the others (at slot
-    // creation) are copied under the exported snapshot first.
+    // Every table is copied under the exported snapshot before the stream starts: those with
+    // an ordered key in key order with a cursor (a kill during their copy goes on in chunks
+    // while streaming), the others first, not resumable.
     let mut copied = Vec::new();
+    let mut in_key_order = Vec::new();
     if opts.snapshot && exported.is_some() {
         for s in &captured {
             match chunk_reader::chunkable(&client, s, &opts.publication).await {
-                Ok(()) => state.chunks.push(ChunkCursor {
-                    relid: s.relid,
-                    after: None,
-                    done: false,
-                }),
+                Ok(()) => {
+                    state.chunks.push(ChunkCursor {
+                        relid: s.relid,
+                        after: None,
+                        done: false,
+                    });
+                    in_key_order.push(s.clone());
+                }
                 Err(why) => {
                     if opts.progress {
                         eprintln!(
                             "rowid-cdc: snapshot: {} is copied at the slot's consistent point, \
-                             not in chunks: {why}",
+                             not resumable: {why}",
                             s.qualified_name()
                         );
                     }
@@ -258,11 +263,12 @@ pub(crate) async fn start(opts: &Options) -> Result<Started, CdcError> {
             &opts.publication,
             consistent,
             &copied,
+            &in_key_order,
             &mut pipe,
             opts.progress,
+            opts.snapshot_checkpoint,
         )
         .await?;
-        pipe.snapshot_end().map_err(CdcError::Pipeline)?;
         for notice in pipe.take_notices() {
             eprintln!("rowid-cdc: notice: {notice}");
         }
