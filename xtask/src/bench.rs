@@ -484,9 +484,18 @@ fn wal_capture(
             extra.push("public.t");
         }
         extra.extend(["--progress", "--stop-after", &stop_after]);
-        let (secs, err) = timed(&mut cdc(slot, sink, &extra))?;
-        snap.push((secs, rss(&err)));
-        db.run(&format!("SELECT pg_drop_replication_slot('{slot}');"))?;
+        // Twice, the faster counts (as for the baseline).
+        let mut best: Option<(f64, String)> = None;
+        for _ in 0..2 {
+            let (secs, err) = timed(&mut cdc(slot, sink, &extra))?;
+            db.run(&format!("SELECT pg_drop_replication_slot('{slot}');"))?;
+            let _ = std::fs::remove_file(dir.join(format!("{slot}.state")));
+            let _ = std::fs::remove_file(dir.join("snapshot.jsonl"));
+            if best.as_ref().is_none_or(|(b, _)| secs < *b) {
+                best = Some((secs, rss(&err)));
+            }
+        }
+        snap.extend(best);
     }
     let copy_last = copy()?;
     let copy_secs = copy_first.min(copy_last);
@@ -499,7 +508,7 @@ fn wal_capture(
          t) TO STDOUT (FORMAT binary)` by psql into /dev/null, before and after \
          ({copy_first:.2} s and {copy_last:.2} s; the faster counts). rowid-cdc's time is its \
          whole run (connecting, creating the slot, every row) until the n rows were \
-         delivered.\n\n\
+         delivered, the faster of two runs.\n\n\
          | reader | seconds | rows/s | / COPY | peak RSS MB |\n|---|---|---|---|---|\n\
          | COPY TO STDOUT (binary) into /dev/null | {copy_secs:.2} | {:.0} | 1.00 | - |\n\
          | rowid-cdc --snapshot, null sink | {:.2} | {:.0} | {:.2} | {} |\n\

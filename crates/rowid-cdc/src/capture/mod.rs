@@ -212,6 +212,10 @@ impl Capture {
         relid: u32,
         row: &mut Tuple,
     ) -> Result<ChangeEvent, CaptureError> {
+        // One lookup per row; the binding is made at the relation's first row.
+        if let Some(b) = self.snapshot_bindings.get(&relid) {
+            return snapshot_row_event(b, self.strict, lsn, ts, relid, row);
+        }
         self.bind_snapshot(lsn, relid)?;
         let b = self.snapshot_binding(lsn, relid)?;
         snapshot_row_event(b, self.strict, lsn, ts, relid, row)

@@ -318,21 +318,31 @@ impl CopyReader {
                 self.header = true;
                 continue;
             }
-            let mut item = self.buf.split_to(len);
-            if item[..2] == (-1i16).to_be_bytes() {
+            if self.buf[..2] == (-1i16).to_be_bytes() {
+                self.buf.advance(len);
                 self.ended = true;
                 return Ok(false);
             }
-            item.advance(2);
+            // Measured whole: every length is in bounds. Each value is a slice of the chunk.
             row.clear();
+            let mut at = 2usize;
             for _ in 0..self.columns {
-                let len = item.get_i32();
-                if len == -1 {
+                let field = i32::from_be_bytes([
+                    self.buf[at],
+                    self.buf[at + 1],
+                    self.buf[at + 2],
+                    self.buf[at + 3],
+                ]);
+                at += 4;
+                if field == -1 {
                     row.push(Column::Null);
                 } else {
-                    row.push(Column::Binary(item.split_to(len as usize)));
+                    let end = at + field as usize;
+                    row.push(Column::Binary(self.buf.slice(at..end)));
+                    at = end;
                 }
             }
+            self.buf.advance(len);
             return Ok(true);
         }
     }
