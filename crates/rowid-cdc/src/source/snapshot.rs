@@ -19,7 +19,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use bytes::{Buf, Bytes, BytesMut};
 use futures_util::StreamExt;
 use rowid_pgoutput::{Column, Tuple};
-use rowid_registry::schema_message::RelationSchema;
+use rowid_registry::schema_message::{IDENTITY_TABLE, RelationSchema, SchemaMessage};
 use rowid_registry::sql::{QualifiedName, quote_ident};
 use tokio_postgres::Client;
 
@@ -50,6 +50,7 @@ pub async fn copy(
     consistent: Lsn,
     keyless: &[RelationSchema],
     keyed: &[RelationSchema],
+    latest: &Latest<'_>,
     pipe: &mut Pipeline<Box<dyn Sink>>,
     progress: bool,
     checkpoint_every: Duration,
@@ -58,7 +59,28 @@ pub async fn copy(
     let ts = now_pg_micros();
     let mut estimate = 0u64;
     let mut plans = Vec::with_capacity(keyless.len() + keyed.len());
-    let mut locks = Vec::new();
+    // No DDL of these tables commits until the copy ends; one that committed between the
+    // slot's creation and the locks would have the rows read in its shape, not the
+    // consistent point's: refused, before anything else is read.
+    let copied: Vec<&RelationSchema> = keyless.iter().chain(keyed).collect();
+    let names: Vec<String> = copied
+        .iter()
+        .map(|s| QualifiedName::new(&s.namespace, &s.relname).quoted())
+        .collect();
+    for lock in names.chunks(100) {
+        let locked = tx
+            .batch_execute(&format!(
+                "LOCK TABLE {} IN ACCESS SHARE MODE",
+                lock.join(", ")
+            ))
+            .await;
+        if let Err(e) = locked {
+            // Renamed or dropped since: the check names the table when it can.
+            latest.check_unchanged(&copied).await?;
+            return Err(e.into());
+        }
+    }
+    latest.check_unchanged(&copied).await?;
     let tables = keyless
         .iter()
         .map(|s| (s, false))
@@ -93,7 +115,6 @@ pub async fn copy(
         // A partitioned root stands for its leaves (publish_via_partition_root); any other
         // table's stream carries its own rows only.
         let only = if kind == "p" { "" } else { "ONLY " };
-        locks.push(format!("{only}{table}"));
         // In key order: the key's positions among the columns (the cursor's send forms).
         let key: Option<Vec<usize>> = in_key_order.then(|| {
             s.identity
@@ -125,16 +146,6 @@ pub async fn copy(
                 list.join(", ")
             ),
         ));
-    }
-    // The copy's shape is the consistent point's: no DDL of these tables commits until the
-    // copy ends (one committed between the slot's creation and this lock is a window of
-    // milliseconds; a changed column count or type is refused by the reader below).
-    for lock in locks.chunks(100) {
-        tx.batch_execute(&format!(
-            "LOCK TABLE {} IN ACCESS SHARE MODE",
-            lock.join(", ")
-        ))
-        .await?;
     }
     let mut report = Report::new(progress, plans.len(), estimate);
     let mut keyless_done = false;
@@ -185,6 +196,76 @@ pub async fn copy(
     tx.commit().await?;
     report.last();
     Ok(report.rows)
+}
+
+/// Where the tables' latest committed identity schemas are read, outside the copy's snapshot.
+pub struct Latest<'a> {
+    /// A connection of its own (read committed).
+    pub client: &'a Client,
+    /// The OID of the identity schema table the start checks authenticated.
+    pub identity_table: u32,
+    /// The slot and the state file, for the fix a refusal names.
+    pub slot: &'a str,
+    /// The state file.
+    pub state: &'a std::path::Path,
+}
+
+impl Latest<'_> {
+    /// Refuses when a table's latest committed identity schema is not its schema at the
+    /// consistent point (asked once the copy holds its locks: a DDL committed between the
+    /// slot's creation and the locks).
+    async fn check_unchanged(&self, tables: &[&RelationSchema]) -> Result<(), CdcError> {
+        let (schema, table) = IDENTITY_TABLE;
+        let name = QualifiedName::new(schema, table).quoted();
+        let found: u32 = self
+            .client
+            .query_one(
+                &format!("SELECT '{name}'::pg_catalog.regclass::pg_catalog.oid"),
+                &[],
+            )
+            .await?
+            .get(0);
+        if found != self.identity_table {
+            return Err(setup(format!(
+                "--snapshot: {schema}.{table} is OID {found}, not the authenticated {}",
+                self.identity_table
+            )));
+        }
+        let relids: Vec<u32> = tables.iter().map(|s| s.relid).collect();
+        let rows = self
+            .client
+            .query(
+                &format!(
+                    "SELECT s.relid, s.schema FROM {name} s \
+                     WHERE s.relid OPERATOR(pg_catalog.=) ANY($1)"
+                ),
+                &[&relids],
+            )
+            .await?;
+        for s in tables {
+            let now = rows
+                .iter()
+                .find(|r| r.get::<_, u32>(0) == s.relid)
+                .map(|r| r.get::<_, String>(1));
+            let unchanged = matches!(
+                now.as_deref().map(|t| SchemaMessage::parse(t.as_bytes())),
+                Some(Ok(SchemaMessage::Schema(n))) if n == **s
+            );
+            if !unchanged {
+                return Err(setup(format!(
+                    "--snapshot: {} changed (a DDL committed) after the slot's consistent \
+                     point and before its copy could lock it, so its rows would not be in the \
+                     shape of that point; nothing of it was copied. Start over: SELECT \
+                     pg_drop_replication_slot('{}'); remove {} and the sink's output; run \
+                     again with --create-slot --snapshot",
+                    s.qualified_name(),
+                    self.slot,
+                    self.state.display()
+                )));
+            }
+        }
+        Ok(())
+    }
 }
 
 /// The current time in PostgreSQL's microseconds since 2000-01-01 UTC.

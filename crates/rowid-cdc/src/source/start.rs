@@ -257,6 +257,14 @@ pub(crate) async fn start(opts: &Options) -> Result<Started, CdcError> {
     .map_err(CdcError::Pipeline)?;
     if let (true, Some(exported)) = (opts.snapshot, exported) {
         pipe.snapshot_begin().map_err(CdcError::Pipeline)?;
+        pause_before_copy().await;
+        let (latest, _) = checks::connect(&opts.dsn).await?;
+        let latest = snapshot::Latest {
+            client: &latest,
+            identity_table,
+            slot: &opts.slot,
+            state: &opts.state,
+        };
         snapshot::copy(
             &mut client,
             &exported,
@@ -264,6 +272,7 @@ pub(crate) async fn start(opts: &Options) -> Result<Started, CdcError> {
             consistent,
             &copied,
             &in_key_order,
+            &latest,
             &mut pipe,
             opts.progress,
             opts.snapshot_checkpoint,
@@ -281,4 +290,16 @@ pub(crate) async fn start(opts: &Options) -> Result<Started, CdcError> {
         source_database,
         seen,
     })
+}
+
+/// For tests: `ROWID_CDC_TEST_PAUSE_BEFORE_COPY_MS` milliseconds between the slot's creation
+/// and the initial copy, so that a test can commit a DDL in that window deterministically
+/// (`tests/snapshot.rs`). Unset in any real run: no pause.
+async fn pause_before_copy() {
+    let pause = std::env::var("ROWID_CDC_TEST_PAUSE_BEFORE_COPY_MS")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok());
+    if let Some(ms) = pause {
+        tokio::time::sleep(std::time::Duration::from_millis(ms.min(60_000))).await;
+    }
 }
