@@ -79,6 +79,18 @@ fn key_signature(schema: &RelationSchema) -> Option<(Domain, Vec<KeyField>)> {
     Some((def.domain, fields))
 }
 
+/// The send forms of `row`'s columns at `positions` (a key's, in key order): a cursor's
+/// bound.
+fn key_forms(row: &rowid_pgoutput::Tuple, positions: &[usize]) -> Vec<Option<Bytes>> {
+    positions
+        .iter()
+        .map(|&i| match row.get(i) {
+            Some(rowid_pgoutput::Column::Binary(b)) => Some(b.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
 /// Counters for progress reports.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Progress {
@@ -392,15 +404,7 @@ impl<S: Sink> Pipeline<S> {
             .filter_map(|k| request.columns.iter().position(|c| c == k))
             .collect();
         // The last row's key (the next chunk's lower bound), before the events take the rows.
-        let last_key: Option<Vec<Option<Bytes>>> = read.rows.last().map(|row| {
-            positions
-                .iter()
-                .map(|&i| match row.get(i) {
-                    Some(rowid_pgoutput::Column::Binary(b)) => Some(b.clone()),
-                    _ => None,
-                })
-                .collect()
-        });
+        let last_key = read.rows.last().map(|row| key_forms(row, &positions));
         let events = self
             .capture
             .snapshot_events(self.state.end_lsn, read.ts, read.relid, read.rows)
@@ -480,13 +484,7 @@ impl<S: Sink> Pipeline<S> {
         row: &mut rowid_pgoutput::Tuple,
         key: &[usize],
     ) -> Result<After, PipelineError> {
-        let key_forms = key
-            .iter()
-            .map(|&i| match row.get(i) {
-                Some(rowid_pgoutput::Column::Binary(b)) => Some(b.clone()),
-                _ => None,
-            })
-            .collect();
+        let key_forms = key_forms(row, key);
         let event = self
             .capture
             .snapshot_event(lsn, ts, relid, row)

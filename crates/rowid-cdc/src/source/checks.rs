@@ -19,6 +19,7 @@ use crate::connect::conninfo::Conninfo;
 use crate::connect::net::{self, Session};
 use crate::error::{CdcError, setup};
 use crate::lsn::Lsn;
+use rowid_registry::sql::QualifiedName;
 
 /// The SQL connection of the checks, with a locked search path.
 pub async fn connect(dsn: &Conninfo) -> Result<(Client, Session), CdcError> {
@@ -31,6 +32,43 @@ pub async fn connect(dsn: &Conninfo) -> Result<(Client, Session), CdcError> {
         .batch_execute("SET search_path = pg_catalog, pg_temp")
         .await?;
     Ok((connected.client, connected.session))
+}
+
+/// Checks that `client`'s `pgtrickle.identity_schemas` is the table the start checks
+/// authenticated (`identity_table`, its OID): a reader of its rows outside the stream trusts
+/// no other. `reader` names that reader in the refusal.
+pub async fn trusted_identity_table(
+    client: &Client,
+    identity_table: u32,
+    reader: &str,
+) -> Result<QualifiedName, CdcError> {
+    let (schema, table) = IDENTITY_TABLE;
+    let name = QualifiedName::new(schema, table);
+    let found: u32 = client
+        .query_one(
+            &format!(
+                "SELECT '{}'::pg_catalog.regclass::pg_catalog.oid",
+                name.quoted()
+            ),
+            &[],
+        )
+        .await?
+        .get(0);
+    if found != identity_table {
+        return Err(setup(format!(
+            "{reader}: {schema}.{table} is OID {found}, not the authenticated {identity_table}"
+        )));
+    }
+    Ok(name)
+}
+
+/// Whether `row`, a `pgtrickle.identity_schemas.schema` value (`None`: no row), is exactly
+/// `schema`.
+pub fn is_schema(row: Option<&str>, schema: &RelationSchema) -> bool {
+    matches!(
+        row.map(|t| SchemaMessage::parse(t.as_bytes())),
+        Some(Ok(SchemaMessage::Schema(s))) if s == *schema
+    )
 }
 
 /// Names the published tables some of whose changes will have no identity (but those in

@@ -21,12 +21,13 @@ use std::collections::HashMap;
 
 use rowid_codec::Domain;
 use rowid_pgoutput::Column;
-use rowid_registry::schema_message::{IDENTITY_TABLE, RelationSchema, SchemaMessage};
+use rowid_registry::schema_message::RelationSchema;
 use rowid_registry::sql::{QualifiedName, quote_ident};
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::ToSql;
 use tokio_postgres::{Client, Statement};
 
+use super::checks;
 use crate::chunks::{ChunkRead, ChunkRequest, TxnSnapshot, WATERMARK_PREFIX};
 use crate::config::Options;
 use crate::connect::net;
@@ -199,24 +200,9 @@ impl ChunkReader {
             .await?
             .get(0);
         // The identity schema table read below is the one the start checks authenticated.
-        let (schema, table) = IDENTITY_TABLE;
-        let found: u32 = connected
-            .client
-            .query_one(
-                &format!(
-                    "SELECT '{}'::pg_catalog.regclass::pg_catalog.oid",
-                    QualifiedName::new(schema, table).quoted()
-                ),
-                &[],
-            )
-            .await?
-            .get(0);
-        if found != identity_table {
-            return Err(setup(format!(
-                "snapshot chunks: {schema}.{table} is OID {found}, not the authenticated \
-                 {identity_table}"
-            )));
-        }
+        let identity_schemas =
+            checks::trusted_identity_table(&connected.client, identity_table, "snapshot chunks")
+                .await?;
         let snapshot = connected
             .client
             .prepare(&format!(
@@ -225,7 +211,7 @@ impl ChunkReader {
                          * 1000000)::pg_catalog.int8, \
                         (SELECT s.schema FROM {} s \
                          WHERE s.relid OPERATOR(pg_catalog.=) $1)",
-                QualifiedName::new(schema, table).quoted()
+                identity_schemas.quoted()
             ))
             .await?;
         Ok(ChunkReader {
@@ -376,9 +362,8 @@ impl ChunkReader {
             .await?;
         let (snapshot, ts, shape): (String, i64, Option<String>) =
             (taken.get(0), taken.get(1), taken.get(2));
-        match shape.as_deref().map(|s| SchemaMessage::parse(s.as_bytes())) {
-            Some(Ok(SchemaMessage::Schema(s))) if s == request.schema => {}
-            _ => return Ok(None),
+        if !checks::is_schema(shape.as_deref(), &request.schema) {
+            return Ok(None);
         }
         let snapshot = TxnSnapshot::parse(&snapshot).ok_or_else(|| {
             setup(format!(

@@ -14,12 +14,13 @@
 //! the WAL written meanwhile (for a table too large for that, `--snapshot-table` reads it in
 //! chunks while streaming).
 
+use std::ops::Range;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::{Buf, Bytes, BytesMut};
 use futures_util::StreamExt;
 use rowid_pgoutput::{Column, Tuple};
-use rowid_registry::schema_message::{IDENTITY_TABLE, RelationSchema, SchemaMessage};
+use rowid_registry::schema_message::RelationSchema;
 use rowid_registry::sql::{QualifiedName, quote_ident};
 use tokio_postgres::Client;
 
@@ -215,22 +216,10 @@ impl Latest<'_> {
     /// consistent point (asked once the copy holds its locks: a DDL committed between the
     /// slot's creation and the locks).
     async fn check_unchanged(&self, tables: &[&RelationSchema]) -> Result<(), CdcError> {
-        let (schema, table) = IDENTITY_TABLE;
-        let name = QualifiedName::new(schema, table).quoted();
-        let found: u32 = self
-            .client
-            .query_one(
-                &format!("SELECT '{name}'::pg_catalog.regclass::pg_catalog.oid"),
-                &[],
-            )
-            .await?
-            .get(0);
-        if found != self.identity_table {
-            return Err(setup(format!(
-                "--snapshot: {schema}.{table} is OID {found}, not the authenticated {}",
-                self.identity_table
-            )));
-        }
+        let name =
+            super::checks::trusted_identity_table(self.client, self.identity_table, "--snapshot")
+                .await?
+                .quoted();
         let relids: Vec<u32> = tables.iter().map(|s| s.relid).collect();
         let rows = self
             .client
@@ -247,10 +236,7 @@ impl Latest<'_> {
                 .iter()
                 .find(|r| r.get::<_, u32>(0) == s.relid)
                 .map(|r| r.get::<_, String>(1));
-            let unchanged = matches!(
-                now.as_deref().map(|t| SchemaMessage::parse(t.as_bytes())),
-                Some(Ok(SchemaMessage::Schema(n))) if n == **s
-            );
+            let unchanged = super::checks::is_schema(now.as_deref(), s);
             if !unchanged {
                 return Err(setup(format!(
                     "--snapshot: {} changed (a DDL committed) after the slot's consistent \
@@ -324,26 +310,33 @@ impl CopyReader {
         ))
     }
 
-    /// How many bytes the next item (the header, a row, the end marker) at the start of
-    /// `bytes` takes; `None`: not all of it arrived.
-    fn measure(&self, bytes: &[u8]) -> Result<Option<usize>, CdcError> {
-        if !self.header {
-            if bytes.len() < SIGNATURE.len() + 8 {
-                return Ok(None);
-            }
-            if &bytes[..SIGNATURE.len()] != SIGNATURE {
-                return Err(self.bad("no binary COPY signature"));
-            }
-            let ext = u32::from_be_bytes([bytes[15], bytes[16], bytes[17], bytes[18]]);
-            let need = (SIGNATURE.len() + 8).saturating_add(ext as usize);
-            return Ok((bytes.len() >= need).then_some(need));
+    /// The header's length at the start of `bytes`; `None`: not all of it arrived.
+    fn header_len(&self, bytes: &[u8]) -> Result<Option<usize>, CdcError> {
+        if bytes.len() < SIGNATURE.len() + 8 {
+            return Ok(None);
         }
+        if &bytes[..SIGNATURE.len()] != SIGNATURE {
+            return Err(self.bad("no binary COPY signature"));
+        }
+        let ext = u32::from_be_bytes([bytes[15], bytes[16], bytes[17], bytes[18]]);
+        let need = (SIGNATURE.len() + 8).saturating_add(ext as usize);
+        Ok((bytes.len() >= need).then_some(need))
+    }
+
+    /// Walks the item after the header at the start of `bytes` (a row or the end marker),
+    /// handing each of a row's fields to `field` (its byte range, `None` for NULL) as it is
+    /// found in bounds; `None`: not all of it arrived (some fields may have been handed).
+    fn walk(
+        &self,
+        bytes: &[u8],
+        mut field: impl FnMut(Option<Range<usize>>),
+    ) -> Result<Option<Item>, CdcError> {
         let Some(count) = bytes.get(..2) else {
             return Ok(None);
         };
         let count = i16::from_be_bytes([count[0], count[1]]);
         if count == -1 {
-            return Ok(Some(2));
+            return Ok(Some(Item::End));
         }
         if usize::try_from(count).ok() != Some(self.columns) {
             return Err(self.bad(&format!(
@@ -359,72 +352,82 @@ impl CopyReader {
             let len = i32::from_be_bytes([len[0], len[1], len[2], len[3]]);
             at += 4;
             match len {
-                -1 => {}
+                -1 => field(None),
                 n if n < 0 => return Err(self.bad("a negative field length")),
                 n => {
-                    at = at.saturating_add(n as usize);
-                    if bytes.len() < at {
+                    let end = at.saturating_add(n as usize);
+                    if bytes.len() < end {
                         return Ok(None);
                     }
+                    field(Some(at..end));
+                    at = end;
                 }
             }
         }
-        Ok(Some(at))
+        Ok(Some(Item::Row(at)))
     }
 
-    /// Reads the next complete row into `row` (its previous values replaced); `false` until
-    /// more bytes arrive, and after the end marker.
+    /// Keeps the unread bytes of the last chunk (an incomplete item) until the next.
+    fn stash(&mut self) {
+        if !self.buf.is_empty() {
+            self.partial.extend_from_slice(&self.buf);
+            self.buf = Bytes::new();
+        }
+    }
+
+    /// Reads the next complete row into `row` (its previous values replaced), walking it
+    /// once; `false` until more bytes arrive, and after the end marker.
     fn row_into(&mut self, row: &mut Tuple) -> Result<bool, CdcError> {
         loop {
             if self.ended {
                 return Ok(false);
             }
             if !self.partial.is_empty() {
-                // A split item: parsed once it is whole.
-                if self.measure(&self.partial)?.is_none() {
+                // An item split across chunks: parsed once it is whole.
+                let whole = if self.header {
+                    self.walk(&self.partial, |_| {})?.is_some()
+                } else {
+                    self.header_len(&self.partial)?.is_some()
+                };
+                if !whole {
                     return Ok(false);
                 }
                 self.buf = self.partial.split().freeze();
             }
-            let Some(len) = self.measure(&self.buf)? else {
-                // An incomplete item at the end of this chunk: kept until the next.
-                if !self.buf.is_empty() {
-                    self.partial.extend_from_slice(&self.buf);
-                    self.buf = Bytes::new();
-                }
-                return Ok(false);
-            };
             if !self.header {
+                let Some(len) = self.header_len(&self.buf)? else {
+                    self.stash();
+                    return Ok(false);
+                };
                 self.buf.advance(len);
                 self.header = true;
                 continue;
             }
-            if self.buf[..2] == (-1i16).to_be_bytes() {
-                self.buf.advance(len);
-                self.ended = true;
-                return Ok(false);
-            }
-            // Measured whole: every length is in bounds. Each value is a slice of the chunk.
+            // Each value is a slice of the chunk.
             row.clear();
-            let mut at = 2usize;
-            for _ in 0..self.columns {
-                let field = i32::from_be_bytes([
-                    self.buf[at],
-                    self.buf[at + 1],
-                    self.buf[at + 2],
-                    self.buf[at + 3],
-                ]);
-                at += 4;
-                if field == -1 {
-                    row.push(Column::Null);
-                } else {
-                    let end = at + field as usize;
-                    row.push(Column::Binary(self.buf.slice(at..end)));
-                    at = end;
+            let buf = &self.buf;
+            let item = self.walk(buf, |range| {
+                row.push(match range {
+                    None => Column::Null,
+                    Some(r) => Column::Binary(buf.slice(r)),
+                })
+            })?;
+            match item {
+                Some(Item::Row(len)) => {
+                    self.buf.advance(len);
+                    return Ok(true);
+                }
+                Some(Item::End) => {
+                    self.buf.advance(2);
+                    self.ended = true;
+                    return Ok(false);
+                }
+                None => {
+                    row.clear();
+                    self.stash();
+                    return Ok(false);
                 }
             }
-            self.buf.advance(len);
-            return Ok(true);
         }
     }
 
@@ -438,6 +441,14 @@ impl CopyReader {
         }
         Ok(())
     }
+}
+
+/// What follows the header in a binary COPY.
+enum Item {
+    /// A row of this many bytes.
+    Row(usize),
+    /// The end marker (two bytes).
+    End,
 }
 
 /// Rows between two looks at the clock for the progress line.
