@@ -219,13 +219,28 @@ fn snapshot_and_stream_replay_to_the_table() {
     // Writes run before the slot exists, while its snapshot is copied, and after.
     let writer = spawn_writes(&db, 6);
     std::thread::sleep(Duration::from_millis(300));
-    let _running = cdc.spawn(&["--create-slot", "--snapshot", "--progress"]);
+    let running = cdc.spawn(&["--create-slot", "--snapshot", "--progress"]);
     wait_active(&db, "snap");
     writer.join().unwrap();
     // After the chunks: the marker's insert is the last change the test waits for.
     wait_done_without_marker(&dir);
     db.run("INSERT INTO marker VALUES (1);").unwrap();
     let lines = wait_done(&cdc, &dir);
+    // The copy's progress: a line as each table begins (the keyless one first, the keyed
+    // ones after it), then the last one.
+    let err = running.interrupt();
+    for (i, table) in ["public.bag", "public.keyed", "public.marker"]
+        .iter()
+        .enumerate()
+    {
+        assert!(
+            err.contains(&format!(
+                "tables done, now {table} ({} of 3); about ",
+                i + 1
+            )) && err.contains("rows of 3 tables in "),
+            "{err}"
+        );
+    }
     let state: Value =
         serde_json::from_str(&std::fs::read_to_string(dir.file("cdc.state")).unwrap()).unwrap();
     assert_eq!(state["snapshot"], "done", "the copy");

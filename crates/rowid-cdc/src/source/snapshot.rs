@@ -156,6 +156,7 @@ pub async fn copy(
             keyless_done = true;
         }
         let name = s.qualified_name();
+        report.table_start(&name, done);
         let stream = tx.copy_out(statement.as_str()).await?;
         let mut stream = std::pin::pin!(stream);
         let mut reader = CopyReader::new(s.columns.len(), name.clone());
@@ -486,20 +487,32 @@ impl Report {
             && self.rows.is_multiple_of(CLOCK_EVERY)
             && self.last.elapsed() >= Duration::from_secs(1)
         {
-            self.last = Instant::now();
-            let rate = self.rows as f64 / self.started.elapsed().as_secs_f64().max(1e-3);
-            let eta = self.estimate.saturating_sub(self.rows) as f64 / rate.max(1.0);
-            eprintln!(
-                "rowid-cdc: snapshot: {} rows ({rate:.0}/s), {} of {} tables done, now {table} \
-                 ({} of {}); about {} rows in all, ETA {eta:.0} s",
-                self.rows,
-                self.tables_done,
-                self.tables,
-                index + 1,
-                self.tables,
-                self.estimate
-            );
+            self.line(table, index);
         }
+    }
+
+    /// A table's copy begins: its line, however soon after the last one (every table is
+    /// named, also in a copy faster than a second).
+    fn table_start(&mut self, table: &str, index: usize) {
+        if self.enabled {
+            self.line(table, index);
+        }
+    }
+
+    fn line(&mut self, table: &str, index: usize) {
+        self.last = Instant::now();
+        let rate = self.rows as f64 / self.started.elapsed().as_secs_f64().max(1e-3);
+        let eta = self.estimate.saturating_sub(self.rows) as f64 / rate.max(1.0);
+        eprintln!(
+            "rowid-cdc: snapshot: {} rows ({rate:.0}/s), {} of {} tables done, now {table} \
+             ({} of {}); about {} rows in all, ETA {eta:.0} s",
+            self.rows,
+            self.tables_done,
+            self.tables,
+            index + 1,
+            self.tables,
+            self.estimate
+        );
     }
 
     fn table_done(&mut self) {
