@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 
 use rowid_codec::send::{write_image_json, write_json_string};
 
-use crate::event::{Cell, ChangeEvent, ColumnMeta, RowImage};
+use crate::event::{CellRef, ChangeEvent, ColumnMeta, RowImage};
 
 /// A PostgreSQL timestamp (microseconds since 2000-01-01 UTC) as RFC 3339 in UTC with
 /// microseconds, e.g. `2026-12-01T09:30:00.123456Z` (the row images' `timestamptz` form).
@@ -119,10 +119,10 @@ fn push_image(out: &mut String, image: Option<&RowImage>) {
 /// One value: spec/row-images.md's JSON for its shape; a value without one (or whose bytes
 /// the shape's parser refuses) as `{"type": ..., "type_oid": ..., "send": hex}`, one that
 /// came as text output as `{"type": ..., "type_oid": ..., "text": ...}`.
-fn push_cell(out: &mut String, column: &ColumnMeta, cell: &Cell) {
+fn push_cell(out: &mut String, column: &ColumnMeta, cell: CellRef<'_>) {
     match cell {
-        Cell::Absent | Cell::Null => out.push_str("null"),
-        Cell::Binary(b) => {
+        CellRef::Absent | CellRef::Null => out.push_str("null"),
+        CellRef::Binary(b) => {
             if let Some(shape) = &column.shape
                 && write_image_json(shape, b, out).is_ok()
             {
@@ -133,7 +133,7 @@ fn push_cell(out: &mut String, column: &ColumnMeta, cell: &Cell) {
             push_hex(out, b);
             out.push('}');
         }
-        Cell::Text(t) => {
+        CellRef::Text(t) => {
             push_type(out, column);
             match std::str::from_utf8(t) {
                 Ok(text) => {
@@ -285,27 +285,27 @@ mod tests {
             key: Arc::from(["id".to_string()]),
             old_id: Some(vec![2]),
             new_id: Some(vec![3]),
-            old: Some(RowImage {
-                columns: columns.clone(),
-                cells: vec![
+            old: Some(RowImage::new(
+                columns.clone(),
+                vec![
                     b(&7i64.to_be_bytes()),
                     Cell::Absent,
                     Cell::Absent,
                     Cell::Absent,
                     Cell::Absent,
                 ],
-            }),
+            )),
             old_kind: Some(OldKind::Key),
-            new: Some(RowImage {
+            new: Some(RowImage::new(
                 columns,
-                cells: vec![
+                vec![
                     b(&8i64.to_be_bytes()),
                     b(&[0, 0, 0, 0, 0, 0, 0x27, 0x10]),
                     Cell::Absent,
                     b(&[1, 2]),
                     Cell::Text(bytes::Bytes::from_static(b"(1,2)")),
                 ],
-            }),
+            )),
             backfilled: vec![],
             unchanged_toast: vec!["doc".into()],
             unidentified: None,

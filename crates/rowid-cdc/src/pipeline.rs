@@ -25,7 +25,7 @@ use rowid_registry::schema_message::RelationSchema;
 use crate::capture::CaptureError;
 use crate::capture::{Capture, Output};
 use crate::chunks::{self, After, ChunkRead, ChunkRequest, Chunking, OpenChunk, Route};
-use crate::event::ChangeEvent;
+use crate::event::{ChangeEvent, SendRow};
 use crate::lsn::Lsn;
 use crate::sink::Sink;
 use crate::state::{SnapshotState, State, StateError};
@@ -106,6 +106,37 @@ pub struct Progress {
     pub durable: Lsn,
 }
 
+/// What delivery tells the operator: the counters, and a notice at each relation's first
+/// unidentified change.
+#[derive(Debug, Default)]
+struct Tally {
+    progress: Progress,
+    /// Notices since they were last taken.
+    notices: Vec<String>,
+    /// Relations that had an unidentified change (each is named once in the notices).
+    unidentified: BTreeSet<u32>,
+}
+
+impl Tally {
+    /// Counts `event`, delivered to the sink.
+    fn delivered(&mut self, event: &ChangeEvent) {
+        self.progress.changes += 1;
+        if let Some(u) = &event.unidentified {
+            self.progress.unidentified += 1;
+            if self.unidentified.insert(event.relid) {
+                self.notices.push(format!(
+                    "at {}: {}: a change without identity ({}: {}); its changes like it are \
+                     unidentified events, counted in the progress line",
+                    event.lsn,
+                    event.relation,
+                    u.change.name(),
+                    u.reason
+                ));
+            }
+        }
+    }
+}
+
 /// What stops capture instead of being emitted.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Strictness {
@@ -124,10 +155,7 @@ pub struct Pipeline<S: Sink> {
     state: State,
     state_path: Option<PathBuf>,
     outputs: Vec<Output>,
-    progress: Progress,
-    notices: Vec<String>,
-    /// Relations that had an unidentified change (each is named once in the notices).
-    unidentified: BTreeSet<u32>,
+    tally: Tally,
     /// The chunked snapshots (their cursors are in the state).
     chunking: Chunking,
     /// The identity schema a table's chunks were asked for with (its cursor is an identity
@@ -160,12 +188,13 @@ impl<S: Sink> Pipeline<S> {
             state,
             state_path,
             outputs: Vec::new(),
-            progress: Progress {
-                durable,
-                ..Progress::default()
+            tally: Tally {
+                progress: Progress {
+                    durable,
+                    ..Progress::default()
+                },
+                ..Tally::default()
             },
-            notices: Vec::new(),
-            unidentified: BTreeSet::new(),
         })
     }
 
@@ -241,8 +270,8 @@ impl<S: Sink> Pipeline<S> {
                     }
                 }
                 Output::Notice { lsn, message } => {
-                    self.progress.notices += 1;
-                    self.notices.push(format!("at {lsn}: {message}"));
+                    self.tally.progress.notices += 1;
+                    self.tally.notices.push(format!("at {lsn}: {message}"));
                 }
                 Output::Commit {
                     xid,
@@ -275,8 +304,8 @@ impl<S: Sink> Pipeline<S> {
                     if let Some(path) = &self.state_path {
                         self.state.save(path).map_err(PipelineError::State)?;
                     }
-                    self.progress.transactions += 1;
-                    self.progress.durable = end_lsn;
+                    self.tally.progress.transactions += 1;
+                    self.tally.progress.durable = end_lsn;
                     ack = Some(end_lsn);
                 }
             }
@@ -297,12 +326,12 @@ impl<S: Sink> Pipeline<S> {
             }
             let durable = self.sink.commit().map_err(PipelineError::Sink)?;
             self.state.sink = durable.record;
-            self.progress.transactions += 1;
+            self.tally.progress.transactions += 1;
         }
         self.state.chunks = self.chunking.cursors().to_vec();
         self.state.end_lsn = self.state.end_lsn.max(lsn);
         self.save()?;
-        self.progress.durable = self.state.end_lsn;
+        self.tally.progress.durable = self.state.end_lsn;
         Ok(Some(self.state.end_lsn))
     }
 
@@ -447,7 +476,7 @@ impl<S: Sink> Pipeline<S> {
 
     /// The notices since the last call, oldest first.
     pub fn take_notices(&mut self) -> Vec<String> {
-        std::mem::take(&mut self.notices)
+        std::mem::take(&mut self.tally.notices)
     }
 
     /// Starts the initial snapshot: the state file records it as pending before any of its
@@ -458,19 +487,22 @@ impl<S: Sink> Pipeline<S> {
         self.save()
     }
 
-    /// One row of the initial snapshot into the sink (see [`Capture::snapshot_event`]).
+    /// One row of the initial snapshot into the sink (see [`Capture::snapshot_row`]); its
+    /// event, valid until the next row.
     pub fn snapshot_row(
         &mut self,
         lsn: Lsn,
         ts: i64,
         relid: u32,
-        row: &mut rowid_pgoutput::Tuple,
-    ) -> Result<(), PipelineError> {
+        row: &mut SendRow,
+    ) -> Result<&ChangeEvent, PipelineError> {
         let event = self
             .capture
-            .snapshot_event(lsn, ts, relid, row)
+            .snapshot_row(lsn, ts, relid, row)
             .map_err(PipelineError::Capture)?;
-        self.deliver_event(&event)
+        self.sink.change(event).map_err(PipelineError::Sink)?;
+        self.tally.delivered(event);
+        Ok(event)
     }
 
     /// [`Pipeline::snapshot_row`] for a row of a table copied in key order, returning the
@@ -481,18 +513,14 @@ impl<S: Sink> Pipeline<S> {
         lsn: Lsn,
         ts: i64,
         relid: u32,
-        row: &mut rowid_pgoutput::Tuple,
+        row: &mut SendRow,
         key: &[usize],
     ) -> Result<After, PipelineError> {
-        let key_forms = key_forms(row, key);
-        let event = self
-            .capture
-            .snapshot_event(lsn, ts, relid, row)
-            .map_err(PipelineError::Capture)?;
-        self.deliver_event(&event)?;
-        match event.new_id {
+        let key_forms = key.iter().map(|&i| row.bytes(i)).collect();
+        let event = self.snapshot_row(lsn, ts, relid, row)?;
+        match &event.new_id {
             Some(identity) => Ok(After {
-                identity,
+                identity: identity.clone(),
                 key: key_forms,
             }),
             // Only tables whose rows all have an identity are copied in key order.
@@ -517,6 +545,9 @@ impl<S: Sink> Pipeline<S> {
         after: Option<After>,
         done: bool,
     ) -> Result<(), PipelineError> {
+        if done {
+            self.capture.snapshot_rows_done();
+        }
         let durable = self.sink.commit().map_err(PipelineError::Sink)?;
         self.state.sink = durable.record;
         self.chunking.advance(relid, after, done);
@@ -528,26 +559,14 @@ impl<S: Sink> Pipeline<S> {
     /// in the notices.
     fn deliver_event(&mut self, event: &ChangeEvent) -> Result<(), PipelineError> {
         self.sink.change(event).map_err(PipelineError::Sink)?;
-        self.progress.changes += 1;
-        if let Some(u) = &event.unidentified {
-            self.progress.unidentified += 1;
-            if self.unidentified.insert(event.relid) {
-                self.notices.push(format!(
-                    "at {}: {}: a change without identity ({}: {}); its changes like it are \
-                     unidentified events, counted in the progress line",
-                    event.lsn,
-                    event.relation,
-                    u.change.name(),
-                    u.reason
-                ));
-            }
-        }
+        self.tally.delivered(event);
         Ok(())
     }
 
     /// Ends the initial snapshot: the sink makes its rows durable, then the state records it
     /// done; only then may streaming start.
     pub fn snapshot_end(&mut self) -> Result<(), PipelineError> {
+        self.capture.snapshot_rows_done();
         let durable = self.sink.commit().map_err(PipelineError::Sink)?;
         self.state.sink = durable.record;
         self.state.snapshot = Some(SnapshotState::Done);
@@ -573,13 +592,13 @@ impl<S: Sink> Pipeline<S> {
         if let Some(path) = &self.state_path {
             self.state.save(path).map_err(PipelineError::State)?;
         }
-        self.progress.durable = lsn;
+        self.tally.progress.durable = lsn;
         Ok(Some(lsn))
     }
 
     /// The counters so far.
     pub fn progress(&self) -> Progress {
-        self.progress
+        self.tally.progress
     }
 
     /// The state as of the last durable transaction.

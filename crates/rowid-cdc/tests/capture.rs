@@ -970,7 +970,7 @@ fn cells(image: Option<&RowImage>) -> Vec<(String, Cell)> {
     image
         .map(|i| {
             i.present()
-                .map(|(c, v)| (c.name.clone(), v.clone()))
+                .map(|(c, v)| (c.name.clone(), Cell::from(v)))
                 .collect()
         })
         .unwrap_or_default()

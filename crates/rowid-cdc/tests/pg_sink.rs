@@ -61,15 +61,15 @@ fn columns_of(types: &[(u32, &str)], names: &[&str]) -> Arc<[ColumnMeta]> {
 
 /// A row image of `public.t` from send forms.
 fn image(id: i64, note: Option<&str>) -> RowImage {
-    RowImage {
-        columns: columns(),
-        cells: vec![
+    RowImage::new(
+        columns(),
+        vec![
             Cell::Binary(Bytes::copy_from_slice(&id.to_be_bytes())),
             note.map_or(Cell::Null, |n| {
                 Cell::Binary(Bytes::copy_from_slice(n.as_bytes()))
             }),
         ],
-    }
+    )
 }
 
 fn event(commit: u64, op: Op, old: Option<&[u8]>, new: Option<&[u8]>) -> ChangeEvent {
@@ -452,13 +452,13 @@ fn a_retype_without_a_cast_follows_an_empty_buffer() {
     let insert = |commit: u64, columns: &Arc<[ColumnMeta]>, id: i64, n: Vec<u8>| {
         let mut e = event(commit, Op::Insert, None, Some(&[2, id as u8]));
         e.columns = columns.clone();
-        e.new = Some(RowImage {
-            columns: columns.clone(),
-            cells: vec![
+        e.new = Some(RowImage::new(
+            columns.clone(),
+            vec![
                 Cell::Binary(Bytes::copy_from_slice(&id.to_be_bytes())),
                 Cell::Binary(Bytes::from(n)),
             ],
-        });
+        ));
         e
     };
     let int4 = shape(23, "integer");

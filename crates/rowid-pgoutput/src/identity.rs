@@ -418,8 +418,13 @@ impl BoundIdentity {
         }
     }
 
-    /// Appends the identity of `row` (a complete new tuple, or an old `'K'`/`'O'` tuple).
-    pub fn encode(&self, row: &Tuple, out: &mut Vec<u8>) -> Result<usize, IdentityError> {
+    /// Appends the identity of `row` (a complete new tuple, or an old `'K'`/`'O'` tuple; or
+    /// any other [`RowValues`], such as a binary COPY row held in one buffer).
+    pub fn encode<R: RowValues + ?Sized>(
+        &self,
+        row: &R,
+        out: &mut Vec<u8>,
+    ) -> Result<usize, IdentityError> {
         let start = out.len();
         let result = self.encode_inner(row, out);
         if result.is_err() {
@@ -428,7 +433,11 @@ impl BoundIdentity {
         result
     }
 
-    fn encode_inner(&self, row: &Tuple, out: &mut Vec<u8>) -> Result<usize, IdentityError> {
+    fn encode_inner<R: RowValues + ?Sized>(
+        &self,
+        row: &R,
+        out: &mut Vec<u8>,
+    ) -> Result<usize, IdentityError> {
         let codec = |column: &str, error| IdentityError::Codec {
             column: column.to_string(),
             error,
@@ -436,9 +445,9 @@ impl BoundIdentity {
         let count = u32::try_from(self.positions.len()).unwrap_or(u32::MAX);
         let mut enc = IdentityEncoder::begin(out, self.domain, count).map_err(|e| codec("", e))?;
         for (pos, shape, name) in &self.positions {
-            match row.get(*pos).ok_or(IdentityError::ShortTuple)? {
-                Column::Null => enc.null(shape.tag()).map_err(|e| codec(name, e))?,
-                Column::Binary(bytes) => match shape {
+            match row.value(*pos).ok_or(IdentityError::ShortTuple)? {
+                ValueRef::Null => enc.null(shape.tag()).map_err(|e| codec(name, e))?,
+                ValueRef::Binary(bytes) => match shape {
                     // Scalars are read in place; structures are materialised once.
                     Shape::Scalar(tag) => {
                         let value = value_from_send(*tag, bytes).map_err(|e| codec(name, e))?;
@@ -449,12 +458,12 @@ impl BoundIdentity {
                         enc.value(&value.as_value()).map_err(|e| codec(name, e))?;
                     }
                 },
-                Column::Text(_) => {
+                ValueRef::Text(_) => {
                     return Err(IdentityError::TextValue {
                         column: name.clone(),
                     });
                 }
-                Column::UnchangedToast => {
+                ValueRef::UnchangedToast => {
                     return Err(IdentityError::Missing {
                         column: name.clone(),
                     });
@@ -462,5 +471,43 @@ impl BoundIdentity {
             }
         }
         enc.finish().map_err(|e| codec("", e))
+    }
+}
+
+/// One value of a row, borrowed: what an identity is read from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ValueRef<'a> {
+    /// SQL NULL.
+    Null,
+    /// An unchanged TOASTed value whose bytes were not sent.
+    UnchangedToast,
+    /// Text output.
+    Text(&'a [u8]),
+    /// The binary send form.
+    Binary(&'a [u8]),
+}
+
+/// The values of a row by column position, wherever they are held: a decoded [`Tuple`], or
+/// a row whose values are ranges of one buffer (a binary COPY row), which then needs no
+/// handle per value.
+pub trait RowValues {
+    /// The value at `position`; `None` past the row's end.
+    fn value(&self, position: usize) -> Option<ValueRef<'_>>;
+}
+
+impl RowValues for [Column] {
+    fn value(&self, position: usize) -> Option<ValueRef<'_>> {
+        Some(match self.get(position)? {
+            Column::Null => ValueRef::Null,
+            Column::UnchangedToast => ValueRef::UnchangedToast,
+            Column::Text(t) => ValueRef::Text(t),
+            Column::Binary(b) => ValueRef::Binary(b),
+        })
+    }
+}
+
+impl RowValues for Tuple {
+    fn value(&self, position: usize) -> Option<ValueRef<'_>> {
+        self.as_slice().value(position)
     }
 }

@@ -29,7 +29,8 @@ pub use decode::{Decoder, Options};
 pub use encode::encode;
 pub use error::DecodeError;
 pub use identity::{
-    BoundIdentity, IdentityColumn, IdentityError, RelationIdentity, SchemaMismatch,
+    BoundIdentity, IdentityColumn, IdentityError, RelationIdentity, RowValues, SchemaMismatch,
+    ValueRef,
 };
 pub use message::{
     Column, CommitInfo, Message, OldTuple, PrepareInfo, Relation, RelationColumn, Tuple,

@@ -53,21 +53,18 @@ fn cell(c: Option<&Column>) -> Cell {
     }
 }
 
-/// A snapshot row's image: the row's values, taken (`row` is left empty, keeping its
-/// allocation).
-pub(super) fn snapshot_image(columns: &Arc<[ColumnMeta]>, row: &mut Tuple) -> RowImage {
-    RowImage {
-        columns: columns.clone(),
-        cells: row
-            .drain(..)
-            .map(|c| match c {
-                Column::Null => Cell::Null,
-                Column::Binary(b) => Cell::Binary(b),
-                Column::Text(t) => Cell::Text(t),
-                Column::UnchangedToast => Cell::Absent,
-            })
-            .collect(),
-    }
+/// A snapshot chunk's row as its image: the tuple's values, taken.
+pub(super) fn tuple_image(columns: &Arc<[ColumnMeta]>, row: Tuple) -> RowImage {
+    let cells = row
+        .into_iter()
+        .map(|c| match c {
+            Column::Null => Cell::Null,
+            Column::Binary(b) => Cell::Binary(b),
+            Column::Text(t) => Cell::Text(t),
+            Column::UnchangedToast => Cell::Absent,
+        })
+        .collect();
+    RowImage::new(columns.clone(), cells)
 }
 
 /// The images of a change of `relation` with these tuples.
@@ -87,17 +84,17 @@ pub(super) fn images(
     let (old_image, old_kind) = match old {
         None => (None, None),
         Some(OldTuple::Full(t)) => (
-            Some(RowImage {
-                columns: columns.clone(),
-                cells: (0..columns.len()).map(|i| cell(t.get(i))).collect(),
-            }),
+            Some(
+                (0..columns.len())
+                    .map(|i| cell(t.get(i)))
+                    .collect::<Vec<_>>(),
+            ),
             Some(OldKind::Full),
         ),
         // A 'K' tuple holds the key's columns; its other slots are placeholders.
         Some(OldTuple::Key(t)) => (
-            Some(RowImage {
-                columns: columns.clone(),
-                cells: (0..columns.len())
+            Some(
+                (0..columns.len())
                     .map(|i| {
                         if in_key(i) {
                             cell(t.get(i))
@@ -106,21 +103,20 @@ pub(super) fn images(
                         }
                     })
                     .collect(),
-            }),
+            ),
             Some(OldKind::Key),
         ),
     };
     let mut backfilled = Vec::new();
     let mut unchanged_toast = Vec::new();
-    let new_image = new.map(|t| RowImage {
-        columns: columns.clone(),
-        cells: (0..columns.len())
+    let new_image = new.map(|t| {
+        let cells = (0..columns.len())
             .map(|i| match t.get(i) {
                 // Sent only for a value the change did not touch: the old row's is exact.
                 Some(Column::UnchangedToast) => {
                     let from_old = old_image
                         .as_ref()
-                        .map(|o| o.cells[i].clone())
+                        .map(|o: &Vec<Cell>| o[i].clone())
                         .filter(|c| *c != Cell::Absent);
                     match from_old {
                         Some(c) => {
@@ -135,10 +131,11 @@ pub(super) fn images(
                 }
                 other => cell(other),
             })
-            .collect(),
+            .collect();
+        RowImage::new(columns.clone(), cells)
     });
     Images {
-        old: old_image,
+        old: old_image.map(|cells| RowImage::new(columns.clone(), cells)),
         old_kind,
         new: new_image,
         backfilled,

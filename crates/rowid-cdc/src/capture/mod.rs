@@ -31,15 +31,16 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 use bytes::Bytes;
+use rowid_codec::Domain;
 use rowid_pgoutput::{
     BoundIdentity, Column, Decoder, FlagBits, Message, OldTuple, Options, Relation,
-    RelationIdentity, Tuple, complete,
+    RelationIdentity, RowValues, Tuple, complete,
 };
 
 pub mod error;
 mod images;
 
-use crate::event::{ChangeEvent, ColumnMeta, Op, Unidentified};
+use crate::event::{ChangeEvent, ColumnMeta, Op, RowImage, SendRow, Unidentified};
 use crate::lsn::Lsn;
 pub use error::CaptureError;
 use rowid_registry::schema_message::{
@@ -130,7 +131,9 @@ pub struct Capture {
     image_columns: HashMap<u32, (Arc<str>, Arc<[ColumnMeta]>)>,
     /// Bindings of snapshot rows: to the relation as its identity schema lists it (the
     /// stream's Relation messages come later).
-    snapshot_bindings: HashMap<u32, SnapshotBinding>,
+    snapshot_bindings: BTreeMap<u32, SnapshotBinding>,
+    /// The event [`Capture::snapshot_row`] rewrites for each row.
+    snapshot_scratch: Option<ChangeEvent>,
     txn: Option<Txn>,
     /// Transactions whose commit is at or below this were already delivered.
     resume_after: Lsn,
@@ -164,7 +167,8 @@ impl Capture {
             relations: HashMap::new(),
             bindings: HashMap::new(),
             image_columns: HashMap::new(),
-            snapshot_bindings: HashMap::new(),
+            snapshot_bindings: BTreeMap::new(),
+            snapshot_scratch: None,
             txn: None,
             resume_after,
             delivered_through: resume_after,
@@ -200,29 +204,53 @@ impl Capture {
     }
 
     /// One row of the initial snapshot of relation `relid`, its columns in the order the
-    /// relation's identity schema lists them (`Column::Binary` send forms or `Column::Null`),
-    /// read at `lsn` (the slot's consistent point) at `ts` (PostgreSQL microseconds): an
-    /// [`Op::Snapshot`] event with its identity and new image, or [`Op::Unidentified`] naming
-    /// why the row has none (a strict capture stops instead). The image takes the row's
-    /// values (`row` is left empty, its allocation kept for the next row).
-    pub fn snapshot_event(
+    /// relation's identity schema lists them (binary send forms or NULL, in one buffer: a
+    /// binary COPY row), read at `lsn` (the slot's consistent point) at `ts` (PostgreSQL
+    /// microseconds): an [`Op::Snapshot`] event with its identity and new image, or
+    /// [`Op::Unidentified`] naming why the row has none (a strict capture stops instead). The
+    /// image takes the row (`row` is handed back empty, with an allocation to read the next
+    /// row into).
+    ///
+    /// The event is valid until the next call: the copy's rows are one event rewritten, its
+    /// identity vector and image reused and its shared names kept while the relation is the
+    /// same, and the image holds the row's buffer, not a handle per value (an event built
+    /// and dropped per row, and a handle per value, were half of the copy's time).
+    pub fn snapshot_row(
         &mut self,
         lsn: Lsn,
         ts: i64,
         relid: u32,
-        row: &mut Tuple,
-    ) -> Result<ChangeEvent, CaptureError> {
-        // One lookup per row; the binding is made at the relation's first row.
-        if let Some(b) = self.snapshot_bindings.get(&relid) {
-            return snapshot_row_event(b, self.strict, lsn, ts, relid, row);
-        }
+        row: &mut SendRow,
+    ) -> Result<&ChangeEvent, CaptureError> {
         self.bind_snapshot(lsn, relid)?;
-        let b = self.snapshot_binding(lsn, relid)?;
-        snapshot_row_event(b, self.strict, lsn, ts, relid, row)
+        let b = snapshot_binding(&self.snapshot_bindings, lsn, relid)?;
+        let event = self
+            .snapshot_scratch
+            .get_or_insert_with(|| snapshot_shell(b, lsn, ts, relid));
+        let mut id = event.new_id.take().unwrap_or_default();
+        let identity = snapshot_identity(b, &*row, &mut id);
+        // Identity first: the image then takes the row.
+        match &mut event.new {
+            Some(image) => image.replace_send_row(&b.columns, row),
+            None => {
+                event.new = Some(RowImage::from_send_row(
+                    b.columns.clone(),
+                    std::mem::take(row),
+                ));
+            }
+        }
+        fill_snapshot_event(b, self.strict, lsn, ts, relid, identity, id, event)?;
+        Ok(event)
     }
 
-    /// [`Capture::snapshot_event`] for every row of `rows` (a chunk of one relation): the
-    /// relation's binding is looked up once, not per row.
+    /// Lets go of the event [`Capture::snapshot_row`] rewrites (and the received bytes its
+    /// last row's values hold on to) once a copy is over.
+    pub fn snapshot_rows_done(&mut self) {
+        self.snapshot_scratch = None;
+    }
+
+    /// [`Capture::snapshot_row`] for every row of `rows` (a chunk of one relation, each row
+    /// a tuple), each its own event: the relation's binding is looked up once, not per row.
     pub fn snapshot_events(
         &mut self,
         lsn: Lsn,
@@ -231,9 +259,16 @@ impl Capture {
         rows: Vec<Tuple>,
     ) -> Result<Vec<ChangeEvent>, CaptureError> {
         self.bind_snapshot(lsn, relid)?;
-        let b = self.snapshot_binding(lsn, relid)?;
+        let b = snapshot_binding(&self.snapshot_bindings, lsn, relid)?;
         rows.into_iter()
-            .map(|mut row| snapshot_row_event(b, self.strict, lsn, ts, relid, &mut row))
+            .map(|row| {
+                let mut event = snapshot_shell(b, lsn, ts, relid);
+                let mut id = Vec::new();
+                let identity = snapshot_identity(b, &row, &mut id);
+                event.new = Some(images::tuple_image(&b.columns, row));
+                fill_snapshot_event(b, self.strict, lsn, ts, relid, identity, id, &mut event)?;
+                Ok(event)
+            })
             .collect()
     }
 
@@ -267,16 +302,6 @@ impl Capture {
             self.snapshot_bindings.insert(relid, binding);
         }
         Ok(())
-    }
-
-    /// The relation's snapshot binding ([`Capture::bind_snapshot`] made it).
-    fn snapshot_binding(&self, lsn: Lsn, relid: u32) -> Result<&SnapshotBinding, CaptureError> {
-        self.snapshot_bindings
-            .get(&relid)
-            .ok_or_else(|| CaptureError::Protocol {
-                lsn,
-                detail: format!("no snapshot binding for relation OID {relid}"),
-            })
     }
 
     /// Changes of these relations are skipped (a sink's own buffer in the source database:
@@ -925,34 +950,22 @@ fn unsupported(lsn: Lsn, message: &'static str) -> CaptureError {
     CaptureError::Unsupported { lsn, message }
 }
 
-/// One snapshot row of relation `relid` as its event under binding `b` (see
-/// [`Capture::snapshot_event`]).
-fn snapshot_row_event(
-    b: &SnapshotBinding,
-    strict: bool,
+/// The relation's snapshot binding ([`Capture::bind_snapshot`] made it).
+fn snapshot_binding(
+    bindings: &BTreeMap<u32, SnapshotBinding>,
     lsn: Lsn,
-    ts: i64,
     relid: u32,
-    row: &mut Tuple,
-) -> Result<ChangeEvent, CaptureError> {
-    let identity = match &b.identity {
-        Ok((bound, key)) => {
-            // Large enough for most keys at once (an int8 key takes 11 bytes).
-            let mut id = Vec::with_capacity(32);
-            match bound.encode(row, &mut id) {
-                Ok(_) => Ok((bound.domain(), key.clone(), id)),
-                Err(e) => Err(e.to_string()),
-            }
-        }
-        Err(reason) => Err(reason.clone()),
-    };
-    // Identity first: the image then takes the row's values.
-    let new = Some(images::snapshot_image(&b.columns, row));
-    let (domain, key, new_id, reason) = match identity {
-        Ok((domain, key, id)) => (Some(domain), key, Some(id), None),
-        Err(reason) => (None, Arc::from([]), None, Some(reason)),
-    };
-    let base = ChangeEvent {
+) -> Result<&SnapshotBinding, CaptureError> {
+    bindings.get(&relid).ok_or_else(|| CaptureError::Protocol {
+        lsn,
+        detail: format!("no snapshot binding for relation OID {relid}"),
+    })
+}
+
+/// An event of a snapshot row of relation `relid` under binding `b`, before its row is
+/// written into it ([`fill_snapshot_event`]): its shared names, nothing allocated.
+fn snapshot_shell(b: &SnapshotBinding, lsn: Lsn, ts: i64, relid: u32) -> ChangeEvent {
+    ChangeEvent {
         commit_lsn: lsn,
         lsn,
         xid: 0,
@@ -961,35 +974,103 @@ fn snapshot_row_event(
         relation: b.name.clone(),
         op: Op::Snapshot,
         columns: b.columns.clone(),
-        domain,
-        key,
+        domain: None,
+        key: match &b.identity {
+            Ok((_, key)) => key.clone(),
+            Err(_) => Arc::from([]),
+        },
         old_id: None,
-        new_id,
+        new_id: None,
         old: None,
         old_kind: None,
-        new,
+        new: None,
         backfilled: Vec::new(),
         unchanged_toast: Vec::new(),
         unidentified: None,
-    };
-    let Some(reason) = reason else {
-        return Ok(base);
-    };
-    if strict {
-        return Err(CaptureError::Protocol {
-            lsn,
-            detail: format!(
-                "--strict: a snapshot row of {} has no identity: {reason}",
-                base.relation
-            ),
-        });
     }
-    Ok(ChangeEvent {
-        op: Op::Unidentified,
-        unidentified: Some(Unidentified {
-            change: Op::Snapshot,
-            reason,
-        }),
-        ..base
-    })
+}
+
+/// Points `slot` at `value`, unless it already does (no reference count changes hands).
+fn share<T: ?Sized>(slot: &mut Arc<T>, value: &Arc<T>) {
+    if !Arc::ptr_eq(slot, value) {
+        *slot = value.clone();
+    }
+}
+
+/// A snapshot row's identity under binding `b`, written into `id` (emptied first): the
+/// identity's domain and key, or why the row has none.
+fn snapshot_identity<'b, R: RowValues + ?Sized>(
+    b: &'b SnapshotBinding,
+    row: &R,
+    id: &mut Vec<u8>,
+) -> Result<(Domain, &'b Arc<[String]>), String> {
+    id.clear();
+    // Large enough for most keys at once (an int8 key takes 11 bytes).
+    id.reserve(32);
+    match &b.identity {
+        Ok((bound, key)) => match bound.encode(row, id) {
+            Ok(_) => Ok((bound.domain(), key)),
+            Err(e) => Err(e.to_string()),
+        },
+        Err(reason) => Err(reason.clone()),
+    }
+}
+
+/// Writes everything of a snapshot row's event of relation `relid` under binding `b` but
+/// its image (already in place), whatever the event held before (see
+/// [`Capture::snapshot_row`]): its identity `id` as [`snapshot_identity`] found it.
+#[allow(clippy::too_many_arguments)]
+fn fill_snapshot_event(
+    b: &SnapshotBinding,
+    strict: bool,
+    lsn: Lsn,
+    ts: i64,
+    relid: u32,
+    identity: Result<(Domain, &Arc<[String]>), String>,
+    id: Vec<u8>,
+    event: &mut ChangeEvent,
+) -> Result<(), CaptureError> {
+    event.commit_lsn = lsn;
+    event.lsn = lsn;
+    event.xid = 0;
+    event.commit_ts = ts;
+    event.relid = relid;
+    share(&mut event.relation, &b.name);
+    share(&mut event.columns, &b.columns);
+    event.old_id = None;
+    event.old = None;
+    event.old_kind = None;
+    event.backfilled.clear();
+    event.unchanged_toast.clear();
+    match identity {
+        Ok((domain, key)) => {
+            event.op = Op::Snapshot;
+            event.domain = Some(domain);
+            share(&mut event.key, key);
+            event.new_id = Some(id);
+            event.unidentified = None;
+        }
+        Err(reason) if strict => {
+            return Err(CaptureError::Protocol {
+                lsn,
+                detail: format!(
+                    "--strict: a snapshot row of {} has no identity: {reason}",
+                    b.name
+                ),
+            });
+        }
+        Err(reason) => {
+            event.op = Op::Unidentified;
+            event.domain = None;
+            if !event.key.is_empty() {
+                event.key = Arc::from([]);
+            }
+            event.new_id = None;
+            event.unidentified = Some(Unidentified {
+                change: Op::Snapshot,
+                reason,
+            });
+        }
+    }
+    Ok(())
 }

@@ -49,7 +49,7 @@ use tokio_postgres::{Client, GenericClient};
 use crate::connect::conninfo::Conninfo;
 use crate::connect::net;
 use crate::connect::raw::SendForm;
-use crate::event::{Cell, ChangeEvent, OldKind, Op, RowImage};
+use crate::event::{CellRef, ChangeEvent, OldKind, Op, RowImage};
 use crate::lsn::Lsn;
 use crate::sink::{Durable, Sink};
 
@@ -362,11 +362,12 @@ fn cells(event: &ChangeEvent, image: &RowImage) -> io::Result<Vec<Option<Bytes>>
     image
         .columns
         .iter()
-        .zip(&image.cells)
-        .map(|(column, cell)| match cell {
-            Cell::Absent | Cell::Null => Ok(None),
-            Cell::Binary(bytes) => Ok(Some(bytes.clone())),
-            Cell::Text(_) => Err(io::Error::other(format!(
+        .zip(image.cells())
+        .enumerate()
+        .map(|(i, (column, cell))| match cell {
+            CellRef::Absent | CellRef::Null => Ok(None),
+            CellRef::Binary(_) => Ok(image.binary(i)),
+            CellRef::Text(_) => Err(io::Error::other(format!(
                 "{}: column {} (type OID {}) arrived as text, which a binary COPY into its \
                  buffer cannot take",
                 event.relation, column.name, column.type_oid

@@ -19,12 +19,12 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::{Buf, Bytes, BytesMut};
 use futures_util::StreamExt;
-use rowid_pgoutput::{Column, Tuple};
 use rowid_registry::schema_message::RelationSchema;
 use rowid_registry::sql::{QualifiedName, quote_ident};
 use tokio_postgres::Client;
 
 use crate::error::{CdcError, setup};
+use crate::event::SendRow;
 use crate::lsn::Lsn;
 use crate::pipeline::Pipeline;
 use crate::sink::Sink;
@@ -160,7 +160,7 @@ pub async fn copy(
         let stream = tx.copy_out(statement.as_str()).await?;
         let mut stream = std::pin::pin!(stream);
         let mut reader = CopyReader::new(s.columns.len(), name.clone());
-        let mut row = Tuple::with_capacity(s.columns.len());
+        let mut row = SendRow::new();
         let mut checkpoint = Instant::now();
         while let Some(chunk) = stream.next().await.transpose().map_err(CdcError::from)? {
             reader.push(chunk);
@@ -179,9 +179,10 @@ pub async fn copy(
                             .map_err(CdcError::Pipeline)?;
                         checkpoint = Instant::now();
                     }
-                    _ => pipe
-                        .snapshot_row(consistent, ts, s.relid, &mut row)
-                        .map_err(CdcError::Pipeline)?,
+                    _ => {
+                        pipe.snapshot_row(consistent, ts, s.relid, &mut row)
+                            .map_err(CdcError::Pipeline)?;
+                    }
                 }
             }
         }
@@ -267,8 +268,9 @@ fn now_pg_micros() -> i64 {
 /// signature, every row's field count against the table's columns, every length against
 /// the bytes that follow; a malformed stream is an error naming the table, never a guess.
 ///
-/// The values are slices of the chunks (PostgreSQL sends a row per message: nothing is
-/// copied); only a row split across chunks is put together first.
+/// A row is the chunk it arrived in, its values ranges of it (PostgreSQL sends a row per
+/// message: nothing is copied, and no handle is taken per value); only a row split across
+/// chunks is put together first.
 struct CopyReader {
     /// Unread bytes of whole chunks.
     buf: Bytes,
@@ -378,7 +380,7 @@ impl CopyReader {
 
     /// Reads the next complete row into `row` (its previous values replaced), walking it
     /// once; `false` until more bytes arrive, and after the end marker.
-    fn row_into(&mut self, row: &mut Tuple) -> Result<bool, CdcError> {
+    fn row_into(&mut self, row: &mut SendRow) -> Result<bool, CdcError> {
         loop {
             if self.ended {
                 return Ok(false);
@@ -404,27 +406,34 @@ impl CopyReader {
                 self.header = true;
                 continue;
             }
-            // Each value is a slice of the chunk.
-            row.clear();
-            let buf = &self.buf;
-            let item = self.walk(buf, |range| {
-                row.push(match range {
-                    None => Column::Null,
-                    Some(r) => Column::Binary(buf.slice(r)),
-                })
-            })?;
+            // The values are ranges of the row's bytes, found in bounds by the walk.
+            row.begin();
+            let mut wide = false;
+            let item = self.walk(&self.buf, |range| wide |= !row.push_field(range))?;
+            if wide {
+                return Err(self.bad("a row past 4 GiB"));
+            }
             match item {
                 Some(Item::Row(len)) => {
-                    self.buf.advance(len);
+                    // PostgreSQL sends a row per message: the row takes the message whole.
+                    let data = if len == self.buf.len() {
+                        std::mem::take(&mut self.buf)
+                    } else {
+                        self.buf.split_to(len)
+                    };
+                    if !row.finish(data) {
+                        return Err(self.bad("a value outside its row"));
+                    }
                     return Ok(true);
                 }
                 Some(Item::End) => {
+                    row.begin();
                     self.buf.advance(2);
                     self.ended = true;
                     return Ok(false);
                 }
                 None => {
-                    row.clear();
+                    row.begin();
                     self.stash();
                     return Ok(false);
                 }
@@ -564,25 +573,22 @@ mod tests {
         for chunk in [1, 3, 7, bytes.len()] {
             let mut r = CopyReader::new(2, "t".into());
             let mut rows = Vec::new();
-            let mut row = Tuple::new();
+            let mut row = SendRow::new();
             for c in bytes.chunks(chunk) {
                 r.push(Bytes::copy_from_slice(c));
                 while r.row_into(&mut row).unwrap_or_else(|e| panic!("{e}")) {
-                    rows.push(row.clone());
+                    let values: Vec<Option<Vec<u8>>> = (0..row.len())
+                        .map(|i| row.get(i).flatten().map(<[u8]>::to_vec))
+                        .collect();
+                    rows.push(values);
                 }
             }
             r.finish().unwrap_or_else(|e| panic!("{e}"));
             assert_eq!(
                 rows,
                 vec![
-                    vec![
-                        Column::Binary(Bytes::from_static(&[0, 0, 0, 1])),
-                        Column::Null
-                    ],
-                    vec![
-                        Column::Binary(Bytes::from_static(&[0, 0, 0, 2])),
-                        Column::Binary(Bytes::from_static(b"xy"))
-                    ],
+                    vec![Some(vec![0, 0, 0, 1]), None],
+                    vec![Some(vec![0, 0, 0, 2]), Some(b"xy".to_vec())],
                 ],
                 "chunks of {chunk}"
             );
@@ -592,7 +598,7 @@ mod tests {
     #[test]
     fn malformed_copies_are_refused_by_table() {
         let good = copy_bytes(&[vec![Some(&[1][..])]]);
-        let mut row = Tuple::new();
+        let mut row = SendRow::new();
         let mut r = CopyReader::new(2, "public.t".into());
         r.push(Bytes::copy_from_slice(&good));
         let err = r.row_into(&mut row).expect_err("one field for two columns");
