@@ -26,10 +26,11 @@
 //! must belong to the sink's role or a superuser). A mismatch refuses the buffer.
 //!
 //! The connection runs on a thread of its own (tokio-postgres on a one-thread runtime,
-//! connected by [`crate::connect::net`]: TLS, no clear-text password), fed through a channel bounded
-//! in bytes ([`MAX_IN_FLIGHT_BYTES`]), not rows: memory stays flat in transaction size and in
-//! identity size, and the replication stream's runtime never waits on the sink except at a
-//! commit or when that budget is spent.
+//! connected by [`crate::connect::net`]: TLS, no clear-text password), fed rows in batches
+//! (256 rows or 256 KiB; one channel message and at most one wake-up per batch) through a
+//! channel bounded in bytes ([`MAX_IN_FLIGHT_BYTES`]), not rows: memory stays flat in
+//! transaction size and in identity size, and the replication stream's runtime never waits
+//! on the sink except at a commit or when that budget is spent.
 
 use std::io;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -49,7 +50,7 @@ use tokio_postgres::{Client, GenericClient};
 use crate::connect::conninfo::Conninfo;
 use crate::connect::net;
 use crate::connect::raw::SendForm;
-use crate::event::{CellRef, ChangeEvent, OldKind, Op, RowImage};
+use crate::event::{CellRef, ChangeEvent, ColumnMeta, OldKind, Op, RowImage};
 use crate::lsn::Lsn;
 use crate::sink::{Durable, Sink};
 
@@ -62,6 +63,14 @@ pub const MAX_IN_FLIGHT_BYTES: usize = 8 << 20;
 
 /// What a row costs in the budget beyond its identities and reason.
 const ROW_OVERHEAD: usize = 64;
+
+/// Rows are sent to the connection's thread in batches of at most this many rows or
+/// [`BATCH_BYTES`] (and at every shape change and commit): one channel message, one budget
+/// exchange and at most one wake-up of the thread per batch, not per row.
+const BATCH_ROWS: usize = 256;
+
+/// Bytes of rows in one batch at most (a single larger row is a batch alone).
+const BATCH_BYTES: usize = 256 << 10;
 
 /// The buffer prefix a sink writes when none is named: buffers
 /// `pgtrickle_changes.rowid_cdc_<source oid>`.
@@ -127,7 +136,8 @@ enum Cmd {
         relation: String,
         images: Option<Vec<ImageColumn>>,
     },
-    Row(Row),
+    /// Rows of the open transaction, in order, and what they cost in the budget.
+    Rows(Vec<Row>, usize),
     /// Finish the transaction committing at this LSN.
     Commit(u64),
 }
@@ -187,11 +197,19 @@ pub struct PostgresSink {
     seq: i32,
     opened: Opened,
     /// The columns last sent for each relation's buffer.
-    shapes: HashMap<u32, Option<Vec<ImageColumn>>>,
+    shapes: HashMap<u32, Shape>,
+    /// Rows not sent yet (see [`BATCH_ROWS`]) and their cost.
+    batch: Vec<Row>,
+    batch_cost: usize,
     /// The sink's own buffers, when they are in the captured database: their changes are the
     /// sink's own writes coming back, and are not written again.
     own: Arc<Mutex<HashSet<u32>>>,
 }
+
+/// The columns last sent for a relation's buffer (`None`: unknown at that position), and the
+/// event columns they were made from: an event with the same shared columns needs no
+/// comparison.
+type Shape = (Arc<[ColumnMeta]>, Option<Vec<ImageColumn>>);
 
 /// What the sink found when it opened.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -294,6 +312,8 @@ impl PostgresSink {
             seq: 0,
             opened,
             shapes: HashMap::new(),
+            batch: Vec::new(),
+            batch_cost: 0,
             own,
         })
     }
@@ -319,16 +339,42 @@ impl PostgresSink {
         join_error(self.worker.take())
     }
 
+    /// Sends `cmd` after the rows batched before it.
     fn send(&mut self, cmd: Cmd) -> io::Result<()> {
+        self.flush_rows()?;
+        self.send_now(cmd)
+    }
+
+    fn send_now(&mut self, cmd: Cmd) -> io::Result<()> {
         let alive = self.worker.as_ref().is_some_and(|w| !w.is_finished());
-        if let (Cmd::Row(row), true) = (&cmd, alive) {
-            self.budget.take(row.cost());
+        if let (Cmd::Rows(_, cost), true) = (&cmd, alive) {
+            self.budget.take(*cost);
         }
         let sent = match &self.tx {
             Some(tx) => tx.send(cmd).is_ok(),
             None => false,
         };
         if sent { Ok(()) } else { Err(self.failed()) }
+    }
+
+    /// Adds `row` to the batch, sending the batch once it is full.
+    fn push_row(&mut self, row: Row) -> io::Result<()> {
+        self.batch_cost += row.cost();
+        self.batch.push(row);
+        if self.batch.len() >= BATCH_ROWS || self.batch_cost >= BATCH_BYTES {
+            self.flush_rows()?;
+        }
+        Ok(())
+    }
+
+    /// Sends the batched rows.
+    fn flush_rows(&mut self) -> io::Result<()> {
+        if self.batch.is_empty() {
+            return Ok(());
+        }
+        let rows = std::mem::replace(&mut self.batch, Vec::with_capacity(BATCH_ROWS));
+        let cost = std::mem::take(&mut self.batch_cost);
+        self.send_now(Cmd::Rows(rows, cost))
     }
 }
 
@@ -394,16 +440,28 @@ impl Sink for PostgresSink {
         {
             return Ok(());
         }
-        let images = image_columns(event);
-        if self.shapes.get(&event.relid) != Some(&images) {
-            self.shapes.insert(event.relid, images.clone());
-            self.send(Cmd::Shape {
-                relid: event.relid,
-                relation: event.relation.to_string(),
-                images,
-            })?;
+        // Events of one Relation message share their columns: compared once.
+        let same = self
+            .shapes
+            .get(&event.relid)
+            .is_some_and(|(columns, _)| Arc::ptr_eq(columns, &event.columns));
+        if !same {
+            let images = image_columns(event);
+            let changed = self.shapes.get(&event.relid).map(|(_, i)| i) != Some(&images);
+            self.shapes
+                .insert(event.relid, (event.columns.clone(), images.clone()));
+            if changed {
+                self.send(Cmd::Shape {
+                    relid: event.relid,
+                    relation: event.relation.to_string(),
+                    images,
+                })?;
+            }
         }
-        let known = self.shapes.get(&event.relid).is_some_and(Option::is_some);
+        let known = self
+            .shapes
+            .get(&event.relid)
+            .is_some_and(|(_, images)| images.is_some());
         if self.open.is_none() {
             self.open = Some(event.commit_lsn);
             self.seq = 0;
@@ -446,7 +504,7 @@ impl Sink for PostgresSink {
                 _ => None,
             },
         };
-        self.send(Cmd::Row(row))
+        self.push_row(row)
     }
 
     fn commit(&mut self) -> io::Result<Durable> {
@@ -989,6 +1047,58 @@ impl Buffers {
     }
 }
 
+/// The COPY a transaction has open: the relation, the number of image fields, the writer.
+type OpenCopy = Option<(u32, usize, std::pin::Pin<Box<BinaryCopyInWriter>>)>;
+
+/// Why [`write_rows`] stopped.
+enum RowsError {
+    /// What failed (`"cannot COPY into"` ...) and the server's error.
+    Db(&'static str, tokio_postgres::Error),
+    /// The sink's own refusal.
+    Failure(Failure),
+}
+
+/// Writes `rows` into their buffers, each run of one relation's rows through one `COPY`
+/// (the open one goes on when the first row is of its relation).
+async fn write_rows(
+    txn: &tokio_postgres::Transaction<'_>,
+    buffers: &mut Buffers,
+    copy: &mut OpenCopy,
+    rows: &[Row],
+) -> Result<(), RowsError> {
+    for row in rows {
+        if copy.as_ref().map(|(relid, _, _)| *relid) != Some(row.relid) {
+            if let Some((_, _, mut w)) = copy.take() {
+                w.as_mut()
+                    .finish()
+                    .await
+                    .map_err(|e| RowsError::Db("cannot finish the COPY into", e))?;
+            }
+            let (statement, fields) = buffers
+                .copy_statement(row.relid)
+                .map_err(RowsError::Failure)?;
+            let sink = txn
+                .copy_in(&statement)
+                .await
+                .map_err(|e| RowsError::Db("cannot COPY into", e))?;
+            let mut types = TYPES.to_vec();
+            types.resize(fields, Type::BYTEA);
+            *copy = Some((
+                row.relid,
+                fields - TYPES.len(),
+                Box::pin(BinaryCopyInWriter::new(sink, &types)),
+            ));
+        }
+        match copy.as_mut() {
+            Some((_, images, w)) => write_row(w.as_mut(), row, *images / 2)
+                .await
+                .map_err(|e| RowsError::Db("cannot write a change into", e))?,
+            None => return Err(RowsError::Failure("no COPY for a row".to_string().into())),
+        }
+    }
+    Ok(())
+}
+
 /// One row's COPY fields.
 async fn write_row(
     w: std::pin::Pin<&mut BinaryCopyInWriter>,
@@ -1061,7 +1171,7 @@ async fn serve(
             .transaction()
             .await
             .map_err(|e| write("cannot begin a transaction on", e))?;
-        let mut copy: Option<(u32, usize, std::pin::Pin<Box<BinaryCopyInWriter>>)> = None;
+        let mut copy: OpenCopy = None;
         let commit_lsn = loop {
             let cmd = match next.take() {
                 Some(cmd) => cmd,
@@ -1085,33 +1195,13 @@ async fn serve(
                     }
                     buffers.ensure(&txn, relid, &relation, images).await?;
                 }
-                Cmd::Row(row) => {
-                    if copy.as_ref().map(|(relid, _, _)| *relid) != Some(row.relid) {
-                        if let Some((_, _, mut w)) = copy.take() {
-                            w.as_mut()
-                                .finish()
-                                .await
-                                .map_err(|e| write("cannot finish the COPY into", e))?;
-                        }
-                        let (statement, fields) = buffers.copy_statement(row.relid)?;
-                        let sink = txn
-                            .copy_in(&statement)
-                            .await
-                            .map_err(|e| write("cannot COPY into", e))?;
-                        let mut types = TYPES.to_vec();
-                        types.resize(fields, Type::BYTEA);
-                        copy = Some((
-                            row.relid,
-                            fields - TYPES.len(),
-                            Box::pin(BinaryCopyInWriter::new(sink, &types)),
-                        ));
-                    }
-                    let written = match copy.as_mut() {
-                        Some((_, images, w)) => write_row(w.as_mut(), &row, *images / 2).await,
-                        None => return Err("no COPY for a row".to_string().into()),
-                    };
-                    budget.give(row.cost());
-                    written.map_err(|e| write("cannot write a change into", e))?;
+                Cmd::Rows(rows, cost) => {
+                    let written = write_rows(&txn, buffers, &mut copy, &rows).await;
+                    budget.give(cost);
+                    written.map_err(|e| match e {
+                        RowsError::Db(what, e) => write(what, e),
+                        RowsError::Failure(f) => f,
+                    })?;
                 }
                 Cmd::Commit(lsn) => {
                     if let Some((_, _, mut w)) = copy.take() {
