@@ -378,6 +378,9 @@ fn timed(c: &mut std::process::Command) -> Result<(f64, String), String> {
     Ok((secs, stderr))
 }
 
+/// Rounds of COPY and `--snapshot` (null sink) in bench 5a, alternating.
+const SNAPSHOT_ROUNDS: usize = 5;
+
 /// `rowid-cdc` reading one large UPDATE from a slot, against `pg_recvlogical` reading the same
 /// transaction from a pgoutput slot with binary values (what the server can decode: the
 /// ceiling), with the null sink, the JSON-lines file sink and the PostgreSQL sink (a change
@@ -408,7 +411,8 @@ fn wal_capture(
     let psql = cluster.psql();
     psql.run(
         "DROP DATABASE IF EXISTS cdcbench; CREATE DATABASE cdcbench; \
-         DROP DATABASE IF EXISTS cdcsink; CREATE DATABASE cdcsink;",
+         DROP DATABASE IF EXISTS cdcsink1; CREATE DATABASE cdcsink1; \
+         DROP DATABASE IF EXISTS cdcsink2; CREATE DATABASE cdcsink2;",
     )?;
     let args = cluster.psql_args().replace("-d postgres", "-d cdcbench");
     let db = rowid_testkit::psql::Psql::new(cluster.bindir().join("psql"), &args);
@@ -446,8 +450,7 @@ fn wal_capture(
             .and_then(|v| v.trim_end_matches(" KiB").trim().parse::<f64>().ok())
             .map_or("-".to_string(), |k| format!("{:.1}", k / 1024.0))
     };
-    // The initial snapshot of t against binary COPY of the same rows into /dev/null (the
-    // baseline runs before and after; the faster run counts).
+    // The initial snapshot of t against binary COPY of the same rows into /dev/null.
     let copy = || -> Result<f64, String> {
         let started = std::time::Instant::now();
         let status = std::process::Command::new(cluster.bindir().join("psql"))
@@ -466,49 +469,70 @@ fn wal_capture(
         }
         Ok(started.elapsed().as_secs_f64())
     };
-    let copy_first = copy()?;
     let stop_after = n.to_string();
     let snap_file = format!("jsonl:{}", dir.join("snapshot.jsonl").display());
-    let mut snap = Vec::new();
-    for (slot, sink, how) in [
-        ("bench_snap_null", "null", "--snapshot"),
-        ("bench_snap_file", snap_file.as_str(), "--snapshot"),
-        ("bench_snap_chunks", "null", "--snapshot-table"),
-    ] {
-        // --snapshot copies t at the slot's consistent point in key order before the stream
-        // starts; --snapshot-table reads it in chunks while streaming. Either run stops once
-        // its n rows were delivered (the whole run is timed: slot creation, the copy or the
-        // chunks with their watermarks).
+    // One timed rowid-cdc snapshot run (slot, state and output removed after it): --snapshot
+    // copies t at the slot's consistent point in key order before the stream starts;
+    // --snapshot-table reads it in chunks while streaming. Either run stops once its n rows
+    // were delivered (the whole run is timed: slot creation, the copy or the chunks with
+    // their watermarks).
+    let snapshot_run = |slot: &str, sink: &str, how: &str| -> Result<(f64, String), String> {
         let mut extra = vec!["--create-slot", how];
         if how == "--snapshot-table" {
             extra.push("public.t");
         }
         extra.extend(["--progress", "--stop-after", &stop_after]);
-        // Twice, the faster counts (as for the baseline).
-        let mut best: Option<(f64, String)> = None;
+        let (secs, err) = timed(&mut cdc(slot, sink, &extra))?;
+        db.run(&format!("SELECT pg_drop_replication_slot('{slot}');"))?;
+        let _ = std::fs::remove_file(dir.join(format!("{slot}.state")));
+        let _ = std::fs::remove_file(dir.join("snapshot.jsonl"));
+        Ok((secs, rss(&err)))
+    };
+    let fastest = |best: &mut Option<(f64, String)>, run: (f64, String)| {
+        if best.as_ref().is_none_or(|(b, _)| run.0 < *b) {
+            *best = Some(run);
+        }
+    };
+    // The target's pair alternates with its baseline, five rounds (a round takes about a
+    // second; on a shared machine a slow spell then meets both sides), the fastest of each
+    // counts. The other readers: the faster of two runs.
+    let mut copy_runs = Vec::new();
+    let mut snap_null = None;
+    for _ in 0..SNAPSHOT_ROUNDS {
+        copy_runs.push(copy()?);
+        fastest(
+            &mut snap_null,
+            snapshot_run("bench_snap_null", "null", "--snapshot")?,
+        );
+    }
+    let mut snap = vec![snap_null.ok_or("no snapshot run")?];
+    for (slot, sink, how) in [
+        ("bench_snap_file", snap_file.as_str(), "--snapshot"),
+        ("bench_snap_chunks", "null", "--snapshot-table"),
+    ] {
+        let mut best = None;
         for _ in 0..2 {
-            let (secs, err) = timed(&mut cdc(slot, sink, &extra))?;
-            db.run(&format!("SELECT pg_drop_replication_slot('{slot}');"))?;
-            let _ = std::fs::remove_file(dir.join(format!("{slot}.state")));
-            let _ = std::fs::remove_file(dir.join("snapshot.jsonl"));
-            if best.as_ref().is_none_or(|(b, _)| secs < *b) {
-                best = Some((secs, rss(&err)));
-            }
+            fastest(&mut best, snapshot_run(slot, sink, how)?);
         }
         snap.extend(best);
     }
-    let copy_last = copy()?;
-    let copy_secs = copy_first.min(copy_last);
+    let copy_secs = copy_runs.iter().copied().fold(f64::INFINITY, f64::min);
+    let copy_list = copy_runs
+        .iter()
+        .map(|s| format!("{s:.2}"))
+        .collect::<Vec<_>>()
+        .join(", ");
     report.push_str(&format!(
         "## 5a. Initial snapshot ({n} rows)\n\n\
          `rowid-cdc --create-slot --snapshot` copies t (int8 key) at the slot's consistent \
          point in key order (binary COPY, identities and images computed per row, a \
          checkpoint a second), `--snapshot-table public.t` reads it in chunks of 4096 rows \
          while the stream runs (a watermark per chunk); against `COPY (SELECT id, v FROM ONLY \
-         t) TO STDOUT (FORMAT binary)` by psql into /dev/null, before and after \
-         ({copy_first:.2} s and {copy_last:.2} s; the faster counts). rowid-cdc's time is its \
+         t) TO STDOUT (FORMAT binary)` by psql into /dev/null. rowid-cdc's time is its \
          whole run (connecting, creating the slot, every row) until the n rows were \
-         delivered, the faster of two runs.\n\n\
+         delivered. COPY and `--snapshot` into the null sink alternate, {SNAPSHOT_ROUNDS} \
+         rounds, the fastest of each counts (COPY: {copy_list} s); the other readers: the \
+         faster of two runs.\n\n\
          | reader | seconds | rows/s | / COPY | peak RSS MB |\n|---|---|---|---|---|\n\
          | COPY TO STDOUT (binary) into /dev/null | {copy_secs:.2} | {:.0} | 1.00 | - |\n\
          | rowid-cdc --snapshot, null sink | {:.2} | {:.0} | {:.2} | {} |\n\
@@ -530,13 +554,27 @@ fn wal_capture(
         snap[2].1,
     ));
     // The consumers' slots exist before the workload; `--stop-after 0` only creates them.
-    let file = format!("jsonl:{}", dir.join("changes.jsonl").display());
-    let buffer = format!("postgres:{}", cluster.dsn("cdcsink"));
-    for (slot, sink) in [
-        ("bench_null", "null"),
-        ("bench_file", file.as_str()),
-        ("bench_pg", buffer.as_str()),
-    ] {
+    // Each sink reads the transaction twice (two slots, two outputs), as the baseline does.
+    // In run order: null, file, buffer, then again (reader `i` is sink `i % 3`).
+    let readers: Vec<(String, String)> = (1..=2)
+        .flat_map(|run| {
+            [
+                (format!("bench_null{run}"), "null".to_string()),
+                (
+                    format!("bench_file{run}"),
+                    format!(
+                        "jsonl:{}",
+                        dir.join(format!("changes{run}.jsonl")).display()
+                    ),
+                ),
+                (
+                    format!("bench_pg{run}"),
+                    format!("postgres:{}", cluster.dsn(&format!("cdcsink{run}"))),
+                ),
+            ]
+        })
+        .collect();
+    for (slot, sink) in &readers {
         timed(&mut cdc(
             slot,
             sink,
@@ -554,49 +592,55 @@ fn wal_capture(
         )
         .map(|(secs, _)| secs)
     };
-    // The baseline runs first and last (the first reader finds the WAL colder); the faster
-    // of its two runs is the ceiling.
+    // The baseline runs first and last (the first reader finds the WAL colder); between
+    // them every sink runs twice, in turn. The faster of two runs counts, on both sides.
     let recv_first = recv("bench_recv1")?;
     let stop = n.to_string();
-    let (null, null_err) = timed(&mut cdc(
-        "bench_null",
-        "null",
-        &["--stop-after", &stop, "--progress"],
-    ))?;
-    let (file_s, file_err) = timed(&mut cdc(
-        "bench_file",
-        &file,
-        &["--stop-after", &stop, "--progress"],
-    ))?;
-    let (pg_s, pg_err) = timed(&mut cdc(
-        "bench_pg",
-        &buffer,
-        &["--stop-after", &stop, "--progress"],
-    ))?;
+    // Per sink (null, file, buffer): the faster run's seconds and its stderr.
+    let mut best: [Option<(f64, String)>; 3] = [None, None, None];
+    for (i, (slot, sink)) in readers.iter().enumerate() {
+        let run = timed(&mut cdc(slot, sink, &["--stop-after", &stop, "--progress"]))?;
+        let kind = &mut best[i % 3];
+        if kind.as_ref().is_none_or(|(b, _)| run.0 < *b) {
+            *kind = Some(run);
+        }
+    }
     let recv_last = recv("bench_recv2")?;
     let recv = recv_first.min(recv_last);
-    let lines = std::fs::read_to_string(dir.join("changes.jsonl"))
-        .map_err(|e| e.to_string())?
-        .lines()
-        .count();
-    if lines as u64 != n {
-        return Err(format!("the file sink holds {lines} changes, expected {n}"));
-    }
-    let rows = cluster
-        .psql()
-        .with_db("cdcsink")
-        .buffer_rows("pgtrickle_changes", "rowid_cdc", "1")?
-        .lines()
-        .count();
-    if rows as u64 != n {
-        return Err(format!("the change buffers hold {rows} rows, expected {n}"));
+    let [
+        Some((null, null_err)),
+        Some((file_s, file_err)),
+        Some((pg_s, pg_err)),
+    ] = best
+    else {
+        return Err("a sink did not run".into());
+    };
+    for run in 1..=2 {
+        let lines = std::fs::read_to_string(dir.join(format!("changes{run}.jsonl")))
+            .map_err(|e| e.to_string())?
+            .lines()
+            .count();
+        if lines as u64 != n {
+            return Err(format!("the file sink holds {lines} changes, expected {n}"));
+        }
+        let rows = cluster
+            .psql()
+            .with_db(&format!("cdcsink{run}"))
+            .buffer_rows("pgtrickle_changes", "rowid_cdc", "1")?
+            .lines()
+            .count();
+        if rows as u64 != n {
+            return Err(format!("the change buffers hold {rows} rows, expected {n}"));
+        }
     }
     report.push_str(&format!(
         "## 5. WAL capture throughput (one UPDATE of {n} rows, one transaction)\n\n\
          Each reader has its own slot, created before the UPDATE; times include connecting. \
          `pg_recvlogical` reads the pgoutput stream with binary values into /dev/null (the \
          ceiling: what the server can decode and send); it runs before and after rowid-cdc \
-         ({recv_first:.2} s and {recv_last:.2} s) and the faster run is the baseline.\n\n\
+         ({recv_first:.2} s and {recv_last:.2} s) and the faster run is the baseline. Each \
+         sink reads the transaction twice (slots and outputs of its own), in turn with the \
+         others; its faster run counts.\n\n\
          | reader | seconds | changes/s | / pg_recvlogical | peak RSS MB |\n|---|---|---|---|---|\n\
          | pg_recvlogical (pgoutput, binary) | {recv:.2} | {:.0} | 1.00 | - |\n\
          | rowid-cdc, null sink | {null:.2} | {:.0} | {:.2} | {} |\n\
