@@ -72,6 +72,7 @@ fn schema(ri: ReplicaIdentity, cols: &[(&str, u32, TypeTag)], key: &[&str]) -> R
             index: None,
             primary: false,
             fields: cols.iter().map(field).collect(),
+            max_len: None,
         }
     } else {
         IdentityDef {
@@ -82,6 +83,7 @@ fn schema(ri: ReplicaIdentity, cols: &[(&str, u32, TypeTag)], key: &[&str]) -> R
                 .iter()
                 .map(|k| field(cols.iter().find(|c| c.0 == *k).unwrap()))
                 .collect(),
+            max_len: None,
         }
     };
     RelationSchema {

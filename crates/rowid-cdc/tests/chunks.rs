@@ -56,6 +56,7 @@ fn schema() -> RelationSchema {
                 type_oid: 20,
                 shape: Shape::Scalar(TypeTag::Int8),
             }],
+            max_len: None,
         }),
     }
 }

@@ -62,6 +62,7 @@ fn schema(key: &[&str]) -> RelationSchema {
                     shape: Shape::Scalar(TypeTag::Int8),
                 })
                 .collect(),
+            max_len: None,
         }),
     }
 }

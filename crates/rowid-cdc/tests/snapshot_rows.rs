@@ -52,6 +52,7 @@ fn schema(relid: u32, relname: &str, columns: &[&str], key: &[&str]) -> Relation
                     shape: Shape::Scalar(TypeTag::Int8),
                 })
                 .collect(),
+            max_len: None,
         })
     };
     RelationSchema {

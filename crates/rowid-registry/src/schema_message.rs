@@ -1,4 +1,4 @@
-//! Identity schema messages, format 2 (spec/identity-messages.md): a relation's identity
+//! Identity schema messages, format 4 (spec/identity-messages.md): a relation's identity
 //! schema as of one WAL position. The extension's event trigger writes them as rows of
 //! [`IDENTITY_TABLE`], a table only the extension's owner may write, published by
 //! [`IDENTITY_PUBLICATION`]; a WAL consumer reads those rows from the stream (and keeps the
@@ -21,8 +21,8 @@ use crate::source_key::ScanKey;
 /// message says nothing about who wrote it.
 pub const MESSAGE_PREFIX: &str = "pgtrickle.identity";
 
-/// The format this crate reads and writes.
-pub const FORMAT: u64 = 3;
+/// The format this crate writes (it reads this one and formats 2 and 3).
+pub const FORMAT: u64 = 4;
 
 /// Schema and name of the table whose rows carry the messages: `relid oid PRIMARY KEY`,
 /// `key_index oid`, `schema text NOT NULL` (the content, JSON). An INSERT or UPDATE of a row
@@ -137,6 +137,10 @@ pub struct IdentityDef {
     pub primary: bool,
     /// Identity fields in identity order.
     pub fields: Vec<IdentityField>,
+    /// The identity's static worst-case length in bytes under the database's encoding
+    /// ([`IdentitySchema::max_encoded_len`], registry.md §3.1); `None` when it has no bound,
+    /// or the message (format 2 or 3) did not say: a reader then plans for an unbounded one.
+    pub max_len: Option<usize>,
 }
 
 fn fields_of(schema: &IdentitySchema) -> Vec<IdentityField> {
@@ -159,6 +163,7 @@ impl IdentityDef {
             index: Some(key.index.clone()),
             primary: key.primary,
             fields: fields_of(&key.schema),
+            max_len: key.schema.max_encoded_len(),
         }
     }
 
@@ -170,6 +175,7 @@ impl IdentityDef {
             index: None,
             primary: false,
             fields: fields_of(schema),
+            max_len: schema.max_encoded_len(),
         }
     }
 }
@@ -372,10 +378,10 @@ impl SchemaMessage {
     pub fn from_json(value: &Value) -> Parsed<SchemaMessage> {
         let mut o = Obj::new("", value)?;
         let format: u64 = o.int("format")?;
-        if format != FORMAT && format != 2 {
+        if !(2..=FORMAT).contains(&format) {
             return err(
                 "format",
-                format!("format {format} is not supported (this reader knows {FORMAT} and 2)"),
+                format!("format {format} is not supported (this reader knows 2 to {FORMAT})"),
             );
         }
         let event = o.str("event")?;
@@ -429,7 +435,7 @@ impl SchemaMessage {
                         if o.opt("refusal").is_some() {
                             return err("refusal", "present although identity is not null");
                         }
-                        Ok(identity(v)?)
+                        Ok(identity(v, format)?)
                     }
                 };
                 SchemaMessage::Schema(RelationSchema {
@@ -507,6 +513,7 @@ impl SchemaMessage {
                                 .collect::<Vec<_>>()
                                 .into(),
                         );
+                        id.insert("max_len".into(), def.max_len.into());
                         v["identity"] = Value::Object(id);
                     }
                     Err(r) => {
@@ -553,7 +560,8 @@ fn column(at: &str, v: &Value, format: u64) -> Parsed<SchemaColumn> {
     Ok(c)
 }
 
-fn identity(v: &Value) -> Parsed<IdentityDef> {
+/// The identity; `max_len` is a member from format 4 on.
+fn identity(v: &Value, format: u64) -> Parsed<IdentityDef> {
     let mut o = Obj::new("identity", v)?;
     let d = o.str("domain")?;
     let domain = match Domain::from_name(&d) {
@@ -591,12 +599,24 @@ fn identity(v: &Value) -> Parsed<IdentityDef> {
     if fields.is_empty() {
         return err("identity.fields", "an identity has at least one field");
     }
+    let max_len = if format >= 4 {
+        match o.get("max_len")? {
+            Value::Null => None,
+            n => match n.as_u64().map(usize::try_from) {
+                Some(Ok(len)) if len > 0 => Some(len),
+                _ => return err("identity.max_len", "expected a positive integer or null"),
+            },
+        }
+    } else {
+        None
+    };
     o.done()?;
     Ok(IdentityDef {
         domain,
         index,
         primary,
         fields,
+        max_len,
     })
 }
 

@@ -1,5 +1,5 @@
-//! Identity schema messages, format 3: the spec's example parses, every shape round-trips,
-//! format 2 is still read, and the reader is strict about everything else.
+//! Identity schema messages, format 4: the spec's example parses, every shape round-trips,
+//! formats 2 and 3 are still read, and the reader is strict about everything else.
 
 // Test code: a failed expectation is a panic by design.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -38,6 +38,8 @@ fn the_spec_example_parses() {
         (Domain::ScanKey, Some("public.orders_pkey"), true)
     );
     assert_eq!(def.fields[0].shape, Shape::Scalar(TypeTag::Int8));
+    // An int8 key: version, domain, count, tag, state, 8 bytes, terminator.
+    assert_eq!(def.max_len, Some(17));
     // Every column says its type and the shape its image values are read with; a type the
     // codec cannot read has none.
     let columns: Vec<(&str, Option<&str>, Option<&Shape>)> = s
@@ -94,7 +96,23 @@ fn mutated(f: impl FnOnce(&mut Value)) -> String {
 fn the_reader_is_strict_and_says_where() {
     let cases: Vec<(String, &str)> = vec![
         (mutated(|v| v["format"] = json!(1)), "format"),
-        (mutated(|v| v["format"] = json!(4)), "format"),
+        (mutated(|v| v["format"] = json!(5)), "format"),
+        (
+            mutated(|v| v["identity"]["max_len"] = json!(0)),
+            "identity.max_len",
+        ),
+        (
+            mutated(|v| v["identity"]["max_len"] = json!("17")),
+            "identity.max_len",
+        ),
+        (
+            mutated(|v| {
+                v["identity"].as_object_mut().unwrap().remove("max_len");
+            }),
+            "identity.max_len",
+        ),
+        // Format 3 had no bound.
+        (mutated(|v| v["format"] = json!(3)), "identity.max_len"),
         (
             mutated(|v| v["columns"][0]["shape"] = json!("int9")),
             "columns[0].shape",
@@ -110,7 +128,13 @@ fn the_reader_is_strict_and_says_where() {
             "columns[0].shape",
         ),
         // Format 2 had no such members.
-        (mutated(|v| v["format"] = json!(2)), "columns[0].type"),
+        (
+            mutated(|v| {
+                v["format"] = json!(2);
+                v["identity"].as_object_mut().unwrap().remove("max_len");
+            }),
+            "columns[0].type",
+        ),
         (mutated(|v| v["surprise"] = json!(1)), "surprise"),
         (
             mutated(|v| v["identity"]["fields"][0]["shape"] = json!("no_such_type")),
@@ -162,9 +186,31 @@ fn the_reader_is_strict_and_says_where() {
 }
 
 #[test]
+fn format_3_messages_are_read_with_an_unknown_bound() {
+    let v3 = mutated(|v| {
+        v["format"] = json!(3);
+        v["identity"].as_object_mut().unwrap().remove("max_len");
+    });
+    let msg = SchemaMessage::parse(v3.as_bytes()).unwrap();
+    let Msg::Schema(s) = &msg else { panic!() };
+    assert_eq!(s.identity.as_ref().unwrap().max_len, None);
+    // Written as format 4 (an unknown bound is null), it reads the same.
+    let v4 = msg.to_json();
+    assert_eq!(
+        (v4["format"].clone(), v4["identity"]["max_len"].clone()),
+        (json!(4), Value::Null)
+    );
+    assert_eq!(
+        SchemaMessage::parse(v4.to_string().as_bytes()).unwrap(),
+        msg
+    );
+}
+
+#[test]
 fn format_2_messages_are_read_without_types_or_shapes() {
     let v2 = mutated(|v| {
         v["format"] = json!(2);
+        v["identity"].as_object_mut().unwrap().remove("max_len");
         for c in v["columns"].as_array_mut().unwrap() {
             let c = c.as_object_mut().unwrap();
             c.remove("type");
@@ -179,12 +225,12 @@ fn format_2_messages_are_read_without_types_or_shapes() {
             .all(|c| c.type_name.is_none() && c.shape.is_none())
     );
     assert_eq!(s.identity.as_ref().unwrap().fields[0].column, "id");
-    // Written as format 3 (with null types), it reads the same: a state file keeps it.
-    let v3 = msg.to_json();
-    assert_eq!(v3["format"], 3);
-    assert_eq!(v3["columns"][0]["type"], Value::Null);
+    // Written as format 4 (with null types), it reads the same: a state file keeps it.
+    let v4 = msg.to_json();
+    assert_eq!(v4["format"], 4);
+    assert_eq!(v4["columns"][0]["type"], Value::Null);
     assert_eq!(
-        SchemaMessage::parse(v3.to_string().as_bytes()).unwrap(),
+        SchemaMessage::parse(v4.to_string().as_bytes()).unwrap(),
         msg
     );
 }
@@ -204,12 +250,12 @@ fn refusals_and_drops_round_trip() {
     );
 
     let dropped =
-        json!({"format": 3, "event": "dropped", "relid": 5, "namespace": "s", "relname": "t"});
+        json!({"format": 4, "event": "dropped", "relid": 5, "namespace": "s", "relname": "t"});
     let msg = SchemaMessage::parse(dropped.to_string().as_bytes()).unwrap();
     assert_eq!(msg.relid(), 5);
     assert_eq!(msg.to_json(), dropped);
     // A drop carries nothing else.
-    let extra = json!({"format": 3, "event": "dropped", "relid": 5, "namespace": "s", "relname": "t", "columns": []});
+    let extra = json!({"format": 4, "event": "dropped", "relid": 5, "namespace": "s", "relname": "t", "columns": []});
     assert!(SchemaMessage::parse(extra.to_string().as_bytes()).is_err());
 }
 
@@ -248,6 +294,8 @@ fn identities_come_from_the_registry_rules() {
         ("id", oid::INT8)
     );
     assert_eq!(def.fields[0].shape, Shape::Scalar(TypeTag::Int8));
+    // The bound is the encoded length of any int8 key: integers-013's 17 bytes.
+    assert_eq!(def.max_len, Some(17));
 
     let keyless = resolve_schema(Domain::KeylessRow, &[int8("a"), int8("b")], &ctx).unwrap();
     let def = IdentityDef::keyless(&keyless);
@@ -255,6 +303,13 @@ fn identities_come_from_the_registry_rules() {
         (def.domain, def.index.clone(), def.fields.len()),
         (Domain::KeylessRow, None, 2)
     );
+    // Two int8 fields: 6 header bytes, 10 per field, the terminator.
+    assert_eq!(def.max_len, Some(27));
+    // A text field has no bound.
+    let text = FieldSpec::new("t", TypeRef::builtin(oid::TEXT, "text"), -1)
+        .collate(rowid_registry::Collation::c());
+    let unbounded = resolve_schema(Domain::KeylessRow, &[int8("a"), text], &ctx).unwrap();
+    assert_eq!(IdentityDef::keyless(&unbounded).max_len, None);
 
     // No eligible key: the refusal carries the registry's SQLSTATE and names the index.
     let partial = IndexCandidate {
