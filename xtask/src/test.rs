@@ -58,6 +58,9 @@ fn server_checks(major: u32, source: pg::Source) -> Result<Counts, String> {
         // One workload captured by the extension's trigger and by rowid-cdc: the same
         // changes per transaction, byte for byte.
         tests.push(("rowid-cdc", "cross_capture"));
+        // The replica's apply statements against a model, in every index class (the probe
+        // needs the extension).
+        tests.push(("rowid-cdc", "replica_apply"));
         // Row images read back into SQL against the row, and the TOAST matrix.
         tests.push(("rowid-cdc", "images"));
         // The initial snapshot replayed with the stream against the tables; a killed copy.

@@ -313,9 +313,13 @@ pub fn parse_image_comment(comment: &str) -> Option<(Side, i16)> {
         "old" => Side::Old,
         _ => return None,
     };
+    Some((side, canonical_attnum(digits)?))
+}
+
+/// A column number as a comment spells it: positive, canonical ("3", not "+3" or "03").
+pub(crate) fn canonical_attnum(digits: &str) -> Option<i16> {
     let attnum: i16 = digits.parse().ok()?;
-    // Only the canonical spelling ("3", not "+3" or "03").
-    (attnum > 0 && attnum.to_string() == digits).then_some((side, attnum))
+    (attnum > 0 && attnum.to_string() == digits).then_some(attnum)
 }
 
 /// A query returning a type's storage type in a buffer: the type as given, or for a domain
@@ -443,8 +447,8 @@ pub fn alter_statements(
     holds_rows: bool,
 ) -> Vec<String> {
     let name = table.quoted();
+    let changes = ColumnChanges::between(have, want);
     let mut out = Vec::new();
-    let find = |list: &[ImageColumn], attnum: i16| list.iter().position(|c| c.attnum == attnum);
     let pair = |c: &ImageColumn, f: &dyn Fn(&str) -> String| {
         format!(
             "ALTER TABLE {name} {}, {}",
@@ -452,18 +456,13 @@ pub fn alter_statements(
             f(&c.column(Side::Old))
         )
     };
-    for h in have.iter().filter(|h| find(want, h.attnum).is_none()) {
+    for h in &changes.dropped {
         out.push(pair(h, &|col| format!("DROP COLUMN {}", quote_ident(col))));
     }
     // Renames go through names no source column can have, so names swapped between columns
     // never collide.
-    let renamed: Vec<(&ImageColumn, &ImageColumn)> = have
-        .iter()
-        .filter_map(|h| find(want, h.attnum).map(|i| (h, &want[i])))
-        .filter(|(h, w)| h.name != w.name)
-        .collect();
     let parked = |c: &ImageColumn, side: Side| format!("__pgt_{}_{}", side.word(), c.attnum);
-    for (h, _) in &renamed {
+    for (h, _) in &changes.renamed {
         for side in [Side::New, Side::Old] {
             out.push(format!(
                 "ALTER TABLE {name} RENAME COLUMN {} TO {}",
@@ -472,7 +471,7 @@ pub fn alter_statements(
             ));
         }
     }
-    for (h, w) in &renamed {
+    for (h, w) in &changes.renamed {
         for side in [Side::New, Side::Old] {
             out.push(format!(
                 "ALTER TABLE {name} RENAME COLUMN {} TO {}",
@@ -481,31 +480,76 @@ pub fn alter_statements(
             ));
         }
     }
-    for h in have {
-        if let Some(i) = find(want, h.attnum)
-            && want[i].sql_type != h.sql_type
-        {
-            let w = &want[i];
-            out.push(pair(w, &|col| {
-                let c = quote_ident(col);
-                let t = &w.sql_type;
-                let from = if holds_rows { c.clone() } else { "NULL".into() };
-                format!("ALTER COLUMN {c} TYPE {t} USING {from}::{t}")
-            }));
-        }
+    for w in &changes.retyped {
+        out.push(pair(w, &|col| {
+            let c = quote_ident(col);
+            let t = &w.sql_type;
+            let from = if holds_rows { c.clone() } else { "NULL".into() };
+            format!("ALTER COLUMN {c} TYPE {t} USING {from}::{t}")
+        }));
     }
-    let added: Vec<ImageColumn> = want
-        .iter()
-        .filter(|w| find(have, w.attnum).is_none())
-        .cloned()
-        .collect();
-    for w in &added {
+    for w in &changes.added {
         out.push(pair(w, &|col| {
             format!("ADD COLUMN {} {}", quote_ident(col), w.sql_type)
         }));
     }
-    out.extend(comments(table, &added));
+    out.extend(comments(table, &changes.added));
     out
+}
+
+/// How a table holding the source columns `have` must change to hold `want`, matched by
+/// source `attnum` (a rename is a rename, not a drop and an add): what a buffer and a replica
+/// storage table both follow a source's DDL by.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ColumnChanges<'a> {
+    /// Held, no longer at the source.
+    pub dropped: Vec<&'a ImageColumn>,
+    /// Held under another name: (as held, as the source has it now).
+    pub renamed: Vec<(&'a ImageColumn, &'a ImageColumn)>,
+    /// Held with another type: the column as the source has it now.
+    pub retyped: Vec<&'a ImageColumn>,
+    /// At the source, not held yet, in `attnum` order.
+    pub added: Vec<ImageColumn>,
+}
+
+impl<'a> ColumnChanges<'a> {
+    /// The changes from `have` to `want`.
+    pub fn between(have: &'a [ImageColumn], want: &'a [ImageColumn]) -> ColumnChanges<'a> {
+        let find = |list: &'a [ImageColumn], attnum: i16| list.iter().find(|c| c.attnum == attnum);
+        let kept: Vec<(&ImageColumn, &ImageColumn)> = have
+            .iter()
+            .filter_map(|h| find(want, h.attnum).map(|w| (h, w)))
+            .collect();
+        ColumnChanges {
+            dropped: have
+                .iter()
+                .filter(|h| find(want, h.attnum).is_none())
+                .collect(),
+            renamed: kept
+                .iter()
+                .copied()
+                .filter(|(h, w)| h.name != w.name)
+                .collect(),
+            retyped: kept
+                .iter()
+                .filter(|(h, w)| h.sql_type != w.sql_type)
+                .map(|(_, w)| *w)
+                .collect(),
+            added: want
+                .iter()
+                .filter(|w| find(have, w.attnum).is_none())
+                .cloned()
+                .collect(),
+        }
+    }
+
+    /// Whether the tables hold the same columns.
+    pub fn is_empty(&self) -> bool {
+        self.dropped.is_empty()
+            && self.renamed.is_empty()
+            && self.retyped.is_empty()
+            && self.added.is_empty()
+    }
 }
 
 /// `REVOKE ALL ... FROM PUBLIC` for a buffer (PostgreSQL grants nothing to PUBLIC on a new

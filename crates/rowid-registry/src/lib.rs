@@ -22,7 +22,9 @@
 //! | §6 | SCAN_KEY eligibility | [`choose_scan_key`] |
 //!
 //! The change buffer (spec/change-buffer.md), one table shape for every capture path, and
-//! the version check before a buffer is written or read: [`buffer`].
+//! the version check before a buffer is written or read: [`buffer`]. Replica storage
+//! (spec/replica.md), tables kept equal to their sources by identity, and every statement
+//! that applies changes to them: [`replica`].
 //!
 //! Identity schema messages (spec/identity-messages.md), the in-band form of a relation's
 //! identity schema for WAL consumers: [`schema_message`]; the shape a row image reads each
@@ -34,6 +36,7 @@ pub mod entry;
 pub mod error;
 pub mod image;
 pub mod plan;
+pub mod replica;
 pub mod resolve;
 pub mod schema_message;
 pub mod size;
