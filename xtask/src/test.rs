@@ -61,6 +61,9 @@ fn server_checks(major: u32, source: pg::Source) -> Result<Counts, String> {
         // The replica's apply statements against a model, in every index class (the probe
         // needs the extension).
         tests.push(("rowid-cdc", "replica_apply"));
+        // The replica sink on a live slot: every index class, snapshot, TOAST, key moves,
+        // keyless duplicates, TRUNCATE, a kill and restart, a divergence refused by name.
+        tests.push(("rowid-cdc", "replica"));
         // Row images read back into SQL against the row, and the TOAST matrix.
         tests.push(("rowid-cdc", "images"));
         // The initial snapshot replayed with the stream against the tables; a killed copy.

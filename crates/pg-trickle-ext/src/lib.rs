@@ -171,15 +171,7 @@ STABLE STRICT LANGUAGE c AS 'MODULE_PATHNAME', 'check_change_buffer_wrapper';
     /// Length and a 32-bit digest prefix: identifies an identity in logs without revealing it.
     #[pg_extern(immutable, parallel_safe, strict)]
     fn row_id_fingerprint(id: &[u8]) -> String {
-        let d = rowid_codec::probe::probe_digest(id);
-        format!(
-            "len={} fp={:02x}{:02x}{:02x}{:02x}",
-            id.len(),
-            d[0],
-            d[1],
-            d[2],
-            d[3]
-        )
+        rowid_codec::probe::Fingerprint::of(id).to_string()
     }
 }
 

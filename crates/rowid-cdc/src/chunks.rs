@@ -387,6 +387,7 @@ mod tests {
             backfilled: vec![],
             unchanged_toast: vec![],
             unidentified: None,
+            schema: None,
         }
     }
 

@@ -24,6 +24,15 @@ pub enum SinkSpec {
         /// The buffer.
         buffer: QualifiedName,
     },
+    /// Every published table kept equal to its source by identity (`None`: in the source's
+    /// database).
+    Replica {
+        /// The replica's database.
+        dsn: Option<Box<Conninfo>>,
+        /// The schema of every storage table and of the replica's own tables; `None`: each
+        /// storage table in its source's schema.
+        schema: Option<String>,
+    },
 }
 
 /// What to follow and where to write.

@@ -9,6 +9,7 @@ use rowid_codec::Domain;
 use rowid_codec::structure::Shape;
 
 use crate::lsn::Lsn;
+use rowid_registry::schema_message::RelationSchema;
 
 /// The kind of change.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -75,6 +76,10 @@ pub struct ChangeEvent {
     /// The relation's columns at the change's position (those its images hold), also for a
     /// truncate.
     pub columns: Arc<[ColumnMeta]>,
+    /// The relation's identity schema in force at the change's position (spec/identity-
+    /// messages.md; shared by the relation's events), when one is known: what a consumer
+    /// storing identities plans its storage by.
+    pub schema: Option<Arc<RelationSchema>>,
     /// The identity's domain (`None` for a truncate).
     pub domain: Option<Domain>,
     /// The identity's columns, in identity order (empty for a truncate).

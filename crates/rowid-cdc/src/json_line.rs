@@ -206,6 +206,7 @@ mod tests {
             backfilled: vec!["doc".into()],
             unchanged_toast: vec![],
             unidentified: None,
+            schema: None,
         };
         let mut line = String::new();
         write(&e, &mut line);
@@ -309,6 +310,7 @@ mod tests {
             backfilled: vec![],
             unchanged_toast: vec!["doc".into()],
             unidentified: None,
+            schema: None,
         };
         let mut line = String::new();
         write(&e, &mut line);

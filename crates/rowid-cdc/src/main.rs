@@ -80,8 +80,11 @@ struct Args {
     /// State file: slot, last durable commit, identity schemas.
     #[arg(long, default_value = "rowid-cdc.state")]
     state: PathBuf,
-    /// Where events go: `jsonl:FILE`, `jsonl:-` (standard output), `-`, `null`, or
-    /// `postgres:DSN` (change rows into a buffer; `postgres:` alone: the source database).
+    /// Where events go: `jsonl:FILE`, `jsonl:-` (standard output), `-`, `null`,
+    /// `postgres:DSN` (change rows into a buffer; `postgres:` alone: the source database), or
+    /// `replica:DSN` (every published table kept equal to its source by identity, in a
+    /// storage table of the same name; `replica:` alone: the source database, in another
+    /// schema).
     #[arg(long, default_value = "-", value_parser = parse_sink)]
     sink: SinkSpec,
     /// The change buffers of a postgres sink, `SCHEMA.PREFIX` or `PREFIX`: one per source
@@ -89,6 +92,12 @@ struct Args {
     /// refused when its columns, owner or versions differ).
     #[arg(long, value_name = "SCHEMA.PREFIX", value_parser = parse_buffer, default_value = "pgtrickle_changes.rowid_cdc")]
     buffer: QualifiedName,
+    /// The schema of a replica's storage tables and of its own tables (created when missing).
+    /// Without it, each storage table is in its source table's schema and the replica's own
+    /// tables in pgtrickle_replica; with `replica:` alone (the source database) every storage
+    /// table is in pgtrickle_replica.
+    #[arg(long, value_name = "SCHEMA")]
+    replica_schema: Option<String>,
     /// Print a progress line (changes/s, lag in bytes) on stderr, at most once a second.
     #[arg(long)]
     progress: bool,
@@ -130,10 +139,20 @@ fn parse_sink(s: &str) -> Result<SinkSpec, String> {
                     buffer: default_buffer(),
                 });
             }
+            if let Some(dsn) = s.strip_prefix("replica:") {
+                let dsn = if dsn.trim().is_empty() {
+                    None
+                } else {
+                    Some(Box::new(
+                        dsn.parse::<Conninfo>().map_err(|e| e.to_string())?,
+                    ))
+                };
+                return Ok(SinkSpec::Replica { dsn, schema: None });
+            }
             match s.strip_prefix("jsonl:") {
                 Some(path) if !path.is_empty() => Ok(SinkSpec::File(PathBuf::from(path))),
                 _ => Err(format!(
-                    "{s:?}: expected jsonl:FILE, jsonl:-, -, null or postgres:DSN"
+                    "{s:?}: expected jsonl:FILE, jsonl:-, -, null, postgres:DSN or replica:DSN"
                 )),
             }
         }
@@ -169,6 +188,15 @@ fn main() -> ExitCode {
                 dsn,
                 buffer: args.buffer,
             },
+            SinkSpec::Replica { dsn, .. } => {
+                // In the source database, never the source tables' own schemas.
+                let schema = match (&dsn, args.replica_schema) {
+                    (_, Some(schema)) => Some(schema),
+                    (None, None) => Some(rowid_registry::replica::DEFAULT_SCHEMA.to_string()),
+                    (Some(_), None) => None,
+                };
+                SinkSpec::Replica { dsn, schema }
+            }
             other => other,
         },
         progress: args.progress,

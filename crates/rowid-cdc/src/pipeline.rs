@@ -17,8 +17,6 @@ use std::io;
 use std::path::PathBuf;
 
 use bytes::Bytes;
-use rowid_codec::Domain;
-use rowid_codec::structure::Shape;
 use rowid_pgoutput::{FlagBits, Message};
 use rowid_registry::schema_message::RelationSchema;
 
@@ -55,29 +53,6 @@ impl fmt::Display for PipelineError {
 }
 
 impl std::error::Error for PipelineError {}
-
-/// One identity field as [`key_signature`] compares it: attnum, type OID, shape.
-type KeyField = (Option<i16>, u32, Shape);
-
-/// What a table's identities are made of, as far as their bytes and order go: the domain
-/// and each field's column (by attnum: a rename changes nothing), type and shape. `None`: no
-/// usable identity.
-fn key_signature(schema: &RelationSchema) -> Option<(Domain, Vec<KeyField>)> {
-    let def = schema.identity.as_ref().ok()?;
-    let fields = def
-        .fields
-        .iter()
-        .map(|f| {
-            let attnum = schema
-                .columns
-                .iter()
-                .find(|c| c.name == f.column)
-                .map(|c| c.attnum);
-            (attnum, f.type_oid, f.shape.clone())
-        })
-        .collect();
-    Some((def.domain, fields))
-}
 
 /// The send forms of `row`'s columns at `positions` (a key's, in key order): a cursor's
 /// bound.
@@ -352,8 +327,8 @@ impl<S: Sink> Pipeline<S> {
                 continue;
             }
             let schema = self.capture.schemas().find(|s| s.relid == *relid);
-            let new = schema.and_then(key_signature);
-            if new.is_none() || new != key_signature(old) {
+            let new = schema.and_then(RelationSchema::identity_signature);
+            if new.is_none() || new != old.identity_signature() {
                 let name =
                     schema.map_or_else(|| format!("relation OID {relid}"), |s| s.qualified_name());
                 let columns =

@@ -92,6 +92,7 @@ fn event(commit: u64, op: Op, old: Option<&[u8]>, new: Option<&[u8]>) -> ChangeE
         backfilled: vec![],
         unchanged_toast: vec![],
         unidentified: None,
+        schema: None,
     }
 }
 

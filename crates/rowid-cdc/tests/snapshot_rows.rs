@@ -70,17 +70,17 @@ fn schema(relid: u32, relname: &str, columns: &[&str], key: &[&str]) -> Relation
     }
 }
 
+/// The identity schemas of the three relations.
+fn schemas() -> [RelationSchema; 3] {
+    [
+        schema(KEYED, "keyed", &["id", "v"], &["id"]),
+        schema(PAIR, "pair", &["a", "b", "c"], &["a", "b"]),
+        schema(REFUSED, "refused", &["x"], &[]),
+    ]
+}
+
 fn capture(strict: bool) -> Capture {
-    Capture::new(
-        [
-            schema(KEYED, "keyed", &["id", "v"], &["id"]),
-            schema(PAIR, "pair", &["a", "b", "c"], &["a", "b"]),
-            schema(REFUSED, "refused", &["x"], &[]),
-        ],
-        Lsn::ZERO,
-        FlagBits::default(),
-    )
-    .strict(strict)
+    Capture::new(schemas(), Lsn::ZERO, FlagBits::default()).strict(strict)
 }
 
 /// A row of int8 send forms (`None`: NULL) as a binary COPY row arrives: one buffer, here
@@ -158,6 +158,11 @@ fn expected(
             change: Op::Snapshot,
             reason: r.into(),
         }),
+        // The schema the rows were read under.
+        schema: schemas()
+            .into_iter()
+            .find(|s| s.relid == relid)
+            .map(std::sync::Arc::new),
     }
 }
 

@@ -55,6 +55,33 @@ pub fn probe_v1(id: &[u8], out: &mut Vec<u8>) {
     probe_with_prefix(id, PROBE_V1_PREFIX_LEN, out)
 }
 
+/// How logs and errors name an identity (design proposal §11.1): its length and the first
+/// four bytes of its probe digest, `len=17 fp=1a2b3c4d`; never its bytes, which hold the
+/// source's values. `pgtrickle.row_id_fingerprint` prints the same.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Fingerprint {
+    len: usize,
+    digest: [u8; 4],
+}
+
+impl Fingerprint {
+    /// The fingerprint of `id`.
+    pub fn of(id: &[u8]) -> Fingerprint {
+        let d = probe_digest(id);
+        Fingerprint {
+            len: id.len(),
+            digest: [d[0], d[1], d[2], d[3]],
+        }
+    }
+}
+
+impl core::fmt::Display for Fingerprint {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        let [a, b, c, d] = self.digest;
+        write!(f, "len={} fp={a:02x}{b:02x}{c:02x}{d:02x}", self.len)
+    }
+}
+
 /// Test support: the probe `id` would have if its digest were `digest`. Lets tests force
 /// equal probes for distinct identities and prove that matching still rechecks the complete
 /// identity. Not part of the format.

@@ -519,3 +519,18 @@ mod structural {
         );
     }
 }
+
+/// An identity is named in logs by its length and the first four bytes of its probe digest:
+/// vector probe-010's identity (66 bytes) has the overflow probe whose digest starts 0292e654.
+#[test]
+fn a_fingerprint_is_the_length_and_the_digest_prefix() {
+    let id = rowid_testkit::hex::from_hex(
+        "0201000000010901717171717171717171717171717171717171717171717171717171717171717171717171\
+         717171717171717171717171717171717171710000ff",
+    )
+    .unwrap();
+    assert_eq!(
+        rowid_codec::probe::Fingerprint::of(&id).to_string(),
+        "len=66 fp=0292e654"
+    );
+}

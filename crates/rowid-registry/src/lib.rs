@@ -49,7 +49,7 @@ pub use catalog::{
 pub use entry::{Entry, Invalidation, OrderClaim, SUPPORTED_MAJORS, SizeRule, Volatility};
 pub use error::{FieldContext, Property, Rejection, Rejections};
 pub use image::image_shape;
-pub use plan::{IndexClass, IndexPlan, MaintenanceMode, Uniqueness, plan_index};
+pub use plan::{IndexClass, IndexPlan, MaintenanceMode, Uniqueness, plan_for_bound, plan_index};
 pub use resolve::{IdentitySchema, ResolvedField, resolve_field, resolve_schema};
 pub use source_key::{
     IndexCandidate, Ineligible, KeyColumn, NoEligibleKey, ScanKey, choose_scan_key,

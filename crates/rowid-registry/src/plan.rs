@@ -69,6 +69,24 @@ pub fn plan_index(
     block_size: u32,
     probe_p: usize,
 ) -> Result<IndexPlan, Rejection> {
+    plan_for_bound(
+        schema.max_encoded_len(),
+        uniqueness,
+        mode,
+        block_size,
+        probe_p,
+    )
+}
+
+/// [`plan_index`] for an identity whose worst-case length is `bound` (`None`: unbounded or
+/// unknown), as an identity schema message carries it (`identity.max_len`).
+pub fn plan_for_bound(
+    bound: Option<usize>,
+    uniqueness: Uniqueness,
+    mode: MaintenanceMode,
+    block_size: u32,
+    probe_p: usize,
+) -> Result<IndexPlan, Rejection> {
     if !valid_block_size(block_size) {
         return Err(Rejection::general(
             Property::InvalidBlockSize,
@@ -76,7 +94,6 @@ pub fn plan_index(
         ));
     }
     let limit = max_indexable_datum(block_size);
-    let bound = schema.max_encoded_len();
     let mut plan = IndexPlan {
         class: IndexClass::ProbeExpression,
         block_size,

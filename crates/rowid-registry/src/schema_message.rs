@@ -217,7 +217,31 @@ pub struct RelationSchema {
     pub identity: Result<IdentityDef, Refusal>,
 }
 
+/// What a relation's identities are made of, as far as their bytes and order go
+/// ([`RelationSchema::identity_signature`]): the domain, and per field its column's `attnum`
+/// (a rename changes nothing), its type OID and its shape.
+pub type IdentitySignature = (Domain, Vec<(Option<i16>, u32, Shape)>);
+
 impl RelationSchema {
+    /// What the relation's identities are made of: two schemas with the same signature give
+    /// every row the same identity bytes. `None`: no usable identity.
+    pub fn identity_signature(&self) -> Option<IdentitySignature> {
+        let def = self.identity.as_ref().ok()?;
+        let fields = def
+            .fields
+            .iter()
+            .map(|f| {
+                let attnum = self
+                    .columns
+                    .iter()
+                    .find(|c| c.name == f.column)
+                    .map(|c| c.attnum);
+                (attnum, f.type_oid, f.shape.clone())
+            })
+            .collect();
+        Some((def.domain, fields))
+    }
+
     /// `namespace.relname`.
     pub fn qualified_name(&self) -> String {
         format!("{}.{}", self.namespace, self.relname)

@@ -128,7 +128,7 @@ pub struct Capture {
     relations: HashMap<u32, Relation>,
     bindings: HashMap<u32, Binding>,
     /// Each relation's columns as its row images describe them (rebuilt with its binding).
-    image_columns: HashMap<u32, (Arc<str>, Arc<[ColumnMeta]>)>,
+    image_columns: HashMap<u32, RelationView>,
     /// Bindings of snapshot rows: to the relation as its identity schema lists it (the
     /// stream's Relation messages come later).
     snapshot_bindings: BTreeMap<u32, SnapshotBinding>,
@@ -285,6 +285,7 @@ impl Capture {
             let binding = SnapshotBinding {
                 name: Arc::from(schema.qualified_name()),
                 columns: images::columns(&rel, Some(schema)),
+                schema: Arc::new(schema.clone()),
                 identity: match &schema.identity {
                     Ok(def) => RelationIdentity::from_identity_def(def)
                         .bind_new_rows(&rel, &self.flags)
@@ -514,19 +515,19 @@ impl Capture {
         self.image_columns.remove(&relid);
     }
 
-    /// The relation's `schema.name` and its columns as row images describe them, for its
-    /// current Relation message and schema (shared by its events).
-    fn image_columns(
-        &mut self,
-        lsn: Lsn,
-        relid: u32,
-    ) -> Result<(Arc<str>, Arc<[ColumnMeta]>), CaptureError> {
+    /// The relation as its events describe it, for its current Relation message and schema
+    /// (shared by its events).
+    fn image_columns(&mut self, lsn: Lsn, relid: u32) -> Result<RelationView, CaptureError> {
         if let Some(c) = self.image_columns.get(&relid) {
             return Ok(c.clone());
         }
         let relation = self.relation(lsn, relid)?;
-        let name: Arc<str> = Arc::from(format!("{}.{}", relation.namespace, relation.name));
-        let c = (name, images::columns(relation, self.schema(relid)));
+        let schema = self.schema(relid);
+        let c = RelationView {
+            name: Arc::from(format!("{}.{}", relation.namespace, relation.name)),
+            columns: images::columns(relation, schema),
+            schema: schema.cloned().map(Arc::new),
+        };
         self.image_columns.insert(relid, c.clone());
         Ok(c)
     }
@@ -620,7 +621,11 @@ impl Capture {
             return Ok(None);
         }
         let (xid, commit_lsn, commit_ts) = (txn.xid, txn.commit_lsn, txn.commit_ts);
-        let (name, columns) = self.image_columns(lsn, relid)?;
+        let RelationView {
+            name,
+            columns,
+            schema,
+        } = self.image_columns(lsn, relid)?;
         let images = if op == Op::Truncate {
             images::Images::default()
         } else {
@@ -644,6 +649,7 @@ impl Capture {
             relation: name,
             op,
             columns: columns.clone(),
+            schema,
             domain: None,
             key: Arc::from([]),
             old_id: None,
@@ -903,8 +909,18 @@ struct SnapshotBinding {
     /// `schema.name`, shared by the events.
     name: Arc<str>,
     columns: Arc<[ColumnMeta]>,
+    /// The identity schema the rows are read under, shared by the events.
+    schema: Arc<RelationSchema>,
     /// The identity bound to those columns and its key, or why there is none.
     identity: Result<(BoundIdentity, Arc<[String]>), String>,
+}
+
+/// A relation as its events describe it: name, columns, identity schema (shared by them).
+#[derive(Clone, Debug)]
+struct RelationView {
+    name: Arc<str>,
+    columns: Arc<[ColumnMeta]>,
+    schema: Option<Arc<RelationSchema>>,
 }
 
 /// The Relation message a stream would send for `schema` under no replica identity: the
@@ -974,6 +990,7 @@ fn snapshot_shell(b: &SnapshotBinding, lsn: Lsn, ts: i64, relid: u32) -> ChangeE
         relation: b.name.clone(),
         op: Op::Snapshot,
         columns: b.columns.clone(),
+        schema: Some(b.schema.clone()),
         domain: None,
         key: match &b.identity {
             Ok((_, key)) => key.clone(),
@@ -1037,6 +1054,10 @@ fn fill_snapshot_event(
     event.relid = relid;
     share(&mut event.relation, &b.name);
     share(&mut event.columns, &b.columns);
+    match &mut event.schema {
+        Some(schema) => share(schema, &b.schema),
+        None => event.schema = Some(b.schema.clone()),
+    }
     event.old_id = None;
     event.old = None;
     event.old_kind = None;

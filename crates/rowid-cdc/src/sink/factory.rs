@@ -31,5 +31,16 @@ pub fn open(
             })
             .map_err(CdcError::Sink)?,
         ),
+        SinkSpec::Replica { dsn, schema } => Box::new(
+            postgres::PostgresSink::open_replica(postgres::ReplicaTarget {
+                config: dsn.as_deref().unwrap_or(&opts.dsn).clone(),
+                slot: opts.slot.clone(),
+                fresh: state.is_none(),
+                source_database: source_database.map(str::to_string),
+                in_source: dsn.is_none(),
+                schema: schema.clone(),
+            })
+            .map_err(CdcError::Sink)?,
+        ),
     })
 }

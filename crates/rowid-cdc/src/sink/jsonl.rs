@@ -202,6 +202,7 @@ mod tests {
             backfilled: vec![],
             unchanged_toast: vec![],
             unidentified: None,
+            schema: None,
         }
     }
 

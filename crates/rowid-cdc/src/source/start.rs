@@ -115,9 +115,10 @@ pub(crate) async fn start(opts: &Options) -> Result<Started, CdcError> {
     let source_database = net::database_id(&client).await;
     let sink = sink::factory::open(opts, saved.as_ref(), source_database.as_deref())?;
     let ignored: BTreeSet<u32> = match (&opts.sink, sink.own_tables()) {
-        (SinkSpec::Postgres { dsn, .. }, Some((database, tables)))
-            if dsn.is_none() || (database.is_some() && database == source_database) =>
-        {
+        (
+            SinkSpec::Postgres { dsn, .. } | SinkSpec::Replica { dsn, .. },
+            Some((database, tables)),
+        ) if dsn.is_none() || (database.is_some() && database == source_database) => {
             eprintln!(
                 "rowid-cdc: the sink's own tables (OIDs {tables:?}) are in the captured database: \
                  their changes are not captured"

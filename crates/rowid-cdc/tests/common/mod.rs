@@ -87,6 +87,12 @@ pub struct Cdc<'a> {
 
 impl Cdc<'_> {
     pub fn command(&self, extra: &[&str]) -> Command {
+        let lines = format!("jsonl:{}", self.dir.file("changes.jsonl").display());
+        self.command_into(&lines, extra)
+    }
+
+    /// The command writing into `sink` instead of the JSON lines.
+    pub fn command_into(&self, sink: &str, extra: &[&str]) -> Command {
         let mut c = Command::new(env!("CARGO_BIN_EXE_rowid-cdc"));
         c.args([
             "--dsn",
@@ -99,10 +105,7 @@ impl Cdc<'_> {
         .arg("--state")
         .arg(self.dir.file("cdc.state"))
         .arg("--sink")
-        .arg(format!(
-            "jsonl:{}",
-            self.dir.file("changes.jsonl").display()
-        ))
+        .arg(sink)
         .args(extra)
         .stdout(Stdio::null())
         .stderr(Stdio::piped());

@@ -1,0 +1,755 @@
+//! The PostgreSQL sinks: a sink writing into a PostgreSQL database, one database transaction
+//! per captured transaction, and the two things it writes: change rows into change buffers
+//! ([`change_buffer`], spec/change-buffer.md) and rows applied to replica storage tables kept equal
+//! to their sources ([`replica`], spec/replica.md).
+//!
+//! Data flow: [`PostgresSink`] (the [`Sink`] the pipeline calls, on the stream's thread) turns
+//! each event into a [`Row`], sends it with the relation's shape when that changed, in batches
+//! (256 rows or 256 KiB; one channel message and at most one wake-up per batch) through a
+//! channel bounded in bytes ([`MAX_IN_FLIGHT_BYTES`]), not rows, to the connection's thread
+//! (tokio-postgres on a one-thread runtime, connected by [`crate::connect::net`]: TLS, no
+//! clear-text password), whose loop ([`serve`]) opens a database transaction per captured
+//! transaction and hands the rows to its [`Writer`]. Memory stays flat in transaction size
+//! and in identity size, and the stream never waits on the sink except at a commit or when
+//! that budget is spent.
+//!
+//! Invariants: the writer records the sink's position (the transaction's commit LSN) in the
+//! same transaction as its rows, and `COMMIT` is what makes them durable; the session runs
+//! with `synchronous_commit = on` whatever the server's or the role's default, so a commit
+//! the server answered is on disk. The position and the rows commit atomically, so the sink
+//! can be ahead of the state file, never behind it: a restart replays the transactions
+//! between the two without writing them again ([`crate::capture::Capture::with_delivered`]).
+
+use std::io;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc::{Receiver, Sender, SyncSender, channel, sync_channel};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+
+use std::collections::{HashMap, HashSet};
+
+use bytes::Bytes;
+use rowid_registry::buffer::{self, BufferOp, ImageColumn, Writers};
+use rowid_registry::schema_message::{IdentityDef, Refusal, RelationSchema, ReplicaIdentity};
+use tokio_postgres::{Client, GenericClient, Transaction};
+
+use crate::connect::conninfo::Conninfo;
+use crate::connect::net;
+use crate::event::{CellRef, ChangeEvent, ColumnMeta, OldKind, Op, RowImage};
+use crate::lsn::Lsn;
+use crate::sink::{Durable, Sink};
+
+pub mod change_buffer;
+pub mod replica;
+
+pub use change_buffer::{POSITION_TABLE, Target, buffer_of, default_buffer};
+pub use replica::ReplicaTarget;
+
+/// Bytes of change rows in flight between the stream and the sink's connection at most (a
+/// single larger row is sent alone).
+pub const MAX_IN_FLIGHT_BYTES: usize = 8 << 20;
+
+/// What a row costs in the budget beyond its identities and reason.
+const ROW_OVERHEAD: usize = 64;
+
+/// Rows are sent to the connection's thread in batches of at most this many rows or
+/// [`BATCH_BYTES`] (and at every shape change and commit): one channel message, one budget
+/// exchange and at most one wake-up of the thread per batch, not per row.
+const BATCH_ROWS: usize = 256;
+
+/// Bytes of rows in one batch at most (a single larger row is a batch alone).
+const BATCH_BYTES: usize = 256 << 10;
+
+/// One buffer row, as it travels to the connection's thread.
+#[derive(Debug)]
+struct Row {
+    xid: i64,
+    seq: i32,
+    relid: u32,
+    op: i8,
+    new_id: Option<Vec<u8>>,
+    old_id: Option<Vec<u8>>,
+    commit_lsn: u64,
+    change_lsn: u64,
+    unidentified: Option<String>,
+    old_image: Option<i8>,
+    backfilled: Option<Vec<String>>,
+    unchanged_toast: Option<Vec<String>>,
+    /// Per image column of the buffer (in [`Cmd::Shape`] order): the new and the old value's
+    /// send form, NULL when absent. `None`: no such image.
+    new: Option<Vec<Option<Bytes>>>,
+    old: Option<Vec<Option<Bytes>>>,
+}
+
+impl Row {
+    fn cost(&self) -> usize {
+        let image = |i: &Option<Vec<Option<Bytes>>>| {
+            i.as_ref().map_or(0, |cells| {
+                cells
+                    .iter()
+                    .map(|c| 8 + c.as_ref().map_or(0, Bytes::len))
+                    .sum()
+            })
+        };
+        ROW_OVERHEAD
+            + self.new_id.as_ref().map_or(0, Vec::len)
+            + self.old_id.as_ref().map_or(0, Vec::len)
+            + self.unidentified.as_ref().map_or(0, String::len)
+            + image(&self.new)
+            + image(&self.old)
+    }
+}
+
+#[derive(Debug)]
+enum Cmd {
+    /// A relation's columns or identity schema changed before its next row.
+    Shape(ShapeChange),
+    /// Rows of the open transaction, in order, and what they cost in the budget.
+    Rows(Vec<Row>, usize),
+    /// Finish the transaction committing at this LSN.
+    Commit(u64),
+}
+
+/// The byte budget of the channel: the sender waits while it is spent.
+#[derive(Debug, Default)]
+struct Budget {
+    in_flight: Mutex<usize>,
+    freed: Condvar,
+    peak: AtomicUsize,
+}
+
+impl Budget {
+    /// Waits until `cost` more bytes fit (or nothing is in flight), then takes them.
+    fn take(&self, cost: usize) {
+        let Ok(mut n) = self.in_flight.lock() else {
+            return;
+        };
+        while *n > 0 && *n + cost > MAX_IN_FLIGHT_BYTES {
+            n = match self.freed.wait(n) {
+                Ok(n) => n,
+                Err(_) => return,
+            };
+        }
+        *n += cost;
+        self.peak.fetch_max(*n, Ordering::Relaxed);
+    }
+
+    /// Gives `cost` bytes back.
+    fn give(&self, cost: usize) {
+        if let Ok(mut n) = self.in_flight.lock() {
+            *n = n.saturating_sub(cost);
+            self.freed.notify_all();
+        }
+    }
+
+    /// Gives everything back (the connection's thread ended: nobody will).
+    fn release_all(&self) {
+        if let Ok(mut n) = self.in_flight.lock() {
+            *n = 0;
+            self.freed.notify_all();
+        }
+    }
+}
+
+/// Change rows into a PostgreSQL change buffer.
+#[derive(Debug)]
+pub struct PostgresSink {
+    table: String,
+    tx: Option<Sender<Cmd>>,
+    acks: Receiver<()>,
+    worker: Option<JoinHandle<Result<(), Failure>>>,
+    budget: Arc<Budget>,
+    delivered: Option<Lsn>,
+    /// Commit LSN of the open transaction, when a row of it was sent.
+    open: Option<Lsn>,
+    seq: i32,
+    opened: Opened,
+    /// The columns last sent for each relation's buffer.
+    shapes: HashMap<u32, Shape>,
+    /// Rows not sent yet (see [`BATCH_ROWS`]) and their cost.
+    batch: Vec<Row>,
+    batch_cost: usize,
+    /// The sink's own buffers, when they are in the captured database: their changes are the
+    /// sink's own writes coming back, and are not written again.
+    own: Arc<Mutex<HashSet<u32>>>,
+}
+
+/// What was last sent of a relation's shape: the event columns it was made from (an event
+/// with the same shared columns needs no comparison), the columns as a table holds them
+/// (`None`: unknown at that position), and the identity schema in force.
+type Shape = (
+    Arc<[ColumnMeta]>,
+    Option<Vec<ImageColumn>>,
+    Option<Arc<RelationSchema>>,
+);
+
+/// What of an identity schema decides a table's identities: the identity and the replica
+/// identity setting (not the columns' order or names, which the columns compare).
+fn identity_of(
+    schema: &Option<Arc<RelationSchema>>,
+) -> Option<(&Result<IdentityDef, Refusal>, ReplicaIdentity)> {
+    schema.as_deref().map(|s| (&s.identity, s.replica_identity))
+}
+
+/// What the sink found when it opened.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Opened {
+    /// `synchronous_commit` of the sink's session, as the server reports it after the sink
+    /// set it.
+    pub synchronous_commit: String,
+    /// `pg_class.oid` of the buffer and of the position table.
+    pub tables: Vec<u32>,
+    /// The sink's database, `system_identifier/database OID` when the role may read the
+    /// control data (else `None`).
+    pub database: Option<String>,
+}
+
+impl PostgresSink {
+    /// Starts the sink's connection on a thread of its own, writing with `writer`, and waits
+    /// until it is open (its tables created or checked, its position read). `table`: what the
+    /// sink writes, for messages. `own`: the set the writer marks its own tables in (shared
+    /// with it before it starts).
+    fn spawn<W: Writer + Send + 'static>(
+        endpoint: Endpoint,
+        mut writer: W,
+        table: String,
+        own: Arc<Mutex<HashSet<u32>>>,
+    ) -> io::Result<PostgresSink> {
+        let (tx, rx) = channel::<Cmd>();
+        let (ack_tx, acks) = sync_channel::<()>(1);
+        let (ready_tx, ready) = sync_channel::<Result<(Option<Lsn>, Opened), Failure>>(1);
+        let budget = Arc::new(Budget::default());
+        let worker_budget = budget.clone();
+        let worker = std::thread::Builder::new()
+            .name("rowid-cdc-sink".into())
+            .spawn(move || {
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .map_err(|e| Failure::from(format!("sink runtime: {e}")))?;
+                let out = runtime.block_on(async {
+                    let mut client = match open_connection(&endpoint, &mut writer).await {
+                        Ok((client, position, opened)) => {
+                            let _ = ready_tx.send(Ok((position, opened)));
+                            client
+                        }
+                        Err(e) => {
+                            let _ = ready_tx.send(Err(e));
+                            return Ok(());
+                        }
+                    };
+                    serve(&mut client, &mut writer, &rx, &ack_tx, &worker_budget).await
+                });
+                worker_budget.release_all();
+                out
+            })?;
+        let (delivered, opened) = match ready.recv() {
+            Ok(Ok(found)) => found,
+            Ok(Err(e)) => return Err(e.into_io()),
+            Err(_) => return Err(join_error(Some(worker))),
+        };
+        Ok(PostgresSink {
+            table,
+            tx: Some(tx),
+            acks,
+            worker: Some(worker),
+            budget,
+            delivered,
+            open: None,
+            seq: 0,
+            opened,
+            shapes: HashMap::new(),
+            batch: Vec::new(),
+            batch_cost: 0,
+            own,
+        })
+    }
+
+    /// What the sink writes (the buffers' or the storage tables' names), quoted.
+    pub fn table(&self) -> &str {
+        &self.table
+    }
+
+    /// What the sink found when it opened.
+    pub fn opened(&self) -> &Opened {
+        &self.opened
+    }
+
+    /// The most bytes of rows that were in flight at once.
+    pub fn peak_in_flight_bytes(&self) -> usize {
+        self.budget.peak.load(Ordering::Relaxed)
+    }
+
+    /// The connection's thread ended: its error.
+    fn failed(&mut self) -> io::Error {
+        self.tx = None;
+        join_error(self.worker.take())
+    }
+
+    /// Sends `cmd` after the rows batched before it.
+    fn send(&mut self, cmd: Cmd) -> io::Result<()> {
+        self.flush_rows()?;
+        self.send_now(cmd)
+    }
+
+    fn send_now(&mut self, cmd: Cmd) -> io::Result<()> {
+        let alive = self.worker.as_ref().is_some_and(|w| !w.is_finished());
+        if let (Cmd::Rows(_, cost), true) = (&cmd, alive) {
+            self.budget.take(*cost);
+        }
+        let sent = match &self.tx {
+            Some(tx) => tx.send(cmd).is_ok(),
+            None => false,
+        };
+        if sent { Ok(()) } else { Err(self.failed()) }
+    }
+
+    /// Adds `row` to the batch, sending the batch once it is full.
+    fn push_row(&mut self, row: Row) -> io::Result<()> {
+        self.batch_cost += row.cost();
+        self.batch.push(row);
+        if self.batch.len() >= BATCH_ROWS || self.batch_cost >= BATCH_BYTES {
+            self.flush_rows()?;
+        }
+        Ok(())
+    }
+
+    /// Sends the batched rows.
+    fn flush_rows(&mut self) -> io::Result<()> {
+        if self.batch.is_empty() {
+            return Ok(());
+        }
+        let rows = std::mem::replace(&mut self.batch, Vec::with_capacity(BATCH_ROWS));
+        let cost = std::mem::take(&mut self.batch_cost);
+        self.send_now(Cmd::Rows(rows, cost))
+    }
+}
+
+/// The source's columns as the buffer holds them, from the columns the change carries; `None`
+/// when the identity schema in force does not describe every one (no schema at this
+/// position, or a format-2 schema without types): the buffer cannot be shaped from that.
+fn image_columns(event: &ChangeEvent) -> Option<Vec<ImageColumn>> {
+    event
+        .columns
+        .iter()
+        .map(|c| {
+            Some(ImageColumn {
+                attnum: c.attnum?,
+                name: c.name.clone(),
+                sql_type: c.type_name.clone()?,
+            })
+        })
+        .collect()
+}
+
+/// `None` for an empty list (the buffer's "none").
+fn names(list: &[String]) -> Option<Vec<String>> {
+    (!list.is_empty()).then(|| list.to_vec())
+}
+
+/// An image's values as binary COPY fields: NULL for SQL NULL and for a value the image does
+/// not have (a key-only old row's other columns; an unchanged TOASTed value, which the row's
+/// `unchanged_toast` names). A value the stream sent as text (a type without a binary send
+/// function) cannot be written into binary COPY: refused by relation and column.
+fn cells(event: &ChangeEvent, image: &RowImage) -> io::Result<Vec<Option<Bytes>>> {
+    image
+        .columns
+        .iter()
+        .zip(image.cells())
+        .enumerate()
+        .map(|(i, (column, cell))| match cell {
+            CellRef::Absent | CellRef::Null => Ok(None),
+            CellRef::Binary(_) => Ok(image.binary(i)),
+            CellRef::Text(_) => Err(io::Error::other(format!(
+                "{}: column {} (type OID {}) arrived as text, which a binary COPY into its \
+                 buffer cannot take",
+                event.relation, column.name, column.type_oid
+            ))),
+        })
+        .collect()
+}
+
+fn join_error(worker: Option<JoinHandle<Result<(), Failure>>>) -> io::Error {
+    match worker.map(JoinHandle::join) {
+        Some(Ok(Err(e))) => e.into_io(),
+        Some(Err(_)) => io::Error::other("the sink's connection thread panicked"),
+        Some(Ok(Ok(()))) | None => io::Error::other("the sink's connection ended"),
+    }
+}
+
+impl Sink for PostgresSink {
+    fn change(&mut self, event: &ChangeEvent) -> io::Result<()> {
+        if self
+            .own
+            .lock()
+            .map(|own| own.contains(&event.relid))
+            .unwrap_or(false)
+        {
+            return Ok(());
+        }
+        // Events of one Relation message share their columns: compared once.
+        let same = self
+            .shapes
+            .get(&event.relid)
+            .is_some_and(|(columns, _, _)| Arc::ptr_eq(columns, &event.columns));
+        if !same {
+            let images = image_columns(event);
+            let changed = self.shapes.get(&event.relid).is_none_or(|(_, i, s)| {
+                *i != images || identity_of(s) != identity_of(&event.schema)
+            });
+            self.shapes.insert(
+                event.relid,
+                (event.columns.clone(), images.clone(), event.schema.clone()),
+            );
+            if changed {
+                self.send(Cmd::Shape(ShapeChange {
+                    relid: event.relid,
+                    relation: event.relation.to_string(),
+                    images,
+                    schema: event.schema.clone(),
+                }))?;
+            }
+        }
+        let known = self
+            .shapes
+            .get(&event.relid)
+            .is_some_and(|(_, images, _)| images.is_some());
+        if self.open.is_none() {
+            self.open = Some(event.commit_lsn);
+            self.seq = 0;
+        }
+        self.seq += 1;
+        let op = match event.op {
+            // A snapshot row is the insert of its row (the start checks refuse --snapshot into
+            // change buffers, whose rows are changes; a replica applies it).
+            Op::Insert | Op::Snapshot => BufferOp::Insert,
+            Op::Update => BufferOp::Update,
+            Op::Delete => BufferOp::Delete,
+            Op::Truncate => BufferOp::Truncate,
+            Op::Unidentified => BufferOp::Unidentified,
+        };
+        let row = Row {
+            xid: i64::from(event.xid),
+            seq: self.seq,
+            relid: event.relid,
+            op: op.code() as i8,
+            new_id: event.new_id.clone(),
+            old_id: event.old_id.clone(),
+            commit_lsn: event.commit_lsn.0,
+            change_lsn: event.lsn.0,
+            unidentified: event
+                .unidentified
+                .as_ref()
+                .map(|u| format!("{}: {}", u.change.name(), u.reason)),
+            old_image: event.old.as_ref().and(event.old_kind).map(|k| match k {
+                OldKind::Full => b'F' as i8,
+                OldKind::Key => b'K' as i8,
+            }),
+            backfilled: names(&event.backfilled),
+            unchanged_toast: names(&event.unchanged_toast),
+            new: match (&event.new, known) {
+                (Some(image), true) => Some(cells(event, image)?),
+                _ => None,
+            },
+            old: match (&event.old, known) {
+                (Some(image), true) => Some(cells(event, image)?),
+                _ => None,
+            },
+        };
+        self.push_row(row)
+    }
+
+    fn commit(&mut self) -> io::Result<Durable> {
+        // A transaction with no change for this sink needs no round trip: the state file
+        // records it.
+        if let Some(commit_lsn) = self.open.take() {
+            self.send(Cmd::Commit(commit_lsn.0))?;
+            if self.acks.recv().is_err() {
+                return Err(self.failed());
+            }
+            self.delivered = Some(commit_lsn);
+        }
+        Ok(Durable::default())
+    }
+
+    fn durable(&self) -> Durable {
+        Durable::default()
+    }
+
+    fn delivered(&self) -> Option<Lsn> {
+        self.delivered
+    }
+
+    fn own_tables(&self) -> Option<(Option<String>, Vec<u32>)> {
+        Some((self.opened.database.clone(), self.opened.tables.clone()))
+    }
+}
+
+impl Drop for PostgresSink {
+    fn drop(&mut self) {
+        // Closing the channel ends the thread; an open COPY is abandoned and its transaction
+        // rolls back with the connection.
+        self.tx = None;
+        self.budget.release_all();
+        if let Some(w) = self.worker.take() {
+            let _ = w.join();
+        }
+    }
+}
+
+/// Why the sink's connection failed: the message, and whether reconnecting can cure it.
+#[derive(Debug)]
+struct Failure {
+    message: String,
+    transient: bool,
+}
+
+impl From<String> for Failure {
+    fn from(message: String) -> Failure {
+        Failure {
+            message,
+            transient: false,
+        }
+    }
+}
+
+impl Failure {
+    fn into_io(self) -> io::Error {
+        let kind = if self.transient {
+            io::ErrorKind::ConnectionAborted
+        } else {
+            io::ErrorKind::Other
+        };
+        io::Error::new(kind, self.message)
+    }
+}
+
+/// The error with its SQLSTATE, or its causes; transient when the connection was lost or the
+/// server is shutting down, restarting or recovering (classes 08 and 57).
+fn db_error(what: &str, e: &tokio_postgres::Error) -> Failure {
+    let (message, transient) = net::describe(e);
+    Failure {
+        message: format!("{what}: {message}"),
+        transient,
+    }
+}
+
+/// Connects, sets up the session, then lets the writer create or check its tables; returns
+/// the client, the recorded position and what was found.
+async fn open_connection<W: Writer>(
+    endpoint: &Endpoint,
+    writer: &mut W,
+) -> Result<(Client, Option<Lsn>, Opened), Failure> {
+    let connected = net::connect(&endpoint.config).await.map_err(|e| Failure {
+        message: format!("the sink's database: {}", e.message),
+        transient: e.transient,
+    })?;
+    let mut client = connected.client;
+    tokio::spawn(async move {
+        let _ = connected.connection.await;
+    });
+    let synchronous_commit = session_setup(&client)
+        .await
+        .map_err(|e| db_error("cannot set up the sink's session", &e))?;
+    if synchronous_commit != "on" {
+        return Err(Failure::from(format!(
+            "the sink's session has synchronous_commit = {synchronous_commit} after setting it \
+             on: a commit could be lost in a crash after it was acknowledged"
+        )));
+    }
+    let database = net::database_id(&client).await;
+    let same_database =
+        endpoint.in_source || (database.is_some() && database == endpoint.source_database);
+    let (position, tables) = writer.open(&mut client, same_database).await?;
+    Ok((
+        client,
+        position,
+        Opened {
+            synchronous_commit,
+            tables,
+            database,
+        },
+    ))
+}
+
+/// What every sink session runs first: the search path locked (every name the sink uses is
+/// qualified anyway), and `synchronous_commit = on`, so that a COMMIT the server answered is
+/// durable whatever the server's, database's or role's default. Returns the setting as the
+/// server then reports it.
+pub async fn session_setup(client: &Client) -> Result<String, tokio_postgres::Error> {
+    client
+        .batch_execute("SET search_path = pg_catalog, pg_temp; SET synchronous_commit = on")
+        .await?;
+    Ok(client
+        .query_one(
+            "SELECT pg_catalog.current_setting('synchronous_commit')",
+            &[],
+        )
+        .await?
+        .get(0))
+}
+
+/// Creates `schema` when it is missing. `CREATE SCHEMA IF NOT EXISTS` needs CREATE on the
+/// database even when the schema is there (`pgtrickle_changes`, `public`): a role without it
+/// could not write into an existing schema.
+async fn create_schema_if_missing(
+    client: &impl GenericClient,
+    schema: &str,
+    of: &str,
+) -> Result<(), Failure> {
+    let missing = client
+        .query_opt(
+            "SELECT FROM pg_catalog.pg_namespace WHERE nspname OPERATOR(pg_catalog.=) $1",
+            &[&schema],
+        )
+        .await
+        .map_err(|e| db_error(&format!("cannot read the schema of {of}"), &e))?
+        .is_none();
+    if missing {
+        client
+            .batch_execute(&format!(
+                "CREATE SCHEMA IF NOT EXISTS {}",
+                rowid_registry::sql::quote_ident(schema)
+            ))
+            .await
+            .map_err(|e| db_error(&format!("cannot create the schema of {of}"), &e))?;
+    }
+    Ok(())
+}
+
+/// The sink's role as `regrole` prints it (quoted where needed), as owners are compared.
+async fn sink_role(client: &impl GenericClient) -> Result<String, Failure> {
+    Ok(client
+        .query_one(
+            "SELECT CURRENT_USER::pg_catalog.regrole::pg_catalog.text",
+            &[],
+        )
+        .await
+        .map_err(|e| db_error("cannot read the sink's role", &e))?
+        .get(0))
+}
+
+/// [`buffer::WRITERS_QUERY`] for `table`.
+async fn writers(client: &impl GenericClient, table: &str) -> Result<Writers, Failure> {
+    let row = client
+        .query_one(buffer::WRITERS_QUERY, &[&table])
+        .await
+        .map_err(|e| db_error(&format!("cannot read who may write {table}"), &e))?;
+    Ok(Writers {
+        owner: row.get(0),
+        kind: row.get(1),
+        persistence: row.get(2),
+        grants: row.get(3),
+        triggers: row.get(4),
+        rules: row.get(5),
+        row_security: row.get(6),
+    })
+}
+
+/// Where a sink connects, and how it knows it writes into the captured database.
+#[derive(Clone, Debug)]
+struct Endpoint {
+    /// The connection (its password is never printed).
+    config: Conninfo,
+    /// The captured database (`system_identifier/database OID`, when readable).
+    source_database: Option<String>,
+    /// The sink writes into the captured database by definition (no DSN of its own).
+    in_source: bool,
+}
+
+/// A relation's columns (`images`: `None` when unknown at this position, no identity schema
+/// describing them) and identity schema, from its next row on.
+#[derive(Debug)]
+struct ShapeChange {
+    /// `pg_class.oid` of the source relation.
+    relid: u32,
+    /// `schema.name` of the source relation.
+    relation: String,
+    /// The source's columns as a table holds them (types as the source names them).
+    images: Option<Vec<ImageColumn>>,
+    /// The identity schema in force.
+    schema: Option<Arc<RelationSchema>>,
+}
+
+/// What a sink's connection writes with: the change buffers ([`change_buffer::BufferWriter`]) or
+/// replica storage tables ([`replica::ReplicaWriter`]). The connection's loop ([`serve`])
+/// opens one database transaction per captured transaction and hands the writer what
+/// arrives in it; the writer never commits.
+trait Writer {
+    /// Creates or checks the writer's own tables once connected (`same_database`: the sink
+    /// writes into the captured database, whose slot brings its own writes back: it marks
+    /// its tables in the shared set of own tables); returns the position recorded for the
+    /// slot and the OIDs of the writer's tables.
+    async fn open(
+        &mut self,
+        client: &mut Client,
+        same_database: bool,
+    ) -> Result<(Option<Lsn>, Vec<u32>), Failure>;
+
+    /// A relation's shape from its next row on, inside `txn`.
+    async fn shape(&mut self, txn: &Transaction<'_>, shape: ShapeChange) -> Result<(), Failure>;
+
+    /// Rows of the open transaction, in order.
+    async fn rows(&mut self, txn: &Transaction<'_>, rows: Vec<Row>) -> Result<(), Failure>;
+
+    /// The open transaction commits at `commit_lsn`: what is still open is finished and the
+    /// position recorded, inside `txn`.
+    async fn finish(&mut self, txn: &Transaction<'_>, commit_lsn: u64) -> Result<(), Failure>;
+
+    /// What the writer writes, for messages (`"pgtrickle_changes"."rowid_cdc"_*`).
+    fn target(&self) -> String;
+}
+
+/// The connection's loop: one database transaction per captured transaction, committed once
+/// the writer finished it; the stream is acknowledged through `acks`.
+async fn serve<W: Writer>(
+    client: &mut Client,
+    writer: &mut W,
+    rx: &Receiver<Cmd>,
+    acks: &SyncSender<()>,
+    budget: &Budget,
+) -> Result<(), Failure> {
+    let target = writer.target();
+    let failed = |what: &str, e: tokio_postgres::Error| db_error(&format!("{what} {target}"), &e);
+    loop {
+        // The connection task runs while this one awaits; between transactions it waits for
+        // the stream (a blocking receive on this thread of its own).
+        let mut next = match rx.recv() {
+            Ok(Cmd::Commit(_)) => {
+                return Err("a commit with no open transaction".to_string().into());
+            }
+            Ok(cmd) => Some(cmd),
+            Err(_) => return Ok(()),
+        };
+        let txn = client
+            .transaction()
+            .await
+            .map_err(|e| failed("cannot begin a transaction on", e))?;
+        let commit_lsn = loop {
+            let cmd = match next.take() {
+                Some(cmd) => cmd,
+                None => match rx.recv() {
+                    Ok(cmd) => cmd,
+                    // The stream stopped mid-transaction: nothing of it is committed.
+                    Err(_) => return Ok(()),
+                },
+            };
+            match cmd {
+                Cmd::Shape(shape) => writer.shape(&txn, shape).await?,
+                Cmd::Rows(rows, cost) => {
+                    let written = writer.rows(&txn, rows).await;
+                    budget.give(cost);
+                    written?;
+                }
+                Cmd::Commit(lsn) => break lsn,
+            }
+        };
+        writer.finish(&txn, commit_lsn).await?;
+        txn.commit()
+            .await
+            .map_err(|e| failed("cannot commit the changes into", e))?;
+        if acks.send(()).is_err() {
+            return Ok(());
+        }
+    }
+}

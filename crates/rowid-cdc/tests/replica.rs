@@ -1,0 +1,223 @@
+//! The replica sink against a live server (spec/replica.md): `rowid-cdc --create-slot
+//! --snapshot --sink replica:DSN` keeps, in another database, a storage table per published
+//! table, each equal to its source as a multiset with every stored `__pgt_row_id` equal to
+//! `encode_row_id_v2` of its row; one table per index class (a bounded key: the direct UNIQUE
+//! index as replica identity; a text key: the probe expression; a bounded keyless table: a
+//! direct index; an unbounded keyless one: the probe), rows from before the slot, a TOASTed
+//! column left unchanged by updates and key moves, one identity changed several times in one
+//! transaction, keyless duplicates of which exactly one is deleted or updated, TRUNCATE
+//! followed by inserts, and the consumer SIGKILLed in the middle and restarted. Then a
+//! storage table that no longer equals its source stops the sink, naming the table, the
+//! operation and the identity's fingerprint, never its bytes, and applies nothing of that
+//! transaction.
+//!
+//! Needs a server with `wal_level = logical` and the extension: run through `cargo xtask test`.
+
+// Test code: a failed expectation is a panic by design.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{Cdc, Dir, DropSlot, Running, database, one, wait_active};
+use rowid_testkit::psql::Psql;
+
+const SLOT: &str = "rowid_replica";
+
+/// The source tables: name, columns, identity expression for `encode_row_id_v2`.
+const TABLES: &[(&str, &str, &str)] = &[
+    ("k", "id, v, doc, m", "'SCAN_KEY', ROW(id)"),
+    ("t", "name, v", "'SCAN_KEY', ROW(name)"),
+    ("kb", "a, b", "'KEYLESS_ROW', ROW(a, b)"),
+    ("kl", "a, b", "'KEYLESS_ROW', ROW(a, b)"),
+];
+
+fn setup(src: &Psql) {
+    src.run(
+        "CREATE EXTENSION pg_trickle_ext;
+         SELECT pgtrickle.enable_identity_messages();
+         CREATE TYPE mood AS ENUM ('sad', 'ok', 'happy');
+         CREATE TABLE k (id int8 PRIMARY KEY, v int4, doc text, m mood);
+         ALTER TABLE k ALTER COLUMN doc SET STORAGE EXTERNAL;
+         CREATE TABLE t (name text PRIMARY KEY, v int4);
+         CREATE TABLE kb (a int4, b int4);
+         ALTER TABLE kb REPLICA IDENTITY FULL;
+         CREATE TABLE kl (a int4, b text);
+         ALTER TABLE kl REPLICA IDENTITY FULL;
+         -- Rows from before the slot.
+         INSERT INTO k SELECT g, g, repeat(md5(g::text), 300), 'ok' FROM generate_series(1, 20) g;
+         INSERT INTO t SELECT repeat('n', 70) || g, g FROM generate_series(1, 5) g;
+         INSERT INTO kb VALUES (1, 1), (1, 1), (2, 2);
+         INSERT INTO kl VALUES (1, 'x'), (1, 'x'), (NULL, NULL);
+         CREATE PUBLICATION p FOR TABLE k, t, kb, kl;",
+    )
+    .unwrap();
+}
+
+/// The workload after the slot, transaction by transaction.
+const WORKLOAD: &[&str] = &[
+    // Updates leaving the TOASTed doc alone (the stream does not send it).
+    "UPDATE k SET v = v + 100;",
+    // A key move leaving doc alone, and one identity changed several times.
+    "BEGIN; UPDATE k SET id = 1001 WHERE id = 1; UPDATE k SET v = 7 WHERE id = 2;
+     UPDATE k SET v = 8 WHERE id = 2; DELETE FROM k WHERE id = 3;
+     INSERT INTO k VALUES (3, 33, 'short', 'sad'); UPDATE k SET id = 4003 WHERE id = 3;
+     INSERT INTO k VALUES (3, 34, 'again', 'happy'); COMMIT;",
+    // Keys longer than the probe prefix: moved, deleted, inserted.
+    "BEGIN; UPDATE t SET name = repeat('m', 80) WHERE v = 1; DELETE FROM t WHERE v = 2;
+     INSERT INTO t VALUES (repeat('n', 70) || '2', 22); UPDATE t SET v = v + 1; COMMIT;",
+    // Keyless duplicates: exactly one deleted, one of two updated.
+    "DELETE FROM kb WHERE ctid = (SELECT ctid FROM kb WHERE a = 1 LIMIT 1);",
+    "INSERT INTO kb VALUES (1, 1), (3, 3), (3, 3);",
+    "UPDATE kb SET b = 9 WHERE ctid = (SELECT ctid FROM kb WHERE a = 3 LIMIT 1);",
+    "BEGIN; INSERT INTO kl VALUES (2, 'y'), (2, 'y'); DELETE FROM kl WHERE a IS NULL;
+     UPDATE kl SET b = 'z' WHERE ctid = (SELECT ctid FROM kl WHERE a = 2 LIMIT 1); COMMIT;",
+    // TRUNCATE, then rows again, in one transaction.
+    "BEGIN; INSERT INTO kb VALUES (5, 5); TRUNCATE kb; INSERT INTO kb VALUES (6, 6), (6, 6); COMMIT;",
+    "UPDATE k SET doc = 'replaced' WHERE id = 5;",
+];
+
+/// The rows of `table` in `db`, sorted, each as the start of its text and the md5 of all of
+/// it (a TOASTed value would make a failure unreadable).
+fn rows(db: &Psql, relation: &str, columns: &str) -> String {
+    db.run(&format!(
+        "SELECT left(r, 40) || ' md5 ' || md5(r) FROM \
+         (SELECT ({columns})::text AS r FROM {relation}) AS x ORDER BY r;"
+    ))
+    .unwrap()
+}
+
+/// Waits until the storage of `k` holds the row with id `id`.
+fn wait_for_k(target: &Psql, id: i64) {
+    let t = Instant::now();
+    while one(
+        target,
+        &format!("SELECT count(*) FROM public.k WHERE id = {id};"),
+    ) != "1"
+    {
+        assert!(
+            t.elapsed() < Duration::from_secs(60),
+            "the replica did not reach row {id}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn assert_equal(src: &Psql, target: &Psql) {
+    for (table, columns, identity) in TABLES {
+        assert_eq!(
+            rows(target, &format!("public.{table}"), columns),
+            rows(src, table, columns),
+            "{table}: the storage is its source, as a multiset"
+        );
+        assert_eq!(
+            one(
+                target,
+                &format!(
+                    "SELECT count(*) FROM public.{table} \
+                     WHERE \"__pgt_row_id\" IS DISTINCT FROM pgtrickle.encode_row_id_v2({identity});"
+                )
+            ),
+            "0",
+            "{table}: every stored identity is encode_row_id_v2 of its row"
+        );
+    }
+}
+
+#[test]
+#[ignore = "needs a PostgreSQL server with wal_level=logical and the extension: run through `cargo xtask test`"]
+fn a_replica_equals_its_sources_through_every_index_class() {
+    let src = database("rowid_cdc_replica_src", SLOT);
+    let _drop = DropSlot(&src, SLOT);
+    let target = Psql::fresh_database("rowid_cdc_replica_dst").unwrap();
+    target
+        .run("CREATE EXTENSION pg_trickle_ext; CREATE TYPE public.mood AS ENUM ('sad', 'ok', 'happy');")
+        .unwrap();
+    setup(&src);
+    let dir = Dir::new("replica");
+    let cdc = Cdc {
+        dsn: src.dsn(),
+        slot: SLOT,
+        publication: "p",
+        dir: &dir,
+    };
+    let sink = format!("replica:{}", target.dsn());
+    let run = |extra: &[&str]| Running(cdc.command_into(&sink, extra).spawn().unwrap());
+
+    let first = run(&["--create-slot", "--snapshot"]);
+    wait_active(&src, SLOT);
+    let (half, rest) = WORKLOAD.split_at(4);
+    for txn in half {
+        src.run(txn).unwrap();
+    }
+    src.run("INSERT INTO k VALUES (5000, 0, 'marker', 'ok');")
+        .unwrap();
+    wait_for_k(&target, 5000);
+    // Killed between transactions, and more written while it is down.
+    drop(first);
+    for txn in rest {
+        src.run(txn).unwrap();
+    }
+    src.run("INSERT INTO k VALUES (5001, 0, 'marker', 'ok');")
+        .unwrap();
+    let second = run(&[]);
+    wait_for_k(&target, 5001);
+    assert_equal(&src, &target);
+
+    // The index plans, in the target's catalog.
+    assert_eq!(
+        target
+            .run(
+                "SELECT c.relname, i.indisunique, pg_get_indexdef(i.indexrelid) LIKE '%row_probe_v1%', \
+                 i.indisreplident, c.relreplident FROM pg_index i \
+                 JOIN pg_class c ON c.oid = i.indrelid \
+                 JOIN pg_namespace n ON n.oid = c.relnamespace \
+                 WHERE n.nspname = 'public' ORDER BY 1;"
+            )
+            .unwrap(),
+        "k|t|f|t|i\nkb|f|f|f|f\nkl|f|t|f|f\nt|f|t|f|f\n"
+    );
+    // Matching uses the index.
+    let plan = target
+        .run("EXPLAIN (COSTS OFF) SELECT * FROM public.t WHERE pgtrickle.row_probe_v1(\"__pgt_row_id\") = pgtrickle.row_probe_v1('\\x00'::bytea) AND \"__pgt_row_id\" = '\\x00'::bytea;")
+        .unwrap();
+    assert!(
+        plan.contains("Index Scan") || plan.contains("Bitmap"),
+        "{plan}"
+    );
+
+    // A storage that no longer equals its source: an update of a row it lacks stops the sink.
+    target.run("DELETE FROM public.k WHERE id = 6;").unwrap();
+    let position_before = one(
+        &target,
+        "SELECT commit_lsn FROM pgtrickle_replica.__pgt_replica_position;",
+    );
+    src.run("BEGIN; INSERT INTO k VALUES (7000, 0, 'x', 'ok'); UPDATE k SET v = -1 WHERE id = 6; COMMIT;")
+        .unwrap();
+    let (ok, err) = second.finish(Duration::from_secs(60));
+    assert!(!ok, "the sink stopped: {err}");
+    assert!(err.contains("public.k"), "names the table: {err}");
+    assert!(err.contains("an update"), "names the operation: {err}");
+    assert!(
+        err.contains("len=17 fp="),
+        "names the identity by fingerprint: {err}"
+    );
+    let id6 = one(
+        &src,
+        "SELECT encode(pgtrickle.encode_row_id_v2('SCAN_KEY', ROW(6::int8)), 'hex');",
+    );
+    assert!(!err.contains(&id6), "never the identity's bytes: {err}");
+    assert_eq!(
+        one(&target, "SELECT count(*) FROM public.k WHERE id = 7000;"),
+        "0",
+        "nothing of the transaction was applied"
+    );
+    assert_eq!(
+        one(
+            &target,
+            "SELECT commit_lsn FROM pgtrickle_replica.__pgt_replica_position;"
+        ),
+        position_before
+    );
+}
