@@ -5,7 +5,8 @@
 //! composite text and keyless), prints their identities, fingerprints and probes, plans each
 //! storage index with `rowid-registry`, applies an update through the exact-match SQL the
 //! registry generates, runs `rowid-cdc` on a live slot through a key change and a TOASTed
-//! keyless update, and stops the cluster.
+//! keyless update, keeps a replica of two tables in another database with it, and stops the
+//! cluster.
 
 use rowid_codec::Domain;
 use rowid_codec::probe::PROBE_V1_PREFIX_LEN;
@@ -209,6 +210,7 @@ pub fn run() -> Result<(), String> {
     )?;
     capture_by_trigger(&cluster)?;
     follow_with_rowid_cdc(&cluster)?;
+    keep_a_replica(&cluster)?;
     drop(cluster);
     println!("\ndemo finished; the cluster under target/demo is stopped.");
     Ok(())
@@ -403,5 +405,140 @@ fn follow_with_rowid_cdc(cluster: &Cluster) -> Result<(), String> {
                encode(pgtrickle.encode_row_id_v2('SCAN_KEY', ROW(3::int8, 'final'::text)), 'hex') AS key_3_final",
     )?;
     psql(cluster, "SELECT pg_drop_replication_slot('demo_cdc')")?;
+    Ok(())
+}
+
+/// `show` against another database of the cluster.
+fn show_in(cluster: &Cluster, db: &str, title: &str, sql: &str) -> Result<(), String> {
+    println!("\n-- {title} (database {db})\n{}", sql.trim());
+    print!("{}", cluster.psql().with_db(db).show(sql)?);
+    Ok(())
+}
+
+/// `rowid-cdc --sink replica:`: two tables kept in another database, equal to their sources
+/// by identity through a key change, one of two identical keyless rows deleted, and an
+/// update leaving a TOASTed column alone.
+fn keep_a_replica(cluster: &Cluster) -> Result<(), String> {
+    step("rowid-cdc --sink replica: a copy in another database, kept exactly by identity");
+    let dir = root().join("target").join("demo");
+    let state = dir.join("replica.state");
+    let _ = std::fs::remove_file(&state);
+    show(
+        cluster,
+        "the source: a keyed table with a TOASTed column, and a keyless one with two identical rows",
+        "
+        DROP DATABASE IF EXISTS demo_replica;
+        CREATE DATABASE demo_replica;
+        CREATE TABLE orders (id int8 PRIMARY KEY, note text, body text);
+        ALTER TABLE orders ALTER COLUMN body SET STORAGE EXTERNAL;
+        CREATE TABLE tags (tag text, n int4);
+        ALTER TABLE tags REPLICA IDENTITY FULL;
+        INSERT INTO orders SELECT g, 'before the slot',
+          (SELECT string_agg(md5((g * 1000 + x)::text), '') FROM generate_series(1, 100) x)
+          FROM generate_series(1, 3) g;
+        INSERT INTO tags VALUES ('red', 1), ('red', 1), ('blue', 2);
+        CREATE PUBLICATION demo_replica FOR TABLE orders, tags;
+        SELECT 'ready' AS source",
+    )?;
+    cluster
+        .psql()
+        .with_db("demo_replica")
+        .show("CREATE EXTENSION pg_trickle_ext")?;
+    let binary = root().join("target").join("debug").join("rowid-cdc");
+    let (dsn, target) = (cluster.dsn("postgres"), cluster.dsn("demo_replica"));
+    println!(
+        "\n$ rowid-cdc --dsn '{dsn}' --slot demo_replica --publication demo_replica \\\n    \
+         --create-slot --snapshot --state target/demo/replica.state --sink 'replica:{target}'"
+    );
+    let mut child = std::process::Command::new(&binary)
+        .args(["--dsn", &dsn, "--slot", "demo_replica"])
+        .args([
+            "--publication",
+            "demo_replica",
+            "--create-slot",
+            "--snapshot",
+        ])
+        .arg("--state")
+        .arg(&state)
+        .args(["--sink", &format!("replica:{target}")])
+        .spawn()
+        .map_err(|e| format!("{}: {e}", binary.display()))?;
+    let replica = cluster.psql().with_db("demo_replica");
+    // Waits until the replica holds order `id` (a minute at most).
+    let mut wait_for = |id: i64| -> Result<(), String> {
+        let started = std::time::Instant::now();
+        loop {
+            let n = replica
+                .run(
+                    "SELECT count(*) FROM pg_catalog.pg_tables WHERE schemaname = 'public' \
+                     AND tablename = 'orders';",
+                )
+                .unwrap_or_default();
+            if n.trim() == "1"
+                && replica
+                    .run(&format!(
+                        "SELECT count(*) FROM public.orders WHERE id = {id};"
+                    ))
+                    .unwrap_or_default()
+                    .trim()
+                    == "1"
+            {
+                return Ok(());
+            }
+            if started.elapsed() > std::time::Duration::from_secs(60) {
+                let _ = child.kill();
+                return Err(format!("the replica did not reach order {id}"));
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+    };
+    wait_for(3)?;
+    show(
+        cluster,
+        "changes: a key change, one of the two identical keyless rows deleted, an update leaving the TOASTed body alone (the stream does not carry it)",
+        "
+        UPDATE orders SET id = 20 WHERE id = 2;
+        DELETE FROM tags WHERE ctid = (SELECT ctid FROM tags WHERE tag = 'red' LIMIT 1);
+        UPDATE orders SET note = 'changed after the slot' WHERE id = 1;
+        INSERT INTO orders VALUES (99, 'last', 'short');
+        SELECT 'done' AS workload",
+    )?;
+    wait_for(99)?;
+    let _ = child.kill();
+    let _ = child.wait();
+    let orders =
+        "SELECT id, note, md5(body) AS body_md5, length(body) AS body_len FROM orders ORDER BY id";
+    let tags = "SELECT tag, n FROM tags ORDER BY tag, n";
+    show(cluster, "the source: orders", orders)?;
+    show_in(
+        cluster,
+        "demo_replica",
+        "the replica: orders, the same rows (the body kept through the update that did not send it)",
+        &orders.replace("FROM orders", "FROM public.orders"),
+    )?;
+    show(cluster, "the source: tags", tags)?;
+    show_in(
+        cluster,
+        "demo_replica",
+        "the replica: tags, one red row left of two",
+        &tags.replace("FROM tags", "FROM public.tags"),
+    )?;
+    show_in(
+        cluster,
+        "demo_replica",
+        "each stored identity is encode_row_id_v2 of its row; the index the registry planned for each",
+        "
+        SELECT 'orders' AS storage, count(*) FILTER (WHERE __pgt_row_id
+                 = pgtrickle.encode_row_id_v2('SCAN_KEY', ROW(id))) AS identities_equal,
+               count(*) AS rows FROM public.orders
+        UNION ALL
+        SELECT 'tags', count(*) FILTER (WHERE __pgt_row_id
+                 = pgtrickle.encode_row_id_v2('KEYLESS_ROW', ROW(tag, n))), count(*) FROM public.tags;
+        SELECT c.relname AS storage, pg_get_indexdef(i.indexrelid) AS index,
+               i.indisreplident AS replica_identity
+        FROM pg_index i JOIN pg_class c ON c.oid = i.indrelid
+        WHERE c.relnamespace = 'public'::regnamespace ORDER BY 1",
+    )?;
+    psql(cluster, "SELECT pg_drop_replication_slot('demo_replica')")?;
     Ok(())
 }

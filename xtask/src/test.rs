@@ -62,7 +62,8 @@ fn server_checks(major: u32, source: pg::Source) -> Result<Counts, String> {
         // needs the extension).
         tests.push(("rowid-cdc", "replica_apply"));
         // The replica sink on a live slot: every index class, snapshot, TOAST, key moves,
-        // keyless duplicates, TRUNCATE, a kill and restart, a divergence refused by name.
+        // keyless duplicates, TRUNCATE, a kill and restart, a divergence refused by name, a
+        // changed key rebuilt, a missing type refused.
         tests.push(("rowid-cdc", "replica"));
         // Row images read back into SQL against the row, and the TOAST matrix.
         tests.push(("rowid-cdc", "images"));

@@ -221,3 +221,181 @@ fn a_replica_equals_its_sources_through_every_index_class() {
         position_before
     );
 }
+
+/// Waits until `sql` on `db` prints `expected`.
+fn wait_until(db: &Psql, sql: &str, expected: &str) {
+    let t = Instant::now();
+    while one(db, sql) != expected {
+        assert!(
+            t.elapsed() < Duration::from_secs(60),
+            "{sql} never printed {expected}: {}",
+            one(db, sql)
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The index of storage `public.r`: unique, probe, replica identity; and the table's
+/// replica identity setting.
+fn r_index(target: &Psql) -> String {
+    one(
+        target,
+        "SELECT i.indisunique || '|' || (pg_get_indexdef(i.indexrelid) LIKE '%row_probe_v1%') \
+         || '|' || i.indisreplident || '|' || c.relreplident::text FROM pg_index i \
+         JOIN pg_class c ON c.oid = i.indrelid WHERE c.oid = 'public.r'::regclass;",
+    )
+}
+
+#[test]
+#[ignore = "needs a PostgreSQL server with wal_level=logical and the extension: run through `cargo xtask test`"]
+fn a_changed_key_rebuilds_every_stored_identity_and_the_index() {
+    let slot = "rowid_replica_key";
+    let src = database("rowid_cdc_replica_key_src", slot);
+    let _drop = DropSlot(&src, slot);
+    let target = Psql::fresh_database("rowid_cdc_replica_key_dst").unwrap();
+    target.run("CREATE EXTENSION pg_trickle_ext;").unwrap();
+    src.run(
+        "CREATE EXTENSION pg_trickle_ext;
+         SELECT pgtrickle.enable_identity_messages();
+         CREATE TABLE r (id int8 PRIMARY KEY, code text NOT NULL, v int4);
+         INSERT INTO r SELECT g, 'code-' || g, g FROM generate_series(1, 50) g;
+         CREATE PUBLICATION p FOR TABLE r;",
+    )
+    .unwrap();
+    let dir = Dir::new("replica-key");
+    let cdc = Cdc {
+        dsn: src.dsn(),
+        slot,
+        publication: "p",
+        dir: &dir,
+    };
+    let sink = format!("replica:{}", target.dsn());
+    let _running = Running(
+        cdc.command_into(&sink, &["--create-slot", "--snapshot"])
+            .spawn()
+            .unwrap(),
+    );
+    wait_active(&src, slot);
+    let applied = |v: i32| {
+        wait_until(
+            &target,
+            &format!("SELECT count(*) FROM public.r WHERE v = {v};"),
+            "1",
+        )
+    };
+    let check = |identity: &str| {
+        assert_eq!(
+            rows(&target, "public.r", "id, code, v"),
+            rows(&src, "r", "id, code, v")
+        );
+        assert_eq!(
+            one(
+                &target,
+                &format!(
+                    "SELECT count(*) FROM public.r WHERE \"__pgt_row_id\" \
+                     IS DISTINCT FROM pgtrickle.encode_row_id_v2({identity});"
+                )
+            ),
+            "0",
+            "every identity rebuilt as {identity}"
+        );
+    };
+    src.run("UPDATE r SET v = 1001 WHERE id = 1;").unwrap();
+    applied(1001);
+    assert_eq!(
+        r_index(&target),
+        "true|false|true|i",
+        "a bounded key: the direct UNIQUE index"
+    );
+    check("'SCAN_KEY', ROW(id)");
+
+    // The key moves to the text column: unbounded, so the probe index; the change in the
+    // same transaction is applied under the new identity.
+    src.run(
+        "BEGIN; ALTER TABLE r DROP CONSTRAINT r_pkey, ADD PRIMARY KEY (code);
+         UPDATE r SET v = 1002, id = 2000 WHERE code = 'code-2'; COMMIT;",
+    )
+    .unwrap();
+    applied(1002);
+    assert_eq!(
+        r_index(&target),
+        "false|true|false|f",
+        "a text key: the probe expression"
+    );
+    check("'SCAN_KEY', ROW(code)");
+
+    // No key at all: every column, a multiset (duplicates allowed, one deleted).
+    src.run(
+        "ALTER TABLE r REPLICA IDENTITY FULL; ALTER TABLE r DROP CONSTRAINT r_pkey;
+         INSERT INTO r VALUES (7, 'dup', 1003), (7, 'dup', 1003), (8, 'dup', 1004);
+         DELETE FROM r WHERE ctid = (SELECT ctid FROM r WHERE code = 'dup' AND v = 1003 LIMIT 1);",
+    )
+    .unwrap();
+    wait_until(
+        &target,
+        "SELECT count(*) FROM public.r WHERE code = 'dup';",
+        "2",
+    );
+    assert_eq!(
+        r_index(&target),
+        "false|true|false|f",
+        "keyless with a text column: the probe"
+    );
+    check("'KEYLESS_ROW', ROW(id, code, v)");
+
+    // A bounded key again: the direct UNIQUE index, the replica identity.
+    src.run(
+        "DELETE FROM r WHERE code = 'dup'; ALTER TABLE r ADD PRIMARY KEY (id);
+         ALTER TABLE r REPLICA IDENTITY DEFAULT; UPDATE r SET v = 1005 WHERE id = 3;",
+    )
+    .unwrap();
+    applied(1005);
+    assert_eq!(r_index(&target), "true|false|true|i");
+    check("'SCAN_KEY', ROW(id)");
+}
+
+#[test]
+#[ignore = "needs a PostgreSQL server with wal_level=logical and the extension: run through `cargo xtask test`"]
+fn a_type_the_target_lacks_is_refused_by_column_and_type() {
+    let slot = "rowid_replica_type";
+    let src = database("rowid_cdc_replica_type_src", slot);
+    let _drop = DropSlot(&src, slot);
+    let target = Psql::fresh_database("rowid_cdc_replica_type_dst").unwrap();
+    src.run(
+        "CREATE EXTENSION pg_trickle_ext;
+         SELECT pgtrickle.enable_identity_messages();
+         CREATE TYPE mood AS ENUM ('sad', 'happy');
+         CREATE TABLE e (id int8 PRIMARY KEY, m mood);
+         INSERT INTO e VALUES (1, 'happy');
+         CREATE PUBLICATION p FOR TABLE e;",
+    )
+    .unwrap();
+    let dir = Dir::new("replica-type");
+    let cdc = Cdc {
+        dsn: src.dsn(),
+        slot,
+        publication: "p",
+        dir: &dir,
+    };
+    let out = {
+        let mut c = cdc.command_into(
+            &format!("replica:{}", target.dsn()),
+            &["--create-slot", "--snapshot"],
+        );
+        c.output().unwrap()
+    };
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "refused: {err}");
+    assert!(
+        err.contains("public.e") && err.contains("\"m\"") && err.contains("public.mood"),
+        "names the table, the column and the type: {err}"
+    );
+    assert_eq!(
+        one(
+            &target,
+            "SELECT count(*) FROM pg_tables WHERE tablename = 'e';"
+        ),
+        "0",
+        "nothing created"
+    );
+}

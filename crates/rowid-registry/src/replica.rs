@@ -127,6 +127,52 @@ fn comments<'a>(
     })
 }
 
+/// The statements that rebuild a storage table's identities and index when its identity
+/// changed (its key, or its bound crossing into another index class): every stored identity
+/// changes meaning, so each is computed again from its own row, in one transaction, by the
+/// extension's encoder in the replica's database (`encode_row_id_v2_fields`, the same codec
+/// as every other path), and the index is the one `want` plans. `domain` and `fields` are
+/// the new identity's (its fields' storage column names, in identity order). Run after the
+/// columns follow the source ([`alter_statements`]).
+pub fn rebuild_statements(
+    have: &Storage,
+    want: &Storage,
+    domain: rowid_codec::Domain,
+    fields: &[&str],
+) -> Vec<String> {
+    let table = want.table.quoted();
+    let index = QualifiedName {
+        schema: have.table.schema.clone(),
+        name: index_name(have.source_relid),
+    }
+    .quoted();
+    let args: Vec<String> = fields.iter().map(|f| quote_ident(f)).collect();
+    let mut out = vec![
+        // The index may be the replica identity; it goes first.
+        format!("ALTER TABLE {table} REPLICA IDENTITY FULL"),
+        format!("DROP INDEX IF EXISTS {index}"),
+        format!(
+            "UPDATE {table} SET {} = pgtrickle.encode_row_id_v2_fields('{}', {})",
+            quote_ident(ROW_ID),
+            domain.name(),
+            args.join(", ")
+        ),
+    ];
+    let created = create_statements(want);
+    // The index and the replica identity: the last two of a storage's creation.
+    out.extend(created[created.len() - 2..].iter().cloned());
+    out
+}
+
+/// A query saying whether the replica's database has the encoder [`rebuild_statements`]
+/// needs (the extension).
+pub const HAS_ENCODER_QUERY: &str = "SELECT pg_catalog.to_regprocedure(\
+     'pgtrickle.encode_row_id_v2_fields(pg_catalog.text, \"any\")') IS NOT NULL";
+
+/// A query saying whether the replica's database knows a type (`$1`, as `format_type`
+/// prints it).
+pub const HAS_TYPE_QUERY: &str = "SELECT pg_catalog.to_regtype($1) IS NOT NULL";
+
 /// The statements that turn a storage table holding the columns `have` into one holding
 /// `want` (the source's columns now), matched by source `attnum`: a column gone is dropped, a
 /// renamed one renamed, a retyped one converted with the cast the source's `ALTER COLUMN ...

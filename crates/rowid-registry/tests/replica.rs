@@ -11,7 +11,8 @@ use rowid_registry::buffer::ImageColumn;
 use rowid_registry::replica::{
     Apply, Expect, SEGMENT_CHANGES, SegmentChange, Segmenter, Storage, alter_statements,
     applied_position, check_shape, check_versions, class_from_name, class_name, column_comment,
-    create_statements, metadata_statements, parse_column_comment, record_position, record_storage,
+    create_statements, metadata_statements, parse_column_comment, rebuild_statements,
+    record_position, record_storage,
 };
 use rowid_registry::sql::QualifiedName;
 use rowid_registry::{IndexClass, Uniqueness};
@@ -253,6 +254,20 @@ fn storage_columns_say_which_source_column_they_hold() {
         .unwrap_err()
         .to_string();
     assert!(err.contains("public.t") && err.contains("\"x\""), "{err}");
+}
+
+#[test]
+fn a_changed_identity_is_rebuilt_from_the_stored_rows() {
+    let have = storage(IndexClass::DirectUnique, Uniqueness::Unique);
+    // The key moved to the text column: unbounded now, so the probe index.
+    let want = Storage {
+        class: IndexClass::ProbeExpression,
+        ..have.clone()
+    };
+    assert_snapshot!(
+        "rebuild",
+        rebuild_statements(&have, &want, rowid_codec::Domain::ScanKey, &["note"]).join(";\n")
+    );
 }
 
 #[test]

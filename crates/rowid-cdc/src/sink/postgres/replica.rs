@@ -12,9 +12,11 @@
 //! then the slot's position is recorded. A change the storage cannot take stops the sink,
 //! naming the table, the operation and the identity's fingerprint, never its bytes.
 //!
-//! Not followed yet (issue 22, later stages; refused by name, never applied inexactly): a
-//! change of a table's identity (its key, or its bound crossing into the probe index), and a
-//! column added to a table whose storage holds rows (their values are in no WAL record).
+//! A change of a table's identity (its key, or its bound crossing into another index class)
+//! rebuilds every stored identity from its own row and the index, in the transaction of the
+//! first change after it (the extension's encoder in the replica's database). Not followed
+//! yet (refused by name, never applied inexactly): a column added to a table whose storage
+//! holds rows (the values its rows have there are in no WAL record).
 
 use std::collections::{HashMap, HashSet};
 use std::io;
@@ -213,7 +215,7 @@ impl ReplicaWriter {
         };
         let table = match known {
             None => self.create(txn, want, shape.relation, schema_json).await?,
-            Some(have) => self.follow(txn, have, want, schema_json).await?,
+            Some(have) => self.follow(txn, have, want, &schema, schema_json).await?,
         };
         self.tables.insert(relid, Ok(table));
         Ok(())
@@ -324,6 +326,7 @@ impl ReplicaWriter {
                  --replica-schema): drop or rename it, or choose another --replica-schema"
             )));
         }
+        check_types(txn, &relation, &want.columns).await?;
         if let Some(schema) = &want.table.schema {
             create_schema_if_missing(txn, schema, &name).await?;
         }
@@ -380,22 +383,18 @@ impl ReplicaWriter {
         txn: &Transaction<'_>,
         mut have: Table,
         want: Storage,
+        schema: &RelationSchema,
         schema_json: String,
     ) -> Result<Table, Failure> {
         let name = have.storage.table.quoted();
-        let relation = &have.relation;
-        if (have.storage.class, have.storage.uniqueness) != (want.class, want.uniqueness)
-            || !same_identity(&have.schema_json, &schema_json)
-        {
-            return Err(Failure::from(format!(
-                "{relation}'s identity changed (its key, or its bound and so its index), so every \
-                 identity in {name} changes meaning; following that is not implemented yet: \
-                 drop {name} and its row in {}, then snapshot the table again",
-                meta_table(self.target.meta(), replica::TABLES)
-            )));
-        }
+        let relation = have.relation.clone();
+        let rebuild = (have.storage.class, have.storage.uniqueness)
+            != (want.class, want.uniqueness)
+            || !same_identity(&have.schema_json, &schema_json);
         let changes = buffer::ColumnChanges::between(&have.storage.columns, &want.columns);
         if !changes.is_empty() {
+            let retyped: Vec<&ImageColumn> = changes.retyped.to_vec();
+            check_types(txn, &relation, changes.added.iter().chain(retyped)).await?;
             if let Some(added) = changes.added.first() {
                 let holds_rows: bool = txn
                     .query_one(&format!("SELECT EXISTS (SELECT FROM {name})"), &[])
@@ -421,6 +420,43 @@ impl ReplicaWriter {
                 })?;
             }
             // The delta has the old columns.
+            txn.batch_execute(&Apply::new(&have.storage).drop_delta())
+                .await
+                .map_err(|e| db_error(&format!("cannot drop the delta of {name}"), &e))?;
+            have.delta = false;
+        }
+        if rebuild {
+            // Every stored identity changes meaning: computed again from its own row.
+            let def = schema.identity.as_ref().map_err(|r| {
+                Failure::from(format!("{relation} has no usable identity: {}", r.message))
+            })?;
+            let has_encoder: bool = txn
+                .query_one(replica::HAS_ENCODER_QUERY, &[])
+                .await
+                .map_err(|e| db_error("cannot look for the extension's encoder", &e))?
+                .get(0);
+            if !has_encoder {
+                return Err(Failure::from(format!(
+                    "{relation}'s identity changed (its key, or its bound and so its index), so \
+                     every identity in {name} must be computed again from its row, by the \
+                     extension's encoder, which the replica's database lacks: CREATE EXTENSION \
+                     pg_trickle_ext there, then start again"
+                )));
+            }
+            let fields: Vec<&str> = def.fields.iter().map(|f| f.column.as_str()).collect();
+            for sql in replica::rebuild_statements(&have.storage, &want, def.domain, &fields) {
+                txn.batch_execute(&sql).await.map_err(|e| {
+                    db_error(
+                        &format!(
+                            "cannot rebuild the identities of {name} after {relation}'s key changed"
+                        ),
+                        &e,
+                    )
+                })?;
+            }
+            have.storage.class = want.class;
+            have.storage.uniqueness = want.uniqueness;
+            // The delta's segments follow the new semantics from now on.
             txn.batch_execute(&Apply::new(&have.storage).drop_delta())
                 .await
                 .map_err(|e| db_error(&format!("cannot drop the delta of {name}"), &e))?;
@@ -456,6 +492,30 @@ impl ReplicaWriter {
         }
         Ok(())
     }
+}
+
+/// Refuses, by relation, column and type, a column whose type the replica's database does not
+/// have (an enum, a composite, a domain: created there by whoever runs it).
+async fn check_types<'a>(
+    client: &impl GenericClient,
+    relation: &str,
+    columns: impl IntoIterator<Item = &'a ImageColumn>,
+) -> Result<(), Failure> {
+    for c in columns {
+        let known: bool = client
+            .query_one(replica::HAS_TYPE_QUERY, &[&c.sql_type])
+            .await
+            .map_err(|e| db_error(&format!("cannot look up the type {}", c.sql_type), &e))?
+            .get(0);
+        if !known {
+            return Err(Failure::from(format!(
+                "{relation}: column {:?} has type {}, which the replica's database does not \
+                 have: create it there (as at the source), then start again",
+                c.name, c.sql_type
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// The OID of the table `name` (quoted, qualified), `None` when there is none.
