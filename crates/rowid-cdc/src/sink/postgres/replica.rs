@@ -15,8 +15,8 @@
 //! A change of a table's identity (its key, or its bound crossing into another index class)
 //! rebuilds every stored identity from its own row and the index, in the transaction of the
 //! first change after it (the extension's encoder in the replica's database). Not followed
-//! yet (refused by name, never applied inexactly): a column added to a table whose storage
-//! holds rows (the values its rows have there are in no WAL record).
+//! yet (refused by name, never applied inexactly): a column added to or retyped in a table
+//! whose storage holds rows (the values its rows have there now are in no WAL record).
 
 use std::collections::{HashMap, HashSet};
 use std::io;
@@ -395,7 +395,14 @@ impl ReplicaWriter {
         if !changes.is_empty() {
             let retyped: Vec<&ImageColumn> = changes.retyped.to_vec();
             check_types(txn, &relation, changes.added.iter().chain(retyped)).await?;
-            if let Some(added) = changes.added.first() {
+            // A new column's values in the source's existing rows (a default), and a retyped
+            // column's (its USING), are in no WAL record: only an empty storage follows them.
+            let unknowable = changes
+                .added
+                .first()
+                .map(|c| (c, "gained column"))
+                .or(changes.retyped.first().map(|c| (*c, "retyped column")));
+            if let Some((column, what)) = unknowable {
                 let holds_rows: bool = txn
                     .query_one(&format!("SELECT EXISTS (SELECT FROM {name})"), &[])
                     .await
@@ -403,10 +410,11 @@ impl ReplicaWriter {
                     .get(0);
                 if holds_rows {
                     return Err(Failure::from(format!(
-                        "{relation} gained column {:?}; the values its existing rows have there \
-                         (a default) are in no WAL record, so {name} cannot follow it exactly \
-                         yet: drop {name} and its row in {}, then snapshot the table again",
-                        added.name,
+                        "{relation} {what} {:?}; the values its existing rows have there now (a \
+                         default, a USING conversion) are in no WAL record, so {name} cannot \
+                         follow it exactly yet: drop {name} and its row in {}, then snapshot the \
+                         table again",
+                        column.name,
                         meta_table(self.target.meta(), replica::TABLES)
                     )));
                 }
