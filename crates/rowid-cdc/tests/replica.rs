@@ -442,3 +442,53 @@ fn a_rewrite_no_wal_record_carries_stops_the_sink_by_name() {
         "the storage kept what it could vouch for"
     );
 }
+
+#[test]
+#[ignore = "needs a PostgreSQL server with wal_level=logical and the extension: run through `cargo xtask test`"]
+fn user_types_inside_arrays_and_composites_cross_databases() {
+    let slot = "rowid_replica_oids";
+    let src = database("rowid_cdc_replica_oids_src", slot);
+    let _drop = DropSlot(&src, slot);
+    let target = Psql::fresh_database("rowid_cdc_replica_oids_dst").unwrap();
+    // Created in another order, so every OID differs from the source's.
+    target
+        .run(
+            "CREATE EXTENSION pg_trickle_ext;
+             CREATE TABLE filler (x int); CREATE TYPE public.pair AS (a int4, b text);
+             CREATE TYPE public.mood AS ENUM ('sad', 'happy');",
+        )
+        .unwrap();
+    src.run(
+        "CREATE EXTENSION pg_trickle_ext;
+         SELECT pgtrickle.enable_identity_messages();
+         CREATE TYPE mood AS ENUM ('sad', 'happy');
+         CREATE TYPE pair AS (a int4, b text);
+         CREATE TABLE u (id int8 PRIMARY KEY, moods mood[], p pair, ps pair[]);
+         INSERT INTO u VALUES (1, '{happy,sad}', ROW(1, 'x'), ARRAY[ROW(2, 'y')::pair]);
+         CREATE PUBLICATION p FOR TABLE u;",
+    )
+    .unwrap();
+    let dir = Dir::new("replica-oids");
+    let cdc = Cdc {
+        dsn: src.dsn(),
+        slot,
+        publication: "p",
+        dir: &dir,
+    };
+    let _running = Running(
+        cdc.command_into(
+            &format!("replica:{}", target.dsn()),
+            &["--create-slot", "--snapshot"],
+        )
+        .spawn()
+        .unwrap(),
+    );
+    wait_active(&src, slot);
+    src.run("INSERT INTO u VALUES (2, '{sad}', ROW(3, 'z'), NULL);")
+        .unwrap();
+    wait_until(&target, "SELECT count(*) FROM public.u;", "2");
+    assert_eq!(
+        rows(&target, "public.u", "id, moods, p, ps"),
+        rows(&src, "u", "id, moods, p, ps")
+    );
+}
