@@ -65,6 +65,9 @@ fn server_checks(major: u32, source: pg::Source) -> Result<Counts, String> {
         // keyless duplicates, TRUNCATE, a kill and restart, a divergence refused by name, a
         // changed key rebuilt, a missing type refused.
         tests.push(("rowid-cdc", "replica"));
+        // The proposal's final oracle for the replica: a random workload over many key types,
+        // keyless duplicates, DDL, TRUNCATE, SIGKILLs and a server crash; EXCEPT ALL both ways.
+        tests.push(("rowid-cdc", "replica_oracle"));
         // Row images read back into SQL against the row, and the TOAST matrix.
         tests.push(("rowid-cdc", "images"));
         // The initial snapshot replayed with the stream against the tables; a killed copy.

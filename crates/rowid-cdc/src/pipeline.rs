@@ -267,6 +267,15 @@ impl<S: Sink> Pipeline<S> {
                     let durable = if delivered {
                         self.sink.durable()
                     } else {
+                        // The sink follows each DDL of the transaction before it commits, also
+                        // for a relation none of whose rows changed.
+                        for relid in &schema_changes {
+                            if let Some(schema) = self.capture.committed_schema(*relid) {
+                                self.sink
+                                    .schema_changed(commit_lsn, &schema)
+                                    .map_err(PipelineError::Sink)?;
+                            }
+                        }
                         self.sink.commit().map_err(PipelineError::Sink)?
                     };
                     self.state.commit_lsn = commit_lsn;

@@ -320,6 +320,20 @@ impl Capture {
         self
     }
 
+    /// The committed identity schema of relation `relid` (shared: the events of its next
+    /// changes carry the same), if it has one.
+    pub fn committed_schema(&mut self, relid: u32) -> Option<Arc<RelationSchema>> {
+        let schema = self.schemas.get(&relid)?;
+        match self
+            .image_columns
+            .get(&relid)
+            .and_then(|v| v.schema.clone())
+        {
+            Some(shared) if *shared == *schema => Some(shared),
+            _ => Some(Arc::new(schema.clone())),
+        }
+    }
+
     /// The committed identity schemas (what the state file keeps).
     pub fn schemas(&self) -> impl Iterator<Item = &RelationSchema> {
         self.schemas.values()

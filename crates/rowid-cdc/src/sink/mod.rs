@@ -15,9 +15,13 @@
 
 use std::io;
 
+use std::sync::Arc;
+
+use rowid_registry::schema_message::RelationSchema;
 use serde_json::Value;
 
 use crate::event::ChangeEvent;
+use crate::lsn::Lsn;
 
 #[cfg(feature = "cli")]
 pub mod factory;
@@ -41,6 +45,16 @@ pub struct Durable {
 pub trait Sink {
     /// One change of the open transaction.
     fn change(&mut self, event: &ChangeEvent) -> io::Result<()>;
+    /// The identity schema of a relation changed in the open transaction (a DDL): called
+    /// before its [`Sink::commit`], also when none of the relation's rows changed in it. A sink
+    /// keeping state by identity follows it at the DDL's position; the others ignore it.
+    fn schema_changed(
+        &mut self,
+        _commit_lsn: Lsn,
+        _schema: &Arc<RelationSchema>,
+    ) -> io::Result<()> {
+        Ok(())
+    }
     /// Makes every change written so far durable.
     fn commit(&mut self) -> io::Result<Durable>;
     /// Where the last commit (or the opening) left the sink.
@@ -48,7 +62,7 @@ pub trait Sink {
     /// The commit LSN through which the sink itself recorded delivery, when it records one
     /// (a PostgreSQL sink commits its position with the changes; it can be ahead of the
     /// state file). `None`: the state file is the only record.
-    fn delivered(&self) -> Option<crate::lsn::Lsn> {
+    fn delivered(&self) -> Option<Lsn> {
         None
     }
     /// For a sink writing into a database: that database (`system_identifier/database OID`,
@@ -64,6 +78,10 @@ impl<S: Sink + ?Sized> Sink for Box<S> {
         (**self).change(event)
     }
 
+    fn schema_changed(&mut self, commit_lsn: Lsn, schema: &Arc<RelationSchema>) -> io::Result<()> {
+        (**self).schema_changed(commit_lsn, schema)
+    }
+
     fn commit(&mut self) -> io::Result<Durable> {
         (**self).commit()
     }
@@ -72,7 +90,7 @@ impl<S: Sink + ?Sized> Sink for Box<S> {
         (**self).durable()
     }
 
-    fn delivered(&self) -> Option<crate::lsn::Lsn> {
+    fn delivered(&self) -> Option<Lsn> {
         (**self).delivered()
     }
 

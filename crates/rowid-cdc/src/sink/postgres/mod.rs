@@ -459,6 +459,50 @@ impl Sink for PostgresSink {
         self.push_row(row)
     }
 
+    fn schema_changed(&mut self, commit_lsn: Lsn, schema: &Arc<RelationSchema>) -> io::Result<()> {
+        if self
+            .own
+            .lock()
+            .map(|own| own.contains(&schema.relid))
+            .unwrap_or(false)
+        {
+            return Ok(());
+        }
+        let images: Option<Vec<ImageColumn>> = schema
+            .columns
+            .iter()
+            .map(|c| {
+                Some(ImageColumn {
+                    attnum: c.attnum,
+                    name: c.name.clone(),
+                    sql_type: c.type_name.clone()?,
+                })
+            })
+            .collect();
+        let (relid, relation) = (schema.relid, schema.qualified_name());
+        let schema = Some(schema.clone());
+        let changed = self
+            .shapes
+            .get(&relid)
+            .is_none_or(|(_, i, s)| *i != images || identity_of(s) != identity_of(&schema));
+        if !changed {
+            return Ok(());
+        }
+        // No event's columns stand for it: the next change compares its images again.
+        self.shapes
+            .insert(relid, (Arc::from([]), images.clone(), schema.clone()));
+        if self.open.is_none() {
+            self.open = Some(commit_lsn);
+            self.seq = 0;
+        }
+        self.send(Cmd::Shape(ShapeChange {
+            relid,
+            relation,
+            images,
+            schema,
+        }))
+    }
+
     fn commit(&mut self) -> io::Result<Durable> {
         // A transaction with no change for this sink needs no round trip: the state file
         // records it.

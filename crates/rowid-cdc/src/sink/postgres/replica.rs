@@ -13,8 +13,8 @@
 //! naming the table, the operation and the identity's fingerprint, never its bytes.
 //!
 //! A change of a table's identity (its key, or its bound crossing into another index class)
-//! rebuilds every stored identity from its own row and the index, in the transaction of the
-//! first change after it (the extension's encoder in the replica's database). Not followed
+//! rebuilds every stored identity from its own row and the index, in the DDL's transaction
+//! (the extension's encoder in the replica's database). Not followed
 //! yet (refused by name, never applied inexactly): a column added to or retyped in a table
 //! whose storage holds rows (the values its rows have there now are in no WAL record).
 
