@@ -286,6 +286,15 @@ impl PostgresSink {
         join_error(self.worker.take())
     }
 
+    /// Whether `relid` is one of the sink's own tables in the captured database (its changes
+    /// are the sink's own writes coming back).
+    fn is_own(&self, relid: u32) -> bool {
+        self.own
+            .lock()
+            .map(|own| own.contains(&relid))
+            .unwrap_or(false)
+    }
+
     /// Sends `cmd` after the rows batched before it.
     fn send(&mut self, cmd: Cmd) -> io::Result<()> {
         self.flush_rows()?;
@@ -379,12 +388,7 @@ fn join_error(worker: Option<JoinHandle<Result<(), Failure>>>) -> io::Error {
 
 impl Sink for PostgresSink {
     fn change(&mut self, event: &ChangeEvent) -> io::Result<()> {
-        if self
-            .own
-            .lock()
-            .map(|own| own.contains(&event.relid))
-            .unwrap_or(false)
-        {
+        if self.is_own(event.relid) {
             return Ok(());
         }
         // Events of one Relation message share their columns: compared once.
@@ -460,12 +464,7 @@ impl Sink for PostgresSink {
     }
 
     fn schema_changed(&mut self, commit_lsn: Lsn, schema: &Arc<RelationSchema>) -> io::Result<()> {
-        if self
-            .own
-            .lock()
-            .map(|own| own.contains(&schema.relid))
-            .unwrap_or(false)
-        {
+        if self.is_own(schema.relid) {
             return Ok(());
         }
         let images: Option<Vec<ImageColumn>> = schema
