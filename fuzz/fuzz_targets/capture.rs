@@ -70,6 +70,8 @@ fn schema(key: u8, ri: ReplicaIdentity) -> RelationSchema {
             index: (!keyless).then(|| "t_pkey".to_string()),
             primary: !keyless,
             fields: cols[..key_cols].iter().map(field).collect(),
+            // The bound does not change what capture emits.
+            max_len: None,
         }),
     }
 }
