@@ -242,6 +242,32 @@ impl RelationSchema {
         Some((def.domain, fields))
     }
 
+    /// Whether `written`, a schema as some format wrote it (a row of the identity schema
+    /// table, written at the table's last DDL), describes this schema: equal, except that a
+    /// member its format did not carry counts as this schema's (a format-3 row has no
+    /// `identity.max_len`, a format-2 row no column `type` or `shape`). What a DDL changes is
+    /// a member of every format, so an extension upgrade alone is no difference, and every
+    /// DDL is.
+    pub fn matches_written(&self, written: &RelationSchema) -> bool {
+        let mut filled = written.clone();
+        for column in &mut filled.columns {
+            if let Some(mine) = self.columns.iter().find(|c| c.attnum == column.attnum) {
+                if column.type_name.is_none() {
+                    column.type_name.clone_from(&mine.type_name);
+                }
+                if column.shape.is_none() {
+                    column.shape.clone_from(&mine.shape);
+                }
+            }
+        }
+        if let (Ok(def), Ok(mine)) = (filled.identity.as_mut(), self.identity.as_ref())
+            && def.max_len.is_none()
+        {
+            def.max_len = mine.max_len;
+        }
+        filled == *self
+    }
+
     /// `namespace.relname`.
     pub fn qualified_name(&self) -> String {
         format!("{}.{}", self.namespace, self.relname)

@@ -62,12 +62,12 @@ pub async fn trusted_identity_table(
     Ok(name)
 }
 
-/// Whether `row`, a `pgtrickle.identity_schemas.schema` value (`None`: no row), is exactly
-/// `schema`.
+/// Whether `row`, a `pgtrickle.identity_schemas.schema` value (`None`: no row), is `schema`
+/// (in whatever format the row was written: [`RelationSchema::matches_written`]).
 pub fn is_schema(row: Option<&str>, schema: &RelationSchema) -> bool {
     matches!(
         row.map(|t| SchemaMessage::parse(t.as_bytes())),
-        Some(Ok(SchemaMessage::Schema(s))) if s == *schema
+        Some(Ok(SchemaMessage::Schema(s))) if schema.matches_written(&s)
     )
 }
 
@@ -298,5 +298,80 @@ pub fn slot_position(slot: &str, confirmed: Option<Lsn>, state_end: Lsn) -> Resu
              a new state file and --create-slot, and resynchronise what consumes the output"
         ))),
         _ => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// A schema as the extension computes it now (format 4).
+    fn fresh() -> RelationSchema {
+        let v = json!({
+            "format": 4, "event": "schema", "relid": 16385, "namespace": "public",
+            "relname": "t", "replica_identity": "default",
+            "columns": [
+                {"attnum": 1, "name": "id", "type_oid": 20, "type": "bigint",
+                 "not_null": true, "shape": "int8"},
+                {"attnum": 2, "name": "v", "type_oid": 23, "type": "integer",
+                 "not_null": false, "shape": "int4"}
+            ],
+            "primary_key": ["id"],
+            "identity": {"domain": "SCAN_KEY", "index": "public.t_pkey", "primary": true,
+                         "fields": [{"column": "id", "type_oid": 20, "shape": "int8"}],
+                         "max_len": 17}
+        });
+        match SchemaMessage::from_json(&v) {
+            Ok(SchemaMessage::Schema(s)) => s,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// The same table's row as an older extension wrote it, in `format`.
+    fn older(format: u64, edit: impl FnOnce(&mut serde_json::Value)) -> String {
+        let mut v = SchemaMessage::Schema(fresh()).to_json();
+        v["format"] = json!(format);
+        if let Some(id) = v["identity"].as_object_mut() {
+            id.remove("max_len");
+        }
+        if format == 2 {
+            for c in v["columns"].as_array_mut().into_iter().flatten() {
+                if let Some(c) = c.as_object_mut() {
+                    c.remove("type");
+                    c.remove("shape");
+                }
+            }
+        }
+        edit(&mut v);
+        v.to_string()
+    }
+
+    #[test]
+    fn a_row_of_an_older_format_is_the_same_schema_when_no_ddl_changed_it() {
+        let s = fresh();
+        assert!(is_schema(
+            Some(&SchemaMessage::Schema(s.clone()).to_json().to_string()),
+            &s
+        ));
+        assert!(is_schema(Some(&older(3, |_| {})), &s), "format 3: no bound");
+        assert!(
+            is_schema(Some(&older(2, |_| {})), &s),
+            "format 2: no types either"
+        );
+        // What a DDL changes is in every format.
+        assert!(!is_schema(
+            Some(&older(3, |v| v["columns"][1]["name"] = json!("w"))),
+            &s
+        ));
+        assert!(!is_schema(
+            Some(&older(2, |v| v["columns"][1]["type_oid"] = json!(20))),
+            &s
+        ));
+        assert!(!is_schema(
+            Some(&older(3, |v| v["identity"]["fields"][0]["column"] = json!("v"))),
+            &s
+        ));
+        assert!(!is_schema(None, &s));
     }
 }
