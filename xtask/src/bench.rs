@@ -367,7 +367,7 @@ fn probe(cluster: &Cluster, sizes: &Sizes, report: &mut String) -> Result<(), St
 }
 
 /// Seconds `c` takes to run to success.
-fn timed(c: &mut std::process::Command) -> Result<(f64, String), String> {
+pub(crate) fn timed(c: &mut std::process::Command) -> Result<(f64, String), String> {
     let started = std::time::Instant::now();
     let out = c.output().map_err(|e| format!("{c:?}: {e}"))?;
     let secs = started.elapsed().as_secs_f64();
@@ -376,6 +376,20 @@ fn timed(c: &mut std::process::Command) -> Result<(f64, String), String> {
         return Err(format!("{c:?} failed: {stderr}"));
     }
     Ok((secs, stderr))
+}
+
+/// Builds `rowid-cdc` (a release build, a debug one for the smoke test) and returns its path.
+fn rowid_cdc_binary(quick: bool) -> Result<std::path::PathBuf, String> {
+    let mut build = cargo();
+    build.args(["build", "-p", "rowid-cdc"]);
+    if !quick {
+        build.arg("--release");
+    }
+    exec(&mut build)?;
+    Ok(root()
+        .join("target")
+        .join(if quick { "debug" } else { "release" })
+        .join("rowid-cdc"))
 }
 
 /// Rounds of COPY and `--snapshot` (null sink) in bench 5a, alternating.
@@ -395,16 +409,7 @@ fn wal_capture(
     step(&format!(
         "5. WAL capture throughput (one UPDATE of {n} rows)"
     ));
-    let mut build = cargo();
-    build.args(["build", "-p", "rowid-cdc"]);
-    if !quick {
-        build.arg("--release");
-    }
-    exec(&mut build)?;
-    let binary = root()
-        .join("target")
-        .join(if quick { "debug" } else { "release" })
-        .join("rowid-cdc");
+    let binary = rowid_cdc_binary(quick)?;
     let dir = root().join("target").join("bench").join("cdc");
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
@@ -666,8 +671,8 @@ fn wal_capture(
 
 /// Runs the benchmarks (`only`: one part, `codec`, `sql` or `wal`).
 pub fn run(quick: bool, only: Option<&str>) -> Result<(), String> {
-    const PARTS: [&str; 7] = [
-        "codec", "sql", "per-row", "physical", "probe", "wal", "capture",
+    const PARTS: [&str; 8] = [
+        "codec", "sql", "per-row", "physical", "probe", "wal", "capture", "replica",
     ];
     if let Some(part) = only
         && !PARTS.contains(&part)
@@ -702,7 +707,7 @@ pub fn run(quick: bool, only: Option<&str>) -> Result<(), String> {
     if wanted("codec") {
         codec(quick, &mut report)?;
     }
-    if !["per-row", "physical", "probe", "wal", "capture"]
+    if !["per-row", "physical", "probe", "wal", "capture", "replica"]
         .iter()
         .any(|p| wanted(p))
     {
@@ -742,6 +747,23 @@ pub fn run(quick: bool, only: Option<&str>) -> Result<(), String> {
     }
     if wanted("wal") {
         wal_capture(&cluster, &sizes, quick, &mut report)?;
+    }
+    if wanted("replica") {
+        let work = if quick {
+            crate::bench_replica::Work {
+                keyed_rows: 10_000,
+                keyless_rows: 1_000,
+                keyless_changes: 100,
+            }
+        } else {
+            crate::bench_replica::Work {
+                keyed_rows: 1_000_000,
+                keyless_rows: 100_000,
+                keyless_changes: 10_000,
+            }
+        };
+        let binary = rowid_cdc_binary(quick)?;
+        crate::bench_replica::replica(&cluster, &binary, &work, &mut report)?;
     }
     write_report(quick, only, &report)
 }

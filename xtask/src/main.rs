@@ -8,11 +8,12 @@
 //! cargo xtask package [--debug]  an installable tree of the extension (target/package)
 //! cargo xtask fuzz [--seconds N] fuzz the identity and pgoutput decoders (nightly)
 //! cargo xtask bench [--quick]    benchmarks with their baselines (report in target/bench);
-//!   [--only PART]                 one part: codec, per-row, physical, probe, capture,
+//!   [--only PART]                 one part: codec, per-row, physical, probe, capture, replica,
 //!                                 wal, or sql (per-row, physical and probe)
 //! ```
 
 mod bench;
+mod bench_replica;
 mod demo;
 mod fuzz;
 mod package;

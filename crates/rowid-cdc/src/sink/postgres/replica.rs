@@ -34,7 +34,7 @@ use rowid_registry::sql::{QualifiedName, quote_ident};
 use rowid_registry::{MaintenanceMode, Uniqueness, plan_for_bound};
 use tokio_postgres::binary_copy::BinaryCopyInWriter;
 use tokio_postgres::types::{PgLsn, ToSql, Type};
-use tokio_postgres::{Client, GenericClient, Transaction};
+use tokio_postgres::{Client, GenericClient, Statement, Transaction};
 
 use super::{
     Endpoint, Failure, PostgresSink, Row, ShapeChange, Writer, create_schema_if_missing, db_error,
@@ -98,6 +98,7 @@ impl PostgresSink {
             block_size: 8192,
             tables: HashMap::new(),
             open: HashMap::new(),
+            prepared: HashMap::new(),
         };
         PostgresSink::spawn(endpoint, writer, table, own)
     }
@@ -115,6 +116,23 @@ struct Table {
     delta: bool,
     /// A segment of it was applied in the open transaction (the delta needs emptying).
     used: bool,
+    /// Its statements, prepared once per connection (by text: a set list of its own is its
+    /// own statement).
+    prepared: HashMap<String, Statement>,
+}
+
+/// `sql`, prepared on this connection the first time `cache` (a table's) is asked for it.
+async fn cached(
+    cache: &mut HashMap<String, Statement>,
+    txn: &Transaction<'_>,
+    sql: &str,
+) -> Result<Statement, tokio_postgres::Error> {
+    if let Some(s) = cache.get(sql) {
+        return Ok(s.clone());
+    }
+    let statement = txn.prepare(sql).await?;
+    cache.insert(sql.to_string(), statement.clone());
+    Ok(statement)
 }
 
 /// A relation's changes of the open transaction not applied yet.
@@ -135,6 +153,8 @@ pub(super) struct ReplicaWriter {
     tables: HashMap<u32, Result<Table, String>>,
     /// The open transaction's segments, by source relid.
     open: HashMap<u32, Pending>,
+    /// The writer's own statements, prepared once per connection.
+    prepared: HashMap<String, Statement>,
 }
 
 /// `meta.table`, quoted.
@@ -300,6 +320,7 @@ impl ReplicaWriter {
             schema_json,
             delta: false,
             used: false,
+            prepared: HashMap::new(),
         }))
     }
 
@@ -352,6 +373,7 @@ impl ReplicaWriter {
             schema_json,
             delta: false,
             used: false,
+            prepared: HashMap::new(),
         })
     }
 
@@ -472,6 +494,8 @@ impl ReplicaWriter {
         }
         have.storage.columns = want.columns;
         have.schema_json = schema_json;
+        // The statements name the columns they had.
+        have.prepared.clear();
         self.record(txn, &have.storage, &have.schema_json).await?;
         Ok(have)
     }
@@ -573,8 +597,11 @@ async fn apply_segment(
             .map_err(|e| failed("cannot empty the delta of", e))?;
     }
     table.used = true;
+    let copy = cached(&mut table.prepared, txn, &apply.copy_in())
+        .await
+        .map_err(|e| failed("cannot prepare the COPY into the delta of", e))?;
     let sink = txn
-        .copy_in(&apply.copy_in())
+        .copy_in(&copy)
         .await
         .map_err(|e| failed("cannot COPY into the delta of", e))?;
     let mut types = DELTA_TYPES.to_vec();
@@ -629,14 +656,21 @@ async fn apply_segment(
                     .iter()
                     .filter(|r| ops.contains(&(r.op as u8 as char)))
                     .count();
-                txn.execute(&step.sql, &[])
-                    .await
-                    .map(|n| n as usize == want)
+                match cached(&mut table.prepared, txn, &step.sql).await {
+                    Ok(statement) => txn
+                        .execute(&statement, &[])
+                        .await
+                        .map(|n| n as usize == want),
+                    Err(e) => Err(e),
+                }
             }
-            Expect::Counted => txn.query_one(&step.sql, &[]).await.map(|r| {
-                let n: Vec<i64> = (0..6).map(|i| r.get(i)).collect();
-                n[0] == n[1] && n[2] == n[3] && n[4] == n[5]
-            }),
+            Expect::Counted => match cached(&mut table.prepared, txn, &step.sql).await {
+                Ok(statement) => txn.query_one(&statement, &[]).await.map(|r| {
+                    let n: Vec<i64> = (0..6).map(|i| r.get(i)).collect();
+                    n[0] == n[1] && n[2] == n[3] && n[4] == n[5]
+                }),
+                Err(e) => Err(e),
+            },
         };
         match done {
             Ok(true) => {}
@@ -868,18 +902,18 @@ impl Writer for ReplicaWriter {
         for table in self.tables.values_mut().flatten() {
             table.used = false;
         }
-        let meta = self.target.meta();
-        txn.execute(
-            &replica::record_position(meta),
-            &[&self.target.slot, &PgLsn::from(commit_lsn)],
-        )
-        .await
-        .map_err(|e| {
-            db_error(
-                &format!("cannot record the position in {}", quote_ident(meta)),
-                &e,
-            )
-        })?;
+        let meta = self.target.meta().to_string();
+        let record = cached(&mut self.prepared, txn, &replica::record_position(&meta))
+            .await
+            .map_err(|e| db_error("cannot prepare the position's record", &e))?;
+        txn.execute(&record, &[&self.target.slot, &PgLsn::from(commit_lsn)])
+            .await
+            .map_err(|e| {
+                db_error(
+                    &format!("cannot record the position in {}", quote_ident(&meta)),
+                    &e,
+                )
+            })?;
         Ok(())
     }
 
