@@ -10,6 +10,11 @@
 //! message's) is recorded and acknowledged too ([`Pipeline::idle_at`]): every transaction
 //! that committed before it was delivered already, so the slot need not keep the WAL before
 //! it, even when nothing published changes while other tables write gigabytes.
+//!
+//! With [`Pipeline::group_commits`], a sink whose commit is a round trip and a flush (a
+//! database) may hold several transactions in one commit: they are recorded and acknowledged
+//! together once it made them durable ([`Pipeline::flush`], called when the stream has
+//! nothing more to hand over), the order of the steps above unchanged for the group.
 
 use std::collections::{BTreeSet, HashMap};
 use std::fmt;
@@ -25,7 +30,7 @@ use crate::capture::{Capture, Output};
 use crate::chunks::{self, After, ChunkRead, ChunkRequest, Chunking, OpenChunk, Route};
 use crate::event::{ChangeEvent, SendRow};
 use crate::lsn::Lsn;
-use crate::sink::Sink;
+use crate::sink::{Durable, Sink};
 use crate::state::{SnapshotState, State, StateError};
 
 /// Why the pipeline stopped.
@@ -136,6 +141,20 @@ pub struct Pipeline<S: Sink> {
     /// The identity schema a table's chunks were asked for with (its cursor is an identity
     /// of that schema's key).
     chunk_keys: HashMap<u32, RelationSchema>,
+    /// Whether the sink may group transactions ([`Pipeline::group_commits`]).
+    grouping: bool,
+    /// Transactions the sink holds but has not made durable yet: the last one's positions
+    /// and whether any of them changed an identity schema. The state keeps the last durable
+    /// transaction until [`Pipeline::flush`].
+    staged: Option<Staged>,
+}
+
+/// The transactions of an open group ([`Pipeline::staged`]).
+#[derive(Clone, Copy, Debug)]
+struct Staged {
+    commit_lsn: Lsn,
+    end_lsn: Lsn,
+    schemas_changed: bool,
 }
 
 impl<S: Sink> Pipeline<S> {
@@ -158,6 +177,8 @@ impl<S: Sink> Pipeline<S> {
         Ok(Pipeline {
             chunking,
             chunk_keys: HashMap::new(),
+            grouping: false,
+            staged: None,
             capture,
             sink,
             state,
@@ -212,6 +233,49 @@ impl<S: Sink> Pipeline<S> {
         self.deliver()
     }
 
+    /// Lets the sink group transactions (group commit, [`Sink::end_transaction`]): a
+    /// transaction's commit then returns no position to acknowledge until the sink made the
+    /// group durable, and the caller must call [`Pipeline::flush`] when the stream has
+    /// nothing more to hand over (and before it stops), or the group waits. Never while
+    /// tables are snapshotted in chunks (whose cursors are recorded transaction by
+    /// transaction).
+    pub fn group_commits(&mut self, on: bool) {
+        self.grouping = on;
+    }
+
+    /// Whether transactions wait in the sink for a [`Pipeline::flush`].
+    pub fn has_staged(&self) -> bool {
+        self.staged.is_some()
+    }
+
+    /// Makes the transactions the sink holds durable, then records them in the state file.
+    /// Returns the position to acknowledge, when there were any.
+    pub fn flush(&mut self) -> Result<Option<Lsn>, PipelineError> {
+        if self.staged.is_none() {
+            return Ok(None);
+        }
+        let durable = self.sink.commit().map_err(PipelineError::Sink)?;
+        self.settle(durable)
+    }
+
+    /// Records the staged transactions, which the sink made durable (`durable`: where they
+    /// left it), in the state file. Returns the position to acknowledge.
+    fn settle(&mut self, durable: Durable) -> Result<Option<Lsn>, PipelineError> {
+        let Some(staged) = self.staged.take() else {
+            return Ok(None);
+        };
+        self.state.commit_lsn = staged.commit_lsn;
+        self.state.end_lsn = staged.end_lsn;
+        self.state.sink = durable.record;
+        self.state.chunks = self.chunking.cursors().to_vec();
+        if staged.schemas_changed {
+            self.state.schemas = self.capture.schemas().cloned().collect();
+        }
+        self.save()?;
+        self.tally.progress.durable = staged.end_lsn;
+        Ok(Some(staged.end_lsn))
+    }
+
     /// True between a Begin and its Commit.
     pub fn in_transaction(&self) -> bool {
         self.capture.in_transaction()
@@ -264,8 +328,15 @@ impl<S: Sink> Pipeline<S> {
                         }
                     }
                     self.check_chunk_keys(&schema_changes)?;
+                    // Chunk cursors are recorded with each transaction: no group then.
+                    let group = self.grouping && self.chunking.cursors().iter().all(|c| c.done);
                     let durable = if delivered {
-                        self.sink.durable()
+                        // Already in the sink: durable as soon as the group before it is.
+                        if self.staged.is_some() {
+                            None
+                        } else {
+                            Some(self.sink.durable())
+                        }
                     } else {
                         // The sink follows each DDL of the transaction before it commits, also
                         // for a relation none of whose rows changed.
@@ -276,21 +347,23 @@ impl<S: Sink> Pipeline<S> {
                                     .map_err(PipelineError::Sink)?;
                             }
                         }
-                        self.sink.commit().map_err(PipelineError::Sink)?
+                        if group {
+                            self.sink.end_transaction().map_err(PipelineError::Sink)?
+                        } else {
+                            Some(self.sink.commit().map_err(PipelineError::Sink)?)
+                        }
                     };
-                    self.state.commit_lsn = commit_lsn;
-                    self.state.end_lsn = end_lsn;
-                    self.state.sink = durable.record;
-                    self.state.chunks = self.chunking.cursors().to_vec();
-                    if !schema_changes.is_empty() {
-                        self.state.schemas = self.capture.schemas().cloned().collect();
-                    }
-                    if let Some(path) = &self.state_path {
-                        self.state.save(path).map_err(PipelineError::State)?;
-                    }
+                    let schemas_changed = !schema_changes.is_empty()
+                        || self.staged.is_some_and(|s| s.schemas_changed);
+                    self.staged = Some(Staged {
+                        commit_lsn,
+                        end_lsn,
+                        schemas_changed,
+                    });
                     self.tally.progress.transactions += 1;
-                    self.tally.progress.durable = end_lsn;
-                    ack = Some(end_lsn);
+                    if let Some(durable) = durable {
+                        ack = self.settle(durable)?;
+                    }
                 }
             }
         }
@@ -303,6 +376,7 @@ impl<S: Sink> Pipeline<S> {
     /// table's cursor recorded with the position (every transaction committed before the
     /// watermark was delivered). Returns the position to acknowledge.
     fn watermark(&mut self, lsn: Lsn) -> Result<Option<Lsn>, PipelineError> {
+        self.flush()?;
         let rows = self.chunking.close();
         if !rows.is_empty() {
             for row in rows {
@@ -467,6 +541,7 @@ impl<S: Sink> Pipeline<S> {
     /// rows reach the sink, so a crash during the copy is refused at restart instead of
     /// leaving the rows before the slot half delivered.
     pub fn snapshot_begin(&mut self) -> Result<(), PipelineError> {
+        self.flush()?;
         self.state.snapshot = Some(SnapshotState::Pending);
         self.save()
     }
@@ -529,6 +604,7 @@ impl<S: Sink> Pipeline<S> {
         after: Option<After>,
         done: bool,
     ) -> Result<(), PipelineError> {
+        self.flush()?;
         if done {
             self.capture.snapshot_rows_done();
         }
@@ -550,6 +626,7 @@ impl<S: Sink> Pipeline<S> {
     /// Ends the initial snapshot: the sink makes its rows durable, then the state records it
     /// done; only then may streaming start.
     pub fn snapshot_end(&mut self) -> Result<(), PipelineError> {
+        self.flush()?;
         self.capture.snapshot_rows_done();
         let durable = self.sink.commit().map_err(PipelineError::Sink)?;
         self.state.sink = durable.record;
@@ -569,8 +646,12 @@ impl<S: Sink> Pipeline<S> {
     /// committed before it was delivered already (the stream sends transactions in commit
     /// order). Returns the position to acknowledge, once the state file holds it.
     pub fn idle_at(&mut self, lsn: Lsn) -> Result<Option<Lsn>, PipelineError> {
-        if self.in_transaction() || lsn <= self.state.end_lsn {
+        if self.in_transaction() {
             return Ok(None);
+        }
+        let flushed = self.flush()?;
+        if lsn <= self.state.end_lsn {
+            return Ok(flushed);
         }
         self.state.end_lsn = lsn;
         if let Some(path) = &self.state_path {

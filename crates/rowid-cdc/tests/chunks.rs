@@ -7,63 +7,17 @@
 // Test code: a failed expectation is a panic by design.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod pipeline_kit;
+
 use std::io;
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
+use pipeline_kit::{IDENTITY_TABLE, Stream, T, insert, int8, schema, state, update};
 use rowid_cdc::chunks::{ChunkCursor, ChunkRead, TxnSnapshot, WATERMARK_PREFIX};
-use rowid_cdc::pipeline::Pipeline;
 use rowid_cdc::sink::{Durable, Sink};
-use rowid_cdc::state::State;
-use rowid_cdc::{Capture, ChangeEvent, Lsn, Op, RelationSchema, ReplicaIdentity, identity_rows};
-use rowid_codec::structure::Shape;
-use rowid_codec::{Domain, TypeTag};
-use rowid_pgoutput::{
-    Column, CommitInfo, FlagBits, Message, OldTuple, Relation, RelationColumn, encode,
-};
-use rowid_registry::schema_message::{IdentityDef, IdentityField, SchemaColumn};
-
-const T: u32 = 16385;
-
-/// The OID of the identity schema table in these streams.
-const IDENTITY_TABLE: u32 = 16001;
-
-fn schema() -> RelationSchema {
-    RelationSchema {
-        relid: T,
-        namespace: "public".into(),
-        relname: "t".into(),
-        replica_identity: ReplicaIdentity::Default,
-        columns: ["id", "v"]
-            .iter()
-            .enumerate()
-            .map(|(i, n)| SchemaColumn {
-                attnum: i as i16 + 1,
-                name: (*n).into(),
-                type_oid: 20,
-                type_name: None,
-                not_null: true,
-                shape: None,
-            })
-            .collect(),
-        primary_key: vec!["id".into()],
-        identity: Ok(IdentityDef {
-            domain: Domain::ScanKey,
-            index: Some("t_pkey".into()),
-            primary: true,
-            fields: vec![IdentityField {
-                column: "id".into(),
-                type_oid: 20,
-                shape: Shape::Scalar(TypeTag::Int8),
-            }],
-            max_len: None,
-        }),
-    }
-}
-
-fn int8(v: i64) -> Column {
-    Column::Binary(Bytes::copy_from_slice(&v.to_be_bytes()))
-}
+use rowid_cdc::{ChangeEvent, Lsn, Op, identity_rows};
+use rowid_pgoutput::{CommitInfo, Message, encode};
 
 /// The events the pipeline delivered, in order, as (op, old id, new id, new v).
 #[derive(Clone, Default)]
@@ -93,76 +47,15 @@ fn key_of(id: &Option<Vec<u8>>) -> Option<i64> {
     Some(i64::from_be_bytes(b))
 }
 
-struct Stream {
-    pipe: Pipeline<Collect>,
-    lsn: u64,
-}
-
-impl Stream {
+impl Stream<Collect> {
     /// A pipeline into `sink` whose state has `t` to snapshot in chunks, nothing delivered.
-    fn new(sink: &Collect) -> Stream {
-        let state = State {
-            slot: "s".into(),
-            publication: "p".into(),
-            commit_lsn: Lsn::ZERO,
-            end_lsn: Lsn(0x100),
-            identity_table: 0,
-            sink: None,
-            schemas: vec![schema()],
-            snapshot: None,
-            chunks: vec![ChunkCursor {
-                relid: T,
-                after: None,
-                done: false,
-            }],
-        };
-        let capture = Capture::new(state.schemas.clone(), Lsn::ZERO, FlagBits::default())
-            .with_identity_table(IDENTITY_TABLE);
-        let pipe = Pipeline::new(capture, sink.clone(), state, None).unwrap();
-        Stream { pipe, lsn: 0x100 }
-    }
-
-    fn send(&mut self, m: Message) {
-        self.lsn += 0x40;
-        self.pipe.message(Lsn(self.lsn), encode(&m)).unwrap();
-    }
-
-    /// One transaction `xid` of `changes`.
-    fn txn(&mut self, xid: u32, changes: Vec<Message>) {
-        let commit_lsn = self.lsn + 0x1000;
-        self.send(Message::Begin {
-            final_lsn: commit_lsn,
-            commit_ts: 0,
-            xid,
-        });
-        self.send(Message::Relation {
-            xid: None,
-            relation: Relation {
-                relid: T,
-                namespace: "public".into(),
-                name: "t".into(),
-                replica_identity: b'd',
-                columns: ["id", "v"]
-                    .iter()
-                    .map(|n| RelationColumn {
-                        flags: u8::from(*n == "id"),
-                        name: (*n).into(),
-                        type_oid: 20,
-                        typmod: -1,
-                    })
-                    .collect(),
-            },
-        });
-        for c in changes {
-            self.send(c);
-        }
-        self.send(Message::Commit(CommitInfo {
-            flags: 0,
-            commit_lsn,
-            end_lsn: commit_lsn + 0x30,
-            commit_ts: 0,
-        }));
-        self.lsn = commit_lsn + 0x30;
+    fn new(sink: &Collect) -> Stream<Collect> {
+        let state = state(vec![ChunkCursor {
+            relid: T,
+            after: None,
+            done: false,
+        }]);
+        Stream::start(sink.clone(), state, None)
     }
 
     fn watermark(&mut self, nonce: &str) -> Option<Lsn> {
@@ -182,7 +75,7 @@ impl Stream {
     }
 }
 
-impl Stream {
+impl Stream<Collect> {
     /// Reads the chunk the pipeline asks for as `rows` (ids) under `snapshot`, watermark
     /// `nonce`.
     fn open(&mut self, nonce: &str, snapshot: &str, rows: &[i64], last_chunk: bool) {
@@ -200,23 +93,6 @@ impl Stream {
                 },
             )
             .unwrap();
-    }
-}
-
-fn update(old: i64, new: i64, v: i64) -> Message {
-    Message::Update {
-        xid: None,
-        relid: T,
-        old: (old != new).then(|| OldTuple::Key(vec![int8(old), Column::Null])),
-        new: vec![int8(new), int8(v)],
-    }
-}
-
-fn insert(id: i64, v: i64) -> Message {
-    Message::Insert {
-        xid: None,
-        relid: T,
-        new: vec![int8(id), int8(v)],
     }
 }
 

@@ -7,6 +7,8 @@
 // Test code: a failed expectation is a panic by design.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod pipeline_kit;
+
 use std::path::{Path, PathBuf};
 
 use bytes::Bytes;
@@ -19,14 +21,12 @@ use rowid_cdc::state::State;
 use rowid_cdc::{Lsn, RelationSchema, ReplicaIdentity};
 use rowid_codec::structure::Shape;
 use rowid_codec::{Domain, TypeTag};
-use rowid_pgoutput::{
-    Column, CommitInfo, FlagBits, Message, OldTuple, Relation, RelationColumn, encode,
-};
+use rowid_pgoutput::{Column, CommitInfo, FlagBits, Message, OldTuple, encode};
 use rowid_registry::schema_message::{IdentityDef, IdentityField, SchemaColumn};
 use rowid_registry::sql::QualifiedName;
 use rowid_testkit::psql::Psql;
 
-const T: u32 = 16385;
+use pipeline_kit::{T, relation};
 /// The identity schema table's OID.
 const SCHEMAS: u32 = 16300;
 
@@ -64,27 +64,6 @@ fn schema(key: &[&str]) -> RelationSchema {
                 .collect(),
             max_len: None,
         }),
-    }
-}
-
-fn relation(key: &[&str]) -> Message {
-    Message::Relation {
-        xid: None,
-        relation: Relation {
-            relid: T,
-            namespace: "public".into(),
-            name: "t".into(),
-            replica_identity: b'd',
-            columns: ["id", "v"]
-                .iter()
-                .map(|n| RelationColumn {
-                    flags: u8::from(key.contains(n)),
-                    name: (*n).into(),
-                    type_oid: 20,
-                    typmod: -1,
-                })
-                .collect(),
-        },
     }
 }
 

@@ -42,7 +42,8 @@ pub const POSITION: &str = "__pgt_replica_position";
 /// The delta table's change column: `I` insert, `U` update, `D` delete, `S` snapshot row.
 pub const OP: &str = "__pgt_op";
 
-/// The delta table's order column: the change's position in its transaction.
+/// The delta table's order column: the change's place in its segment (from 1; a segment can
+/// span several source transactions applied in one target transaction).
 pub const SEQ: &str = "__pgt_seq";
 
 /// `=` as every statement here spells it.

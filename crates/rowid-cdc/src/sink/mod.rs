@@ -2,7 +2,9 @@
 //!
 //! A sink receives a transaction's events, then `commit`; when `commit` returns, everything
 //! up to that transaction is durable, and only then may its position be acknowledged to the
-//! server. What a sink needs to resume exactly after a crash is its own business: it returns
+//! server. A sink whose commit costs a round trip and a flush may group transactions
+//! ([`Sink::end_transaction`]): the pipeline then records and acknowledges them only once a
+//! later commit made the group durable. What a sink needs to resume exactly after a crash is its own business: it returns
 //! it as a [`Durable`] record, which the state file keeps without reading it and hands back
 //! when the sink is reopened ([`jsonl::JsonlFile`]: its committed length); a sink that commits
 //! its position with its changes ([`postgres::PostgresSink`]) reports it through
@@ -57,6 +59,14 @@ pub trait Sink {
     }
     /// Makes every change written so far durable.
     fn commit(&mut self) -> io::Result<Durable>;
+    /// The open transaction ended; the sink may leave it to become durable with the
+    /// transactions after it (group commit): `Ok(None)` says it is not durable yet, and only
+    /// a later [`Sink::commit`] (or an `end_transaction` returning `Some`) makes it, and every
+    /// transaction before it, durable. The pipeline asks for this only when it will call
+    /// `commit` once the stream has nothing more to hand over. Default: commit now.
+    fn end_transaction(&mut self) -> io::Result<Option<Durable>> {
+        self.commit().map(Some)
+    }
     /// Where the last commit (or the opening) left the sink.
     fn durable(&self) -> Durable;
     /// The commit LSN through which the sink itself recorded delivery, when it records one
@@ -84,6 +94,10 @@ impl<S: Sink + ?Sized> Sink for Box<S> {
 
     fn commit(&mut self) -> io::Result<Durable> {
         (**self).commit()
+    }
+
+    fn end_transaction(&mut self) -> io::Result<Option<Durable>> {
+        (**self).end_transaction()
     }
 
     fn durable(&self) -> Durable {

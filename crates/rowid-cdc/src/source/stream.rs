@@ -45,6 +45,9 @@ pub(crate) async fn stream(
 ) -> Result<SessionEnd, CdcError> {
     let stop = tokio::signal::ctrl_c();
     tokio::pin!(stop);
+    // Transactions may share a commit of the sink; the group is committed as soon as the
+    // stream has nothing more ready (below), so grouping adds no wait.
+    pipe.group_commits(true);
     let mut last_idle_record = Instant::now() - IDLE_RECORD_INTERVAL;
     let mut chunk_progress = ChunkProgress::new(opts.progress);
     // A chunk read found the table in another shape than the stream: when to ask again, and
@@ -94,17 +97,31 @@ pub(crate) async fn stream(
                 None => std::future::pending().await,
             }
         };
+        // A group of transactions waiting in the sink is committed when no message is ready
+        // (the branches are polled in order: a ready message comes first).
+        let flush_due = pipe.has_staged() && !pipe.in_transaction();
         let event = tokio::select! {
+            biased;
             _ = &mut stop => {
-                repl.stop();
+                stopping(repl, pipe)?;
                 return Ok(SessionEnd::Stopped);
             }
-            () = retry => continue,
             e = repl.recv() => e,
+            () = std::future::ready(()), if flush_due => {
+                if let Some(lsn) = pipe.flush().map_err(CdcError::Pipeline)? {
+                    repl.update_applied_lsn(pgwire_replication::Lsn::from_u64(lsn.0));
+                    progress.server_end = progress.server_end.max(lsn.0);
+                }
+                continue;
+            }
+            () = retry => continue,
         };
         let ev = match event {
             Ok(Some(ev)) => ev,
-            Ok(None) => return Ok(SessionEnd::Stopped),
+            Ok(None) => {
+                pipe.flush().map_err(CdcError::Pipeline)?;
+                return Ok(SessionEnd::Stopped);
+            }
             Err(e) => return Ok(SessionEnd::Lost(e)),
         };
         // A position the server reported while no transaction is open: recorded (and then
@@ -164,7 +181,10 @@ pub(crate) async fn stream(
                 idle = Some(Lsn(wal_end.as_u64()));
                 Ok(None)
             }
-            ReplicationEvent::StoppedAt { .. } => return Ok(SessionEnd::Stopped),
+            ReplicationEvent::StoppedAt { .. } => {
+                pipe.flush().map_err(CdcError::Pipeline)?;
+                return Ok(SessionEnd::Stopped);
+            }
         }
         .map_err(CdcError::Pipeline)?;
         for notice in pipe.take_notices() {
@@ -193,8 +213,21 @@ pub(crate) async fn stream(
             .stop_after
             .is_some_and(|n| pipe.progress().changes >= n && !pipe.in_transaction())
         {
-            repl.stop();
+            stopping(repl, pipe)?;
             return Ok(SessionEnd::Stopped);
         }
     }
+}
+
+/// Before the session stops: the transactions waiting in the sink made durable and
+/// acknowledged, then the stream stopped.
+fn stopping(
+    repl: &mut ReplicationClient,
+    pipe: &mut Pipeline<Box<dyn Sink>>,
+) -> Result<(), CdcError> {
+    if let Some(lsn) = pipe.flush().map_err(CdcError::Pipeline)? {
+        repl.update_applied_lsn(pgwire_replication::Lsn::from_u64(lsn.0));
+    }
+    repl.stop();
+    Ok(())
 }

@@ -19,12 +19,18 @@
 //! the server answered is on disk. The position and the rows commit atomically, so the sink
 //! can be ahead of the state file, never behind it: a restart replays the transactions
 //! between the two without writing them again ([`crate::capture::Capture::with_delivered`]).
+//! Consecutive captured transactions may share one database transaction (group commit,
+//! [`Sink::end_transaction`]): applying them in one transaction is applying them in order,
+//! the position recorded is the last one's, and none of them is reported durable before
+//! that transaction committed; a crash inside the group rolls all of it back, to be
+//! replayed from the last durable position.
 
 use std::io;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, Sender, SyncSender, channel, sync_channel};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
+use std::time::Instant;
 
 use std::collections::{HashMap, HashSet};
 
@@ -59,6 +65,14 @@ const BATCH_ROWS: usize = 256;
 
 /// Bytes of rows in one batch at most (a single larger row is a batch alone).
 const BATCH_BYTES: usize = 256 << 10;
+
+/// Captured transactions one database transaction holds at most (group commit: the
+/// pipeline commits the group as soon as the stream has nothing more to hand over; these
+/// bound it while the stream never pauses).
+const GROUP_TRANSACTIONS: u32 = 4096;
+
+/// How long a group may stay open at most, from its first captured transaction's end.
+const GROUP_WINDOW: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// One buffer row, as it travels to the connection's thread.
 #[derive(Debug)]
@@ -160,8 +174,12 @@ pub struct PostgresSink {
     worker: Option<JoinHandle<Result<(), Failure>>>,
     budget: Arc<Budget>,
     delivered: Option<Lsn>,
-    /// Commit LSN of the open transaction, when a row of it was sent.
+    /// Commit LSN of the last captured transaction with a row (or shape) sent into the open
+    /// database transaction: what its commit will record as the position.
     open: Option<Lsn>,
+    /// Since when, and how many captured transactions, the open database transaction holds
+    /// (group commit, [`Sink::end_transaction`]).
+    group: Option<(Instant, u32)>,
     seq: i32,
     opened: Opened,
     /// The columns last sent for each relation's buffer.
@@ -256,6 +274,7 @@ impl PostgresSink {
             budget,
             delivered,
             open: None,
+            group: None,
             seq: 0,
             opened,
             shapes: HashMap::new(),
@@ -418,7 +437,7 @@ impl Sink for PostgresSink {
             .shapes
             .get(&event.relid)
             .is_some_and(|(_, images, _)| images.is_some());
-        if self.open.is_none() {
+        if self.open != Some(event.commit_lsn) {
             self.open = Some(event.commit_lsn);
             self.seq = 0;
         }
@@ -490,7 +509,7 @@ impl Sink for PostgresSink {
         // No event's columns stand for it: the next change compares its images again.
         self.shapes
             .insert(relid, (Arc::from([]), images.clone(), schema.clone()));
-        if self.open.is_none() {
+        if self.open != Some(commit_lsn) {
             self.open = Some(commit_lsn);
             self.seq = 0;
         }
@@ -503,6 +522,7 @@ impl Sink for PostgresSink {
     }
 
     fn commit(&mut self) -> io::Result<Durable> {
+        self.group = None;
         // A transaction with no change for this sink needs no round trip: the state file
         // records it.
         if let Some(commit_lsn) = self.open.take() {
@@ -513,6 +533,20 @@ impl Sink for PostgresSink {
             self.delivered = Some(commit_lsn);
         }
         Ok(Durable::default())
+    }
+
+    fn end_transaction(&mut self) -> io::Result<Option<Durable>> {
+        // Nothing of this transaction, nor of one before it, waits in the open database
+        // transaction.
+        if self.open.is_none() {
+            return Ok(Some(Durable::default()));
+        }
+        let (since, transactions) = self.group.get_or_insert_with(|| (Instant::now(), 0));
+        *transactions += 1;
+        if *transactions >= GROUP_TRANSACTIONS || since.elapsed() >= GROUP_WINDOW {
+            return self.commit().map(Some);
+        }
+        Ok(None)
     }
 
     fn durable(&self) -> Durable {

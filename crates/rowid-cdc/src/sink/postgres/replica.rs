@@ -608,7 +608,10 @@ async fn apply_segment(
     types.resize(DELTA_TYPES.len() + table.storage.columns.len(), Type::BYTEA);
     let writer = BinaryCopyInWriter::new(sink, &types);
     let mut writer = std::pin::pin!(writer);
-    for row in &pending.rows {
+    // The delta orders a segment's changes by their place in it: a segment can span
+    // captured transactions (group commit), whose own sequence numbers start again at 1.
+    for (place, row) in (1..).zip(&pending.rows) {
+        let place: i32 = place;
         let op = row.op;
         let new_id = row.new_id.as_deref();
         let old_id = row.old_id.as_deref();
@@ -622,7 +625,7 @@ async fn apply_segment(
                 )
             })
             .collect();
-        let mut values: Vec<&(dyn ToSql + Sync)> = vec![&row.seq, &op, &old_id, &new_id];
+        let mut values: Vec<&(dyn ToSql + Sync)> = vec![&place, &op, &old_id, &new_id];
         values.extend(forms.iter().map(|f| f as &(dyn ToSql + Sync)));
         writer
             .as_mut()
@@ -698,14 +701,15 @@ async fn apply_segment(
         .query_opt(&apply.first_unapplicable(), &[])
         .await
         .map_err(|e| failed("cannot find the change at fault in", e))?;
-    let commit = pending
-        .rows
-        .first()
-        .map(|r| Lsn(r.commit_lsn).to_string())
-        .unwrap_or_default();
+    let commit_of = |row: Option<&Row>| row.map(|r| Lsn(r.commit_lsn).to_string());
     Err(Failure::from(match at {
         Some(r) => {
-            let (seq, op, id): (i32, i8, Vec<u8>) = (r.get(0), r.get(1), r.get(2));
+            let (place, op, id): (i32, i8, Vec<u8>) = (r.get(0), r.get(1), r.get(2));
+            let at = usize::try_from(place - 1)
+                .ok()
+                .and_then(|i| pending.rows.get(i));
+            let seq = at.map_or(0, |r| r.seq);
+            let commit = commit_of(at).unwrap_or_default();
             let what = match (op as u8, table.storage.uniqueness) {
                 (b'U', _) | (b'D', Uniqueness::Multiset) => "names a row",
                 _ => "names an identity",
@@ -728,9 +732,10 @@ async fn apply_segment(
             )
         }
         None => format!(
-            "{}: {what} of the transaction committed at {commit} could not be applied to {name} \
+            "{}: {what} of the transaction committed at {} could not be applied to {name} \
              exactly; nothing of that transaction was applied",
-            table.relation
+            table.relation,
+            commit_of(pending.rows.first()).unwrap_or_default()
         ),
     }))
 }

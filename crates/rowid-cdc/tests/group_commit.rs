@@ -1,0 +1,131 @@
+//! Group commit through the pipeline, deterministically (no server): a sink that holds
+//! transactions for a later commit ([`Sink::end_transaction`] returning `None`) is never
+//! reported durable before that commit: no position to acknowledge, the state file (and the
+//! state a reconnection resumes from) still at the last durable transaction, until
+//! [`Pipeline::flush`] or a position reported between transactions commits the group.
+
+// Test code: a failed expectation is a panic by design.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod pipeline_kit;
+
+use std::io;
+use std::sync::{Arc, Mutex};
+
+use pipeline_kit::{Stream, insert, state};
+use rowid_cdc::sink::{Durable, Sink};
+use rowid_cdc::state::State;
+use rowid_cdc::{ChangeEvent, Lsn};
+
+/// What the sink saw: changes since its last commit, and the changes each commit made
+/// durable.
+#[derive(Default)]
+struct Seen {
+    open: usize,
+    commits: Vec<usize>,
+}
+
+/// A sink that groups every transaction until it is told to commit.
+#[derive(Clone, Default)]
+struct Grouping(Arc<Mutex<Seen>>);
+
+impl Sink for Grouping {
+    fn change(&mut self, _event: &ChangeEvent) -> io::Result<()> {
+        self.0.lock().unwrap().open += 1;
+        Ok(())
+    }
+    fn commit(&mut self) -> io::Result<Durable> {
+        let mut seen = self.0.lock().unwrap();
+        let n = std::mem::take(&mut seen.open);
+        seen.commits.push(n);
+        Ok(Durable::default())
+    }
+    fn end_transaction(&mut self) -> io::Result<Option<Durable>> {
+        Ok(None)
+    }
+    fn durable(&self) -> Durable {
+        Durable::default()
+    }
+}
+
+/// A state file of the test's own.
+fn state_file(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!(
+        "rowid-cdc-group-commit-{}-{name}",
+        std::process::id()
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir.join("state.json")
+}
+
+fn on_disk(path: &std::path::Path) -> Lsn {
+    State::load(path).unwrap().unwrap().commit_lsn
+}
+
+#[test]
+fn a_group_is_recorded_and_acknowledged_only_once_the_sink_committed_it() {
+    let path = state_file("flush");
+    let sink = Grouping::default();
+    let mut s = Stream::start(sink.clone(), state(Vec::new()), Some(path.clone()));
+    s.pipe.group_commits(true);
+
+    assert_eq!(s.txn(101, vec![insert(1, 1)]), None, "not durable yet");
+    let first = s.lsn - 0x30;
+    assert_eq!(s.txn(102, vec![insert(2, 2), insert(3, 3)]), None);
+    let (second_commit, second_end) = (s.lsn - 0x30, s.lsn);
+    assert!(s.pipe.has_staged());
+    assert!(
+        sink.0.lock().unwrap().commits.is_empty(),
+        "nothing committed"
+    );
+    assert_eq!(
+        on_disk(&path),
+        Lsn::ZERO,
+        "the state file waits for the sink"
+    );
+    assert_eq!(
+        s.pipe.state().commit_lsn,
+        Lsn::ZERO,
+        "a reconnection resumes before the group"
+    );
+
+    assert_eq!(s.pipe.flush().unwrap(), Some(Lsn(second_end)));
+    assert_eq!(
+        sink.0.lock().unwrap().commits,
+        vec![3],
+        "one commit, 3 changes"
+    );
+    assert_eq!(on_disk(&path), Lsn(second_commit));
+    assert_eq!(s.pipe.state().end_lsn, Lsn(second_end));
+    assert!(!s.pipe.has_staged());
+    assert_eq!(s.pipe.flush().unwrap(), None, "nothing more to flush");
+    assert!(first < second_commit);
+}
+
+#[test]
+fn a_position_reported_between_transactions_commits_the_group_first() {
+    let path = state_file("idle");
+    let sink = Grouping::default();
+    let mut s = Stream::start(sink.clone(), state(Vec::new()), Some(path.clone()));
+    s.pipe.group_commits(true);
+    assert_eq!(s.txn(101, vec![insert(1, 1)]), None);
+    let commit = s.lsn - 0x30;
+    let idle = Lsn(s.lsn + 0x1000);
+    assert_eq!(s.pipe.idle_at(idle).unwrap(), Some(idle));
+    assert_eq!(sink.0.lock().unwrap().commits, vec![1]);
+    assert_eq!(on_disk(&path), Lsn(commit));
+    assert_eq!(State::load(&path).unwrap().unwrap().end_lsn, idle);
+}
+
+#[test]
+fn without_grouping_every_transaction_is_committed_and_acknowledged() {
+    let path = state_file("plain");
+    let sink = Grouping::default();
+    let mut s = Stream::start(sink.clone(), state(Vec::new()), Some(path.clone()));
+    assert_eq!(s.txn(101, vec![insert(1, 1)]), Some(Lsn(s.lsn)));
+    assert_eq!(s.txn(102, vec![insert(2, 2)]), Some(Lsn(s.lsn)));
+    assert_eq!(sink.0.lock().unwrap().commits, vec![1, 1]);
+    assert_eq!(on_disk(&path), Lsn(s.lsn - 0x30));
+    assert!(!s.pipe.has_staged());
+}
