@@ -671,8 +671,8 @@ fn wal_capture(
 
 /// Runs the benchmarks (`only`: one part, `codec`, `sql` or `wal`).
 pub fn run(quick: bool, only: Option<&str>) -> Result<(), String> {
-    const PARTS: [&str; 8] = [
-        "codec", "sql", "per-row", "physical", "probe", "wal", "capture", "replica",
+    const PARTS: [&str; 9] = [
+        "codec", "sql", "per-row", "physical", "probe", "wal", "capture", "replica", "locality",
     ];
     if let Some(part) = only
         && !PARTS.contains(&part)
@@ -707,9 +707,11 @@ pub fn run(quick: bool, only: Option<&str>) -> Result<(), String> {
     if wanted("codec") {
         codec(quick, &mut report)?;
     }
-    if !["per-row", "physical", "probe", "wal", "capture", "replica"]
-        .iter()
-        .any(|p| wanted(p))
+    if ![
+        "per-row", "physical", "probe", "wal", "capture", "replica", "locality",
+    ]
+    .iter()
+    .any(|p| wanted(p))
     {
         return write_report(quick, only, &report);
     }
@@ -764,6 +766,22 @@ pub fn run(quick: bool, only: Option<&str>) -> Result<(), String> {
         };
         let binary = rowid_cdc_binary(quick)?;
         crate::bench_replica::replica(&cluster, &binary, &work, &mut report)?;
+    }
+    if wanted("locality") {
+        let work = if quick {
+            crate::bench_locality::Work {
+                rows: 100_000,
+                changes: 10_000,
+                shared_buffers: "2MB",
+            }
+        } else {
+            crate::bench_locality::Work {
+                rows: 1_000_000,
+                changes: 100_000,
+                shared_buffers: "16MB",
+            }
+        };
+        crate::bench_locality::locality(&work, &mut report)?;
     }
     write_report(quick, only, &report)
 }

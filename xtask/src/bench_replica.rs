@@ -86,9 +86,13 @@ pub fn replica(
              VACUUM ANALYZE t, kl;"
         ),
     )?;
-    target
-        .psql()
-        .run("CREATE DATABASE sub; CREATE DATABASE rep;")?;
+    // The launcher starts an apply worker at most once per wal_retrieve_retry_interval (5 s
+    // by default) after the last start: without this the second subscription's time would
+    // hold seconds of waiting for its worker.
+    target.psql().run(
+        "ALTER SYSTEM SET wal_retrieve_retry_interval = '10ms'; SELECT pg_reload_conf(); \
+         CREATE DATABASE sub; CREATE DATABASE rep;",
+    )?;
     on(&target, "rep", "CREATE EXTENSION pg_trickle_ext;")?;
     // The subscriber starts with the source's rows (copied once, not timed) and its
     // subscriptions disabled, their slots made now: before the workload.
@@ -221,7 +225,7 @@ pub fn replica(
          rows beforehand) and the replica's storage (`rowid-cdc --sink replica:`, loaded by its \
          initial snapshot). Each reads the same WAL from its own slot; the time runs from \
          enabling the subscription, or starting rowid-cdc, until the copy holds the source's \
-         rows (the subscriber polled every 20 ms).\n\n\
+         rows (the subscriber polled every 20 ms; `wal_retrieve_retry_interval` 10 ms, so its apply worker starts at once).\n\n\
          | workload | subscription s | replica s | replica / subscription (throughput) |\n\
          |---|---|---|---|\n",
     );

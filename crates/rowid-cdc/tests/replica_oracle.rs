@@ -10,8 +10,13 @@
 //! `encode_row_id_v2` of its row under the table's key at the end.
 //!
 //! The replica is kept in the source database (`replica:` with `--replica-schema`), so one
-//! query compares both sides. Needs a server with `wal_level = logical` and the extension:
-//! run through `cargo xtask test`.
+//! query compares both sides. With [`TARGET_ENV`] set (`cargo xtask test` does so once, a
+//! PostgreSQL 18 target for the PostgreSQL 15 source), it is kept in a database of that other
+//! cluster instead, whose binary forms and catalogs are another major's; the sides are then
+//! compared by the multiset of their rows' text (sorted bytewise, in one fixed set of output
+//! settings): equal texts are equal values, so this implies `EXCEPT ALL` both ways empty,
+//! and it is stricter (a numeric's scale, a float's `-0`). Needs a server with
+//! `wal_level = logical` and the extension: run through `cargo xtask test`.
 
 // Test code: a failed expectation is a panic by design.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -26,6 +31,17 @@ use rowid_testkit::psql::Psql;
 use rowid_testkit::rng::Rng;
 
 const SLOT: &str = "rowid_replica_oracle";
+
+/// psql connection arguments of another cluster to keep the replica in (see the module).
+const TARGET_ENV: &str = "ROWID_REPLICA_TARGET_PSQL_ARGS";
+
+/// The user types the storage tables need, created on a remote target too.
+const TYPES: &str = "CREATE TYPE mood AS ENUM ('a', 'b', 'c', 'd', 'e');
+         CREATE TYPE pair AS (x int4, y text);";
+
+/// Output settings under which both sides print their rows' text.
+const TEXT_SETTINGS: &str = "SET TimeZone = 'UTC'; SET DateStyle = 'ISO, MDY'; \
+    SET IntervalStyle = postgres; SET extra_float_digits = 1; SET bytea_output = hex;";
 const SCHEMA: &str = "oracle_replica";
 
 /// Keyed tables: name, key type, the key for integer `$i` (distinct `$i`, distinct keys).
@@ -67,11 +83,10 @@ fn key(expr: &str, i: usize) -> String {
 }
 
 fn setup(src: &Psql) {
-    let mut sql = String::from(
+    let mut sql = format!(
         "CREATE EXTENSION pg_trickle_ext;
          SELECT pgtrickle.enable_identity_messages();
-         CREATE TYPE mood AS ENUM ('a', 'b', 'c', 'd', 'e');
-         CREATE TYPE pair AS (x int4, y text);
+         {TYPES}
          CREATE TABLE k_move (id int8 PRIMARY KEY, code text UNIQUE NOT NULL, v int4);
          INSERT INTO k_move SELECT g, 'code ' || g, g FROM generate_series(1, 10) g;\n",
     );
@@ -282,10 +297,35 @@ fn a_replica_under_a_random_workload_kills_and_a_crash_equals_its_sources() {
         publication: "p",
         dir: &dir,
     };
+    // The storage's database: the source's, or one on the cluster TARGET_ENV names.
+    let remote = std::env::var(TARGET_ENV).ok().map(|args| {
+        let server = Psql::new("psql", &args);
+        server
+            .run(
+                "DROP DATABASE IF EXISTS rowid_cdc_replica_oracle_dst WITH (FORCE);
+                 CREATE DATABASE rowid_cdc_replica_oracle_dst;",
+            )
+            .unwrap();
+        let target = server.with_db("rowid_cdc_replica_oracle_dst");
+        target
+            .run(&format!("CREATE EXTENSION pg_trickle_ext; {TYPES}"))
+            .unwrap();
+        target
+    });
+    let (target, sink) = match &remote {
+        Some(target) => (target, format!("replica:{}", target.dsn())),
+        None => (&src, "replica:".to_string()),
+    };
+    if remote.is_some() {
+        eprintln!(
+            "the replica on another cluster: {}",
+            one(target, "SELECT version();")
+        );
+    }
     let start = |extra: &[&str]| {
         let mut args = vec!["--replica-schema", SCHEMA];
         args.extend_from_slice(extra);
-        Running(cdc.command_into("replica:", &args).spawn().unwrap())
+        Running(cdc.command_into(&sink, &args).spawn().unwrap())
     };
     let mut rng = Rng::new(0x0A_C1E);
     let mut consumer = start(&["--create-slot", "--snapshot"]);
@@ -310,7 +350,7 @@ fn a_replica_under_a_random_workload_kills_and_a_crash_equals_its_sources() {
     src.run("INSERT INTO k_int4 VALUES (1000000, 0, 'marker');")
         .unwrap();
     let t = Instant::now();
-    while src
+    while target
         .run(&format!(
             "SELECT count(*) FROM {SCHEMA}.k_int4 WHERE k = 1000000;"
         ))
@@ -334,33 +374,36 @@ fn a_replica_under_a_random_workload_kills_and_a_crash_equals_its_sources() {
     tables.extend(KEYLESS.iter().map(|(n, _)| *n));
     for table in tables {
         let cols = columns(&src, table);
-        let diff = one(
-            &src,
-            &format!(
-                "SELECT count(*) FROM ((SELECT {cols} FROM {table} EXCEPT ALL \
-                 SELECT {cols} FROM {SCHEMA}.{table}) UNION ALL (SELECT {cols} FROM \
-                 {SCHEMA}.{table} EXCEPT ALL SELECT {cols} FROM {table})) AS d;"
-            ),
-        );
-        assert_eq!(diff, "0", "{table}: EXCEPT ALL both ways");
-        let text = |relation: &str| {
-            one(
+        if remote.is_none() {
+            let diff = one(
                 &src,
                 &format!(
-                    "SELECT md5(string_agg(r, E'\\n' ORDER BY r)) FROM \
-                     (SELECT ({cols})::text AS r FROM {relation}) AS x;"
+                    "SELECT count(*) FROM ((SELECT {cols} FROM {table} EXCEPT ALL \
+                     SELECT {cols} FROM {SCHEMA}.{table}) UNION ALL (SELECT {cols} FROM \
+                     {SCHEMA}.{table} EXCEPT ALL SELECT {cols} FROM {table})) AS d;"
                 ),
-            )
+            );
+            assert_eq!(diff, "0", "{table}: EXCEPT ALL both ways");
+        }
+        let text = |db: &Psql, relation: &str| {
+            let out = db
+                .run(&format!(
+                    "{TEXT_SETTINGS} SELECT count(*) || ' ' || \
+                     coalesce(md5(string_agg(r, E'\\n' ORDER BY r COLLATE \"C\")), '') FROM \
+                     (SELECT ({cols})::text AS r FROM {relation}) AS x;"
+                ))
+                .unwrap();
+            out.trim().lines().last().unwrap_or_default().to_string()
         };
         assert_eq!(
-            text(&format!("{SCHEMA}.{table}")),
-            text(table),
-            "{table}: every value's text"
+            text(target, &format!("{SCHEMA}.{table}")),
+            text(&src, table),
+            "{table}: the rows' text (count and md5 of the sorted texts)"
         );
         let id = identity(&src, table, &cols);
         assert_eq!(
             one(
-                &src,
+                target,
                 &format!(
                     "SELECT count(*) FROM {SCHEMA}.{table} WHERE \"__pgt_row_id\" \
                      IS DISTINCT FROM pgtrickle.encode_row_id_v2({id});"
