@@ -8,6 +8,9 @@ use crate::pipeline::Progress as Counters;
 /// The progress line's state.
 pub struct Progress {
     enabled: bool,
+    /// When the run's first line could have been printed, and its changes then.
+    started: Instant,
+    /// When the last line was printed, and the changes it counted.
     last: Instant,
     last_changes: u64,
     /// The highest WAL position the server reported.
@@ -17,9 +20,11 @@ pub struct Progress {
 impl Progress {
     /// A progress line, printed only when `enabled`.
     pub fn new(enabled: bool) -> Progress {
+        let now = Instant::now();
         Progress {
             enabled,
-            last: Instant::now(),
+            started: now,
+            last: now,
             last_changes: 0,
             server_end: 0,
         }
@@ -27,28 +32,44 @@ impl Progress {
 
     /// Prints the line if a second passed since the last one (always when `last`).
     pub fn line(&mut self, p: Counters, last: bool) {
-        let elapsed = self.last.elapsed();
-        if !self.enabled || (!last && elapsed < Duration::from_secs(1)) {
-            return;
+        if let Some(text) = self.text(&p, last, Instant::now()) {
+            let peak = if last {
+                peak_rss_kib().map_or(String::new(), |k| format!(", peak RSS {k} KiB"))
+            } else {
+                String::new()
+            };
+            eprintln!("{text}{peak}");
         }
-        let rate = (p.changes - self.last_changes) as f64 / elapsed.as_secs_f64().max(1e-3);
-        let peak = if last {
-            peak_rss_kib().map_or(String::new(), |k| format!(", peak RSS {} KiB", k))
+    }
+
+    /// The line due at `now`, if one is. A line during the run gives the rate since the line
+    /// before it; the last line gives the run's average rate: the time since the line before
+    /// it may be a few microseconds, and a rate over it says nothing (it printed
+    /// "120519463/s" once).
+    fn text(&mut self, p: &Counters, last: bool, now: Instant) -> Option<String> {
+        let since_line = now.saturating_duration_since(self.last);
+        if !self.enabled || (!last && since_line < Duration::from_secs(1)) {
+            return None;
+        }
+        let (changes, over) = if last {
+            (p.changes, now.saturating_duration_since(self.started))
         } else {
-            String::new()
+            (p.changes.saturating_sub(self.last_changes), since_line)
         };
-        eprintln!(
-            "rowid-cdc: {} changes ({rate:.0}/s), {} unidentified, {} notices, {} transactions \
-             durable up to {}, lag {} bytes{peak}",
+        let rate = changes as f64 / over.as_secs_f64().max(1e-3);
+        let rate_of = if last { "on average" } else { "now" };
+        self.last = now;
+        self.last_changes = p.changes;
+        Some(format!(
+            "rowid-cdc: {} changes ({rate:.0}/s {rate_of}), {} unidentified, {} notices, {} \
+             transactions durable up to {}, lag {} bytes",
             p.changes,
             p.unidentified,
             p.notices,
             p.transactions,
             p.durable,
             self.server_end.saturating_sub(p.durable.0)
-        );
-        self.last = Instant::now();
-        self.last_changes = p.changes;
+        ))
     }
 }
 
@@ -184,5 +205,30 @@ mod tests {
                 .chunk_line(1, "public.a", 5, None, (0, 1))
                 .is_none()
         );
+    }
+
+    #[test]
+    fn the_last_line_gives_the_runs_average_rate() {
+        let mut p = Progress::new(true);
+        let t0 = p.started;
+        let counters = |changes| Counters {
+            changes,
+            ..Counters::default()
+        };
+        // Not a second yet: no line during the run.
+        assert_eq!(
+            p.text(&counters(10), false, t0 + Duration::from_millis(500)),
+            None
+        );
+        let during = p
+            .text(&counters(3000), false, t0 + Duration::from_secs(2))
+            .unwrap();
+        assert!(during.contains("3000 changes (1500/s now)"), "{during}");
+        // The last line 1 us after that one: 1000 more changes in 2 s and 1 us of run.
+        let last = p
+            .text(&counters(4000), true, t0 + Duration::from_micros(2_000_001))
+            .unwrap();
+        assert!(last.contains("4000 changes (2000/s on average)"), "{last}");
+        assert!(Progress::new(false).text(&counters(1), true, t0).is_none());
     }
 }

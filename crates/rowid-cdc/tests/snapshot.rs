@@ -668,7 +668,10 @@ fn chunked_snapshots_follow_ddl() {
 /// older snapshot would see the rewritten table empty, and without the check the run went on
 /// silently with no rows.
 /// rowid-cdc pauses between the slot's creation and the copy (its test hook); the DDL commits
-/// once the slot exists. The copy is refused, naming the table and the fix, before any row.
+/// once the slot has its consistent point (a slot is listed while it still builds its
+/// snapshot, with no `confirmed_flush_lsn`: a DDL started then is waited for and lands before
+/// the consistent point, where the copy rightly sees it; CI once ran into that window). The
+/// copy is refused, naming the table and the fix, before any row.
 #[test]
 #[ignore = "needs a PostgreSQL server with wal_level=logical and the extension: run through `cargo xtask test`"]
 fn a_ddl_between_the_slot_and_its_copy_is_refused() {
@@ -696,7 +699,8 @@ fn a_ddl_between_the_slot_and_its_copy_is_refused() {
             "DO $$ BEGIN
                FOR i IN 1..3000 LOOP
                  EXIT WHEN EXISTS (SELECT 1 FROM pg_replication_slots
-                                   WHERE slot_name = 'snap_window');
+                                   WHERE slot_name = 'snap_window'
+                                     AND confirmed_flush_lsn IS NOT NULL);
                  PERFORM pg_sleep(0.01);
                END LOOP;
              END $$;
