@@ -638,6 +638,12 @@ fn wal_capture(
             return Err(format!("the change buffers hold {rows} rows, expected {n}"));
         }
     }
+    // Its eight slots go: the sections after it make slots of their own on this cluster
+    // (max_replication_slots is 10), and a slot left behind holds WAL back.
+    db.run(
+        "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots \
+         WHERE database = 'cdcbench';",
+    )?;
     report.push_str(&format!(
         "## 5. WAL capture throughput (one UPDATE of {n} rows, one transaction)\n\n\
          Each reader has its own slot, created before the UPDATE; times include connecting. \

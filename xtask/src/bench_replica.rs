@@ -67,9 +67,12 @@ pub fn replica(
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     let (n, kn, m) = (work.keyed_rows, work.keyless_rows, work.keyless_changes);
-    source
-        .psql()
-        .run("DROP DATABASE IF EXISTS repbench WITH (FORCE); CREATE DATABASE repbench;")?;
+    // Slots an interrupted run left behind would keep the database from being dropped.
+    source.psql().run(
+        "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots \
+         WHERE database = 'repbench' AND NOT active; \
+         DROP DATABASE IF EXISTS repbench WITH (FORCE); CREATE DATABASE repbench;",
+    )?;
     on(
         source,
         "repbench",
