@@ -17,7 +17,9 @@ use rowid_codec::{Domain, TypeTag};
 use rowid_pgoutput::{
     Column, CommitInfo, FlagBits, Message, OldTuple, Relation, RelationColumn, encode,
 };
-use rowid_registry::schema_message::{IdentityDef, IdentityField, MESSAGE_PREFIX, SchemaColumn};
+use rowid_registry::schema_message::{
+    IdentityDef, IdentityField, MESSAGE_PREFIX, Rewrite, SchemaColumn,
+};
 
 /// The identity schema table's OID.
 const SCHEMAS: u32 = 9;
@@ -58,6 +60,7 @@ fn schema(key: u8, ri: ReplicaIdentity) -> RelationSchema {
                 type_name: None,
                 not_null: true,
                 shape: Some(Shape::Scalar(c.2)),
+                missing: None,
             })
             .collect(),
         primary_key: cols[..key_cols].iter().map(|c| c.0.clone()).collect(),
@@ -73,6 +76,7 @@ fn schema(key: u8, ri: ReplicaIdentity) -> RelationSchema {
             // The bound does not change what capture emits.
             max_len: None,
         }),
+        rewritten: Rewrite::Unknown,
     }
 }
 

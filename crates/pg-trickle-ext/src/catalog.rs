@@ -244,13 +244,17 @@ pub struct PublishedColumn {
     pub not_null: bool,
     /// The type, resolved for the registry.
     pub ty: TypeRef,
+    /// `array_send(attmissingval)` when `atthasmissing`: the value rows stored before the
+    /// column was added hold, as a one-element array.
+    pub missing: Option<Vec<u8>>,
 }
 
 /// The published columns of `rel`, in attnum order.
 pub fn published_columns(rel: pg_sys::Oid) -> Vec<PublishedColumn> {
     let query = format!(
         "SELECT attnum, attname::pg_catalog.text, atttypid, attnotnull, \
-                pg_catalog.format_type(atttypid, atttypmod) \
+                pg_catalog.format_type(atttypid, atttypmod), \
+                CASE WHEN atthasmissing THEN pg_catalog.array_send(attmissingval) END \
          FROM pg_catalog.pg_attribute \
          WHERE attrelid OPERATOR(pg_catalog.=) {} AND attnum OPERATOR(pg_catalog.>) 0 \
            AND NOT attisdropped AND attgenerated OPERATOR(pg_catalog.=) '' \
@@ -266,6 +270,7 @@ pub fn published_columns(rel: pg_sys::Oid) -> Vec<PublishedColumn> {
             type_name: row.get::<String>(5)?.unwrap_or_default(),
             not_null: row.get::<bool>(4)?.unwrap_or(false),
             ty: type_ref(ty, &collation),
+            missing: row.get::<Vec<u8>>(6)?,
         })
     })
 }

@@ -1,15 +1,17 @@
-//! Identity schema messages (spec/identity-messages.md, format 3): a table's identity schema
+//! Identity schema messages (spec/identity-messages.md, format 5): a table's identity schema
 //! as the JSON a WAL consumer reads, and what the event triggers write: a row per published
 //! table in `pgtrickle.identity_schemas`, a table only the extension's owner may write, whose
 //! changes the WAL carries at the DDL's position. The format and the key choice are the
 //! registry's (`rowid_registry::schema_message`, `choose_scan_key`); this module reads the
 //! catalog and writes that table.
 
+use std::sync::Mutex;
+
 use pgrx::pg_sys;
 use rowid_codec::Domain;
 use rowid_registry::schema_message::{
-    IDENTITY_TABLE, IdentityDef, Refusal, RelationSchema, ReplicaIdentity, SchemaColumn,
-    SchemaMessage,
+    IDENTITY_TABLE, IdentityDef, Refusal, RelationSchema, ReplicaIdentity, Rewrite, SchemaColumn,
+    SchemaMessage, missing_from_array_send,
 };
 use rowid_registry::sql::QualifiedName;
 use rowid_registry::{Property, Rejection, choose_scan_key, image_shape, resolve_schema};
@@ -23,6 +25,79 @@ use crate::spi;
 
 const SCHEMA_FN: &str = "pgtrickle.identity_schema";
 
+/// `pg_event_trigger_table_rewrite_reason()` bits that give existing rows new values:
+/// `AT_REWRITE_DEFAULT_VAL` (a volatile default) and `AT_REWRITE_COLUMN_REWRITE` (`ALTER
+/// COLUMN ... TYPE`, with or without `USING`). Persistence (1) and access method (8)
+/// rewrites copy every value as it is.
+const VALUE_REWRITES: i32 = 2 | 4;
+
+/// The tables a DDL of this backend's current transaction rewrote with new values: the
+/// transaction's full top-level id and their OIDs. Only [`note_rewrite`] adds to it (called by
+/// the extension's SECURITY DEFINER event trigger, EXECUTE revoked from PUBLIC); nothing
+/// removes a note before the transaction ends, so a function running during the rewrite
+/// (a volatile default) cannot take one back.
+static REWRITES: Mutex<(u64, Vec<u32>)> = Mutex::new((0, Vec::new()));
+
+/// Whether the extension's `table_rewrite` event trigger fires in this session: it exists
+/// and is enabled for the current `session_replication_role` (PostgreSQL's rule for event
+/// triggers: `A` always, `O` unless the role is `replica`, `R` only then).
+const REWRITE_TRIGGER_FIRES: &str = "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_event_trigger \
+     WHERE evtname OPERATOR(pg_catalog.=) 'pgtrickle_identity_rewrite' \
+       AND evtevent OPERATOR(pg_catalog.=) 'table_rewrite' \
+       AND (evtenabled OPERATOR(pg_catalog.=) 'A' \
+            OR (evtenabled OPERATOR(pg_catalog.=) 'O' \
+                AND pg_catalog.current_setting('session_replication_role') \
+                    OPERATOR(pg_catalog.<>) 'replica') \
+            OR (evtenabled OPERATOR(pg_catalog.=) 'R' \
+                AND pg_catalog.current_setting('session_replication_role') \
+                    OPERATOR(pg_catalog.=) 'replica')))";
+
+/// The current transaction's full top-level id (assigned if it had none: a DDL has one).
+fn top_xid() -> u64 {
+    // SAFETY: called inside a transaction (an event trigger or a SQL function); assigns a
+    // transaction id if none was assigned, as any write would.
+    unsafe { pg_sys::GetTopFullTransactionId() }.value
+}
+
+/// Notes that `rel` is rewritten in the current transaction for `reason`.
+pub fn note_rewrite(rel: pg_sys::Oid, reason: i32) {
+    if reason & VALUE_REWRITES == 0 {
+        return;
+    }
+    let xid = top_xid();
+    let mut notes = REWRITES
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if notes.0 != xid {
+        *notes = (xid, Vec::new());
+    }
+    let rel = u32::from(rel);
+    if !notes.1.contains(&rel) {
+        notes.1.push(rel);
+    }
+}
+
+/// `rewritten` of `rel`'s message: the current transaction when one of its DDL rewrote the
+/// table with new values; unknown for a partitioned table (its leaves are rewritten, not it)
+/// or when the `table_rewrite` event trigger does not fire in this session (no note could
+/// have been taken).
+fn rewritten(rel: pg_sys::Oid, kind: u8) -> Rewrite {
+    if kind == b'p' || !spi::one::<bool>(REWRITE_TRIGGER_FIRES, &[]).unwrap_or(false) {
+        return Rewrite::Unknown;
+    }
+    let notes = REWRITES
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    // SAFETY: reads the current transaction's full top-level id, if any; assigns nothing. A
+    // transaction without one has written nothing, so rewritten nothing.
+    let xid = unsafe { pg_sys::GetTopFullTransactionIdIfAny() }.value;
+    if xid != 0 && notes.0 == xid && notes.1.contains(&u32::from(rel)) {
+        Rewrite::By(xid)
+    } else {
+        Rewrite::Kept
+    }
+}
+
 /// The identity schema of table `rel` as of the current snapshot: the key the registry
 /// chooses (the same rule as `validate_source_identity`), else the keyless identity over
 /// every column, else the rejection.
@@ -34,13 +109,27 @@ pub fn relation_schema(rel: pg_sys::Oid) -> RelationSchema {
         ReplicaIdentity::from_byte(facts.replica_identity).unwrap_or(ReplicaIdentity::Default);
     let columns = published_columns(rel)
         .into_iter()
-        .map(|c| SchemaColumn {
-            attnum: c.attnum,
-            shape: image_shape(&c.ty),
-            name: c.name,
-            type_oid: c.type_oid,
-            type_name: Some(c.type_name),
-            not_null: c.not_null,
+        .map(|c| {
+            let missing = c.missing.map(|array| {
+                missing_from_array_send(&array).unwrap_or_else(|why| {
+                    errors::invalid_argument(
+                        SCHEMA_FN,
+                        format!(
+                            "column {} of {}.{}: {why}",
+                            c.name, facts.namespace, facts.relname
+                        ),
+                    )
+                })
+            });
+            SchemaColumn {
+                attnum: c.attnum,
+                shape: image_shape(&c.ty),
+                name: c.name,
+                type_oid: c.type_oid,
+                type_name: Some(c.type_name),
+                not_null: c.not_null,
+                missing,
+            }
         })
         .collect();
     let ctx = server_context();
@@ -95,6 +184,7 @@ pub fn relation_schema(rel: pg_sys::Oid) -> RelationSchema {
         columns,
         primary_key,
         identity,
+        rewritten: rewritten(rel, facts.kind),
     }
 }
 
@@ -114,8 +204,10 @@ pub fn schema_json(rel: pg_sys::Oid) -> String {
 }
 
 /// Writes the identity schema of every table of `relids` that exists into
-/// `pgtrickle.identity_schemas`, where it differs from the row there (an INSERT or UPDATE the
-/// WAL carries at this position); returns how many rows were written. Runs as the caller,
+/// `pgtrickle.identity_schemas`, where it differs from the row there or the transaction
+/// rewrote the table's values (an INSERT or UPDATE the WAL carries at this position: a
+/// rewrite that keeps the shape, `ALTER COLUMN v TYPE int4 USING v + 1` of an `int4`, still
+/// reaches every consumer); returns how many rows were written. Runs as the caller,
 /// which must be allowed to write that table: only the extension's owner is (the event
 /// triggers' functions are SECURITY DEFINER SET search_path = pg_catalog, pg_temp).
 pub fn write_schemas(relids: &[pg_sys::Oid]) -> i32 {
@@ -127,6 +219,7 @@ pub fn write_schemas(relids: &[pg_sys::Oid]) -> i32 {
          WHERE s.schema OPERATOR(pg_catalog.<>) EXCLUDED.schema \
             OR COALESCE(s.key_index, 0) \
                OPERATOR(pg_catalog.<>) COALESCE(EXCLUDED.key_index, 0) \
+            OR $4 \
          RETURNING 1",
         t = QualifiedName::new(schema, table).quoted()
     );
@@ -139,8 +232,17 @@ pub fn write_schemas(relids: &[pg_sys::Oid]) -> i32 {
         seen.push(rel);
         let s = relation_schema(rel);
         let index = key_index(rel, &s);
+        let rewritten = matches!(s.rewritten, Rewrite::By(_));
         let json = SchemaMessage::Schema(s).to_json().to_string();
-        let wrote = spi::rows_mut(&upsert, &[rel.into(), index.into(), json.as_str().into()]);
+        let wrote = spi::rows_mut(
+            &upsert,
+            &[
+                rel.into(),
+                index.into(),
+                json.as_str().into(),
+                rewritten.into(),
+            ],
+        );
         written += wrote as i32;
     }
     written

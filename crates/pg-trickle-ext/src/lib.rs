@@ -134,6 +134,17 @@ mod pgtrickle {
         crate::identity_messages::write_schemas(&relids)
     }
 
+    /// Notes, for this backend's current transaction, that table `rel` is being rewritten
+    /// for `reason` (`pg_event_trigger_table_rewrite_reason()`); the identity schema rows
+    /// the transaction writes for it then say `"rewritten": true` when the reason gives its
+    /// rows new values. Called by the extension's `pgtrickle_identity_rewrite` event trigger,
+    /// as the extension's owner; EXECUTE is revoked from PUBLIC, and nothing removes a note
+    /// before the transaction ends (a volatile default's function runs during the rewrite).
+    #[pg_extern(volatile, strict)]
+    fn note_table_rewrite(rel: pg_sys::Oid, reason: i32) {
+        crate::identity_messages::note_rewrite(rel, reason);
+    }
+
     /// Follows the `ALTER TABLE` of captured sources in their trigger buffers
     /// (spec/change-buffer.md §1c), as each buffer's owner; returns how many it altered.
     /// Called by the extension's `pgtrickle_capture_ddl` event trigger; EXECUTE is revoked
@@ -225,7 +236,7 @@ CREATE SCHEMA pgtrickle_changes;
 COMMENT ON SCHEMA pgtrickle_changes IS
   'Change buffers (spec/change-buffer.md); owned by the extension pg_trickle_ext';
 
--- Identity schema messages, format 3 (spec/identity-messages.md): one row per published
+-- Identity schema messages, format 5 (spec/identity-messages.md): one row per published
 -- table, written only by the extension's event triggers (as the extension's owner: PUBLIC
 -- may only read it, what the catalogs already show), published by pgtrickle_identity so
 -- that a WAL consumer reads each row change at the position of the DDL that made it (and a
@@ -238,10 +249,11 @@ CREATE TABLE pgtrickle.identity_schemas (
 REVOKE ALL ON TABLE pgtrickle.identity_schemas FROM PUBLIC;
 GRANT SELECT ON TABLE pgtrickle.identity_schemas TO PUBLIC;
 COMMENT ON TABLE pgtrickle.identity_schemas IS
-  'Identity schema of every published table (spec/identity-messages.md format 3); written only by the identity-message event triggers';
+  'Identity schema of every published table (spec/identity-messages.md format 5); written only by the identity-message event triggers';
 CREATE PUBLICATION pgtrickle_identity FOR TABLE pgtrickle.identity_schemas;
 
 REVOKE EXECUTE ON FUNCTION pgtrickle.write_identity_schemas(pg_catalog.oid[]) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION pgtrickle.note_table_rewrite(pg_catalog.oid, integer) FROM PUBLIC;
 
 -- The event-trigger functions run as the extension's owner, with a fixed search path and
 -- every name qualified: any role's DDL must be able to write the schema, and none may steer
@@ -322,6 +334,16 @@ BEGIN
 END
 $fn$;
 
+-- A table rewrite (format 5): noted before the rewrite, read by the ddl_command_end that
+-- follows in the same transaction (spec/identity-messages.md §4).
+CREATE FUNCTION pgtrickle.identity_messages_on_rewrite() RETURNS event_trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
+BEGIN
+  PERFORM pgtrickle.note_table_rewrite(pg_catalog.pg_event_trigger_table_rewrite_oid(),
+                                       pg_catalog.pg_event_trigger_table_rewrite_reason());
+END
+$fn$;
+
 CREATE FUNCTION pgtrickle.identity_messages_on_drop() RETURNS event_trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
 DECLARE
@@ -369,6 +391,11 @@ BEGIN
     CREATE EVENT TRIGGER pgtrickle_identity_drop ON sql_drop
       EXECUTE FUNCTION pgtrickle.identity_messages_on_drop();
   END IF;
+  IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_event_trigger
+                 WHERE evtname OPERATOR(pg_catalog.=) 'pgtrickle_identity_rewrite') THEN
+    CREATE EVENT TRIGGER pgtrickle_identity_rewrite ON table_rewrite
+      EXECUTE FUNCTION pgtrickle.identity_messages_on_rewrite();
+  END IF;
   -- Every table published now gets its row (or has it brought up to date).
   PERFORM pgtrickle.write_identity_schemas(ARRAY(
     SELECT DISTINCT pg_catalog.format('%I.%I', p.schemaname, p.tablename)
@@ -383,6 +410,7 @@ CREATE FUNCTION pgtrickle.disable_identity_messages() RETURNS void
 LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $fn$
   DROP EVENT TRIGGER IF EXISTS pgtrickle_identity_ddl;
   DROP EVENT TRIGGER IF EXISTS pgtrickle_identity_drop;
+  DROP EVENT TRIGGER IF EXISTS pgtrickle_identity_rewrite;
 $fn$;
 REVOKE EXECUTE ON FUNCTION pgtrickle.enable_identity_messages() FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION pgtrickle.disable_identity_messages() FROM PUBLIC;
@@ -404,7 +432,8 @@ COMMENT ON FUNCTION pgtrickle.grant_capture(pg_catalog.regrole) IS
     name = "identity_messages",
     requires = [
         pgtrickle::identity_schema,
-        pgtrickle::write_identity_schemas
+        pgtrickle::write_identity_schemas,
+        pgtrickle::note_table_rewrite
     ]
 );
 

@@ -657,18 +657,20 @@ fn structural_fields_are_validated() {
     assert_eq!(doc.map(|(bytes, _)| bytes), Ok(None));
 }
 
-/// The identity schema message of a table, parsed back with the registry's strict reader.
-fn identity_schema_of(table: &str) -> rowid_registry::schema_message::RelationSchema {
+/// The identity schema message `query` returns, parsed back with the registry's strict
+/// reader.
+fn schema_from(query: &str) -> rowid_registry::schema_message::RelationSchema {
     use rowid_registry::schema_message::SchemaMessage;
-    let json = Spi::get_one::<String>(&format!(
-        "SELECT pgtrickle.identity_schema('{table}'::regclass)"
-    ))
-    .expect("identity_schema runs")
-    .expect("not NULL");
+    let json = Spi::get_one::<String>(query).expect("runs").expect("not NULL");
     match SchemaMessage::parse(json.as_bytes()).expect("a valid identity schema message") {
         SchemaMessage::Schema(s) => s,
         other => panic!("{other:?}"),
     }
+}
+
+/// The identity schema message of a table, as `pgtrickle.identity_schema` computes it.
+fn identity_schema_of(table: &str) -> rowid_registry::schema_message::RelationSchema {
+    schema_from(&format!("SELECT pgtrickle.identity_schema('{table}'::regclass)"))
 }
 
 /// identity_schema gives the key validate_source_identity chooses, with the shapes of user
@@ -759,7 +761,88 @@ fn identity_schema_of_a_non_table_is_an_error() {
     let _ = identity_schema_of("im_seq");
 }
 
-/// enable_identity_messages installs both event triggers once; disable removes them.
+/// The row the identity-message event triggers wrote for `table`, parsed back.
+fn written_schema_of(table: &str) -> rowid_registry::schema_message::RelationSchema {
+    schema_from(&format!(
+        "SELECT schema FROM pgtrickle.identity_schemas WHERE relid = '{table}'::regclass"
+    ))
+}
+
+/// Format 5: what rows stored before a column hold (`missing`, from `attmissingval`), and
+/// whether a DDL rewrote the table's values (`rewritten`, noted by the `table_rewrite` event
+/// trigger), in the rows the event triggers write. A pgrx test is one transaction, so every
+/// rewrite below is noted for the rest of it: the tables are checked in the order that keeps
+/// each claim apart.
+#[pg_test]
+fn identity_schema_rows_carry_missing_values_and_rewrites() {
+    use rowid_registry::schema_message::Rewrite;
+    Spi::run(
+        "SELECT pgtrickle.enable_identity_messages();
+         CREATE TABLE im_add (id int8 PRIMARY KEY, v int4);
+         CREATE TABLE im_same (id int8 PRIMARY KEY, v int4);
+         -- A rewrite for persistence (reason 1; a published table cannot be unlogged).
+         CREATE UNLOGGED TABLE im_logged (id int8 PRIMARY KEY);
+         INSERT INTO im_logged VALUES (1);
+         ALTER TABLE im_logged SET LOGGED;
+         CREATE PUBLICATION im_rw FOR TABLE im_add, im_same, im_logged;
+         INSERT INTO im_add VALUES (1, 1);
+         INSERT INTO im_same VALUES (1, 1);
+         ALTER TABLE im_add ADD COLUMN c int4 NOT NULL DEFAULT 5, ADD COLUMN t text DEFAULT '',
+                            ADD COLUMN n int4;",
+    )
+    .expect("setup");
+    let s = written_schema_of("im_add");
+    let missing: Vec<(&str, Option<&[u8]>)> = s
+        .columns
+        .iter()
+        .map(|c| (c.name.as_str(), c.missing.as_deref()))
+        .collect();
+    assert_eq!(
+        missing,
+        [
+            ("id", None),
+            ("v", None),
+            ("c", Some(&[0u8, 0, 0, 5][..])),
+            ("t", Some(&[][..])),
+            ("n", None)
+        ],
+        "int4 5 and an empty text as their send forms; no default: NULL, no missing value"
+    );
+    assert_eq!(s.rewritten, Rewrite::Kept, "a constant default rewrites nothing");
+    assert_eq!(written_schema_of("im_logged").rewritten, Rewrite::Kept, "SET LOGGED copies values");
+    // The shape stays, every value changes: the row is written although its schema is the
+    // same, and says so.
+    let before = Spi::get_one::<String>(
+        "SELECT schema FROM pgtrickle.identity_schemas WHERE relid = 'im_same'::regclass",
+    )
+    .expect("runs")
+    .expect("a row");
+    Spi::run("ALTER TABLE im_same ALTER COLUMN v TYPE int4 USING v + 1;").expect("retype");
+    let after = written_schema_of("im_same");
+    let xid = Spi::get_one::<i64>("SELECT pg_current_xact_id()::text::int8")
+        .expect("runs")
+        .expect("an xid");
+    assert_eq!(after.rewritten, Rewrite::By(u64::try_from(xid).expect("an xid is positive")), "this transaction rewrote it");
+    assert!(before.contains("\"rewritten\":false"), "{before}");
+    // A volatile default: the table is rewritten, and no missing value is kept.
+    Spi::run("ALTER TABLE im_add ADD COLUMN r float8 DEFAULT random();").expect("add");
+    let s = written_schema_of("im_add");
+    assert_eq!(s.rewritten, Rewrite::By(u64::try_from(xid).expect("an xid is positive")));
+    assert!(s.columns.iter().all(|c| c.missing.is_none()), "a rewrite stores every value");
+    // Only the event trigger may note a rewrite: PUBLIC cannot call the function.
+    assert_eq!(
+        Spi::get_one::<bool>(
+            "SELECT has_function_privilege('public', \
+             'pgtrickle.note_table_rewrite(oid, integer)', 'EXECUTE')"
+        ),
+        Ok(Some(false))
+    );
+    // Without the rewrite trigger, nothing can be known.
+    Spi::run("DROP EVENT TRIGGER pgtrickle_identity_rewrite;").expect("drop");
+    assert_eq!(identity_schema_of("im_logged").rewritten, Rewrite::Unknown);
+}
+
+/// enable_identity_messages installs its three event triggers once; disable removes them.
 #[pg_test]
 fn identity_message_triggers_are_installed_and_removed() {
     let count = || {
@@ -771,7 +854,7 @@ fn identity_message_triggers_are_installed_and_removed() {
     };
     Spi::run("SELECT pgtrickle.enable_identity_messages(); SELECT pgtrickle.enable_identity_messages();")
         .expect("enable twice");
-    assert_eq!(count(), 2);
+    assert_eq!(count(), 3);
     // DDL with the triggers in place runs (the message itself is checked from the WAL by
     // rowid-cdc's tests against a logical slot).
     Spi::run(

@@ -21,7 +21,7 @@ use rowid_pgoutput::{
     SchemaMismatch,
 };
 use rowid_registry::schema_message::{
-    IdentityDef, IdentityField, MESSAGE_PREFIX, Refusal, SchemaColumn,
+    IdentityDef, IdentityField, MESSAGE_PREFIX, Refusal, Rewrite, SchemaColumn,
 };
 
 const T: u32 = 16385;
@@ -101,10 +101,12 @@ fn schema(ri: ReplicaIdentity, cols: &[(&str, u32, TypeTag)], key: &[&str]) -> R
                 type_name: None,
                 not_null: key.contains(&c.0),
                 shape: Some(Shape::Scalar(c.2)),
+                missing: None,
             })
             .collect(),
         primary_key: key.iter().map(|k| k.to_string()).collect(),
         identity: Ok(identity),
+        rewritten: Rewrite::Unknown,
     }
 }
 
@@ -777,6 +779,7 @@ fn logical_messages_claiming_to_be_schemas_change_and_stop_nothing() {
         type_name: Some("text".into()),
         not_null: false,
         shape: Some(Shape::Scalar(TypeTag::Text)),
+        missing: None,
     });
     let forgery = SchemaMessage::Schema(retyped).to_json().to_string();
     for transactional in [true, false] {

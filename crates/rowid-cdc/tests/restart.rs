@@ -22,7 +22,7 @@ use rowid_cdc::{Lsn, RelationSchema, ReplicaIdentity};
 use rowid_codec::structure::Shape;
 use rowid_codec::{Domain, TypeTag};
 use rowid_pgoutput::{Column, CommitInfo, FlagBits, Message, OldTuple, encode};
-use rowid_registry::schema_message::{IdentityDef, IdentityField, SchemaColumn};
+use rowid_registry::schema_message::{IdentityDef, IdentityField, Rewrite, SchemaColumn};
 use rowid_registry::sql::QualifiedName;
 use rowid_testkit::psql::Psql;
 
@@ -47,6 +47,7 @@ fn schema(key: &[&str]) -> RelationSchema {
                 type_name: None,
                 not_null: true,
                 shape: None,
+                missing: None,
             })
             .collect(),
         primary_key: key.iter().map(|k| k.to_string()).collect(),
@@ -64,6 +65,7 @@ fn schema(key: &[&str]) -> RelationSchema {
                 .collect(),
             max_len: None,
         }),
+        rewritten: Rewrite::Unknown,
     }
 }
 

@@ -12,7 +12,7 @@ use rowid_cdc::{Capture, ChangeEvent, Lsn, Op, RelationSchema, ReplicaIdentity};
 use rowid_codec::structure::Shape;
 use rowid_codec::{Domain, TypeTag};
 use rowid_pgoutput::{Column, FlagBits, Tuple};
-use rowid_registry::schema_message::{IdentityDef, IdentityField, Refusal, SchemaColumn};
+use rowid_registry::schema_message::{IdentityDef, IdentityField, Refusal, Rewrite, SchemaColumn};
 use rowid_testkit::hex::from_hex as unhex;
 
 /// Keyed by `id int8`, two columns.
@@ -30,6 +30,7 @@ fn column(attnum: i16, name: &str) -> SchemaColumn {
         type_name: Some("bigint".into()),
         not_null: true,
         shape: Some(Shape::Scalar(TypeTag::Int8)),
+        missing: None,
     }
 }
 
@@ -67,6 +68,7 @@ fn schema(relid: u32, relname: &str, columns: &[&str], key: &[&str]) -> Relation
             .collect(),
         primary_key: key.iter().map(|k| (*k).into()).collect(),
         identity,
+        rewritten: Rewrite::Unknown,
     }
 }
 

@@ -174,12 +174,20 @@ pub const HAS_ENCODER_QUERY: &str = "SELECT pg_catalog.to_regprocedure(\
 /// prints it).
 pub const HAS_TYPE_QUERY: &str = "SELECT pg_catalog.to_regtype($1) IS NOT NULL";
 
+/// Gives every stored row of `table` the value `$1` in the column `column` just added: the
+/// value rows stored at the source before the column was added hold (its missing value,
+/// identity schema messages format 5), as a binary parameter of the column's type.
+pub fn fill_added_column(table: &QualifiedName, column: &str) -> String {
+    format!("UPDATE {} SET {} = $1", table.quoted(), quote_ident(column))
+}
+
 /// The statements that turn a storage table holding the columns `have` into one holding
 /// `want` (the source's columns now), matched by source `attnum`: a column gone is dropped, a
 /// renamed one renamed, a retyped one converted with the cast the source's `ALTER COLUMN ...
 /// TYPE` uses without `USING`, a new one added at the end (NULL in every stored row: a
-/// caller that cannot prove the source's existing rows are NULL there too must read the
-/// table again). Empty when the storage already holds `want`.
+/// caller gives them the column's missing value, [`fill_added_column`], or must prove the
+/// source's existing rows are NULL there too, or read the table again). Empty when the
+/// storage already holds `want`.
 pub fn alter_statements(
     table: &QualifiedName,
     have: &[ImageColumn],

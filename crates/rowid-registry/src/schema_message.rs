@@ -1,4 +1,4 @@
-//! Identity schema messages, format 4 (spec/identity-messages.md): a relation's identity
+//! Identity schema messages, format 5 (spec/identity-messages.md): a relation's identity
 //! schema as of one WAL position. The extension's event trigger writes them as rows of
 //! [`IDENTITY_TABLE`], a table only the extension's owner may write, published by
 //! [`IDENTITY_PUBLICATION`]; a WAL consumer reads those rows from the stream (and keeps the
@@ -21,8 +21,8 @@ use crate::source_key::ScanKey;
 /// message says nothing about who wrote it.
 pub const MESSAGE_PREFIX: &str = "pgtrickle.identity";
 
-/// The format this crate writes (it reads this one and formats 2 and 3).
-pub const FORMAT: u64 = 4;
+/// The format this crate writes (it reads this one and formats 2 to 4).
+pub const FORMAT: u64 = 5;
 
 /// Schema and name of the table whose rows carry the messages: `relid oid PRIMARY KEY`,
 /// `key_index oid`, `schema text NOT NULL` (the content, JSON). An INSERT or UPDATE of a row
@@ -113,6 +113,12 @@ pub struct SchemaColumn {
     /// `None` when the codec has no parser for the type (the value travels as its send form)
     /// or in a format-2 message.
     pub shape: Option<Shape>,
+    /// The value a row stored before the column was added holds (`pg_attribute.attmissingval`,
+    /// set by an `ADD COLUMN ... DEFAULT` that did not rewrite the table), as the type's binary
+    /// send form; `None` when there is none (such rows hold NULL) or the message (format 2 to
+    /// 4) did not carry it. No WAL record carries it: a copy of the table's rows made before
+    /// the column existed needs it to stay equal.
+    pub missing: Option<Vec<u8>>,
 }
 
 /// One field of an identity: the column it reads and the column's resolved type.
@@ -215,6 +221,25 @@ pub struct RelationSchema {
     pub primary_key: Vec<String>,
     /// The identity, or why there is none.
     pub identity: Result<IdentityDef, Refusal>,
+    /// Whether the DDL that wrote this message, or one before it in the same transaction,
+    /// gave the table's existing rows values no WAL record carries.
+    pub rewritten: Rewrite,
+}
+
+/// Whether a transaction's DDL rewrote a table's values: a table rewrite for a volatile `ADD
+/// COLUMN ... DEFAULT` or an `ALTER COLUMN ... TYPE` (the `table_rewrite` event's reasons 2
+/// and 4; a rewrite for persistence or access method copies every value as it is).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Rewrite {
+    /// Not known: a message of format 2 to 4, a partitioned table (its leaves are
+    /// rewritten, not it), or the extension's `table_rewrite` event trigger not enabled. A
+    /// reader must treat it as possibly rewritten.
+    Unknown,
+    /// No DDL of the transaction that wrote the message rewrote the table's values.
+    Kept,
+    /// The transaction with this full (64-bit) id rewrote them. Two rewrites are two
+    /// different messages, even when nothing else of the schema changed.
+    By(u64),
 }
 
 /// What a relation's identities are made of, as far as their bytes and order go
@@ -245,9 +270,10 @@ impl RelationSchema {
     /// Whether `written`, a schema as some format wrote it (a row of the identity schema
     /// table, written at the table's last DDL), describes this schema: equal, except that a
     /// member its format did not carry counts as this schema's (a format-3 row has no
-    /// `identity.max_len`, a format-2 row no column `type` or `shape`). What a DDL changes is
-    /// a member of every format, so an extension upgrade alone is no difference, and every
-    /// DDL is.
+    /// `identity.max_len`, a format-2 row no column `type` or `shape`), and neither a column's
+    /// `missing` value nor `rewritten` counts (facts of a DDL's moment, not of the shape).
+    /// What a DDL changes is a member of every format, so an extension upgrade alone is no
+    /// difference, and every DDL is.
     pub fn matches_written(&self, written: &RelationSchema) -> bool {
         let mut filled = written.clone();
         for column in &mut filled.columns {
@@ -258,8 +284,14 @@ impl RelationSchema {
                 if column.shape.is_none() {
                     column.shape.clone_from(&mine.shape);
                 }
+                // What rows stored before the column hold, and whether the last DDL rewrote
+                // them, are facts of the DDL's moment, not of the shape: a VACUUM FULL may
+                // clear `attmissingval` with no DDL, and a schema computed now knows of no
+                // rewrite.
+                column.missing.clone_from(&mine.missing);
             }
         }
+        filled.rewritten = self.rewritten;
         if let (Ok(def), Ok(mine)) = (filled.identity.as_mut(), self.identity.as_ref())
             && def.max_len.is_none()
         {
@@ -488,6 +520,23 @@ impl SchemaMessage {
                         Ok(identity(v, format)?)
                     }
                 };
+                let rewritten = if format >= 5 {
+                    match o.get("rewritten")? {
+                        Value::Null => Rewrite::Unknown,
+                        Value::Bool(false) => Rewrite::Kept,
+                        n => match n.as_u64() {
+                            Some(xid) if xid > 0 => Rewrite::By(xid),
+                            _ => {
+                                return err(
+                                    "rewritten",
+                                    "expected false, null or a transaction id",
+                                );
+                            }
+                        },
+                    }
+                } else {
+                    Rewrite::Unknown
+                };
                 SchemaMessage::Schema(RelationSchema {
                     relid,
                     namespace,
@@ -496,6 +545,7 @@ impl SchemaMessage {
                     columns,
                     primary_key,
                     identity,
+                    rewritten,
                 })
             }
             other => {
@@ -538,8 +588,14 @@ impl SchemaMessage {
                         "type": c.type_name,
                         "not_null": c.not_null,
                         "shape": c.shape.as_ref().map(shape_to_json),
+                        "missing": c.missing.as_deref().map(hex),
                     })).collect::<Vec<_>>(),
                     "primary_key": s.primary_key,
+                    "rewritten": match s.rewritten {
+                        Rewrite::Unknown => Value::Null,
+                        Rewrite::Kept => Value::Bool(false),
+                        Rewrite::By(xid) => xid.into(),
+                    },
                 });
                 match &s.identity {
                     Ok(def) => {
@@ -577,7 +633,7 @@ impl SchemaMessage {
     }
 }
 
-/// A column; `type` and `shape` are members from format 3 on.
+/// A column; `type` and `shape` are members from format 3 on, `missing` from format 5.
 fn column(at: &str, v: &Value, format: u64) -> Parsed<SchemaColumn> {
     let mut o = Obj::new(at, v)?;
     let attnum = o.int("attnum")?;
@@ -598,6 +654,15 @@ fn column(at: &str, v: &Value, format: u64) -> Parsed<SchemaColumn> {
     } else {
         (None, None)
     };
+    let missing = if format >= 5 {
+        match o.get("missing")? {
+            Value::Null => None,
+            Value::String(h) => Some(unhex(&format!("{at}.missing"), h)?),
+            _ => return err(&format!("{at}.missing"), "expected a hex string or null"),
+        }
+    } else {
+        None
+    };
     let c = SchemaColumn {
         attnum,
         name,
@@ -605,6 +670,7 @@ fn column(at: &str, v: &Value, format: u64) -> Parsed<SchemaColumn> {
         type_name,
         not_null,
         shape,
+        missing,
     };
     o.done()?;
     Ok(c)
@@ -668,6 +734,76 @@ fn identity(v: &Value, format: u64) -> Parsed<IdentityDef> {
         fields,
         max_len,
     })
+}
+
+/// Bytes as lowercase hex.
+fn hex(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut out = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        out.push(char::from(DIGITS[usize::from(b >> 4)]));
+        out.push(char::from(DIGITS[usize::from(b & 0xf)]));
+    }
+    out
+}
+
+/// Hex (either case, an even number of digits, nothing else) as bytes.
+fn unhex(at: &str, text: &str) -> Parsed<Vec<u8>> {
+    fn digit(c: u8) -> Option<u8> {
+        match c {
+            b'0'..=b'9' => Some(c - b'0'),
+            b'a'..=b'f' => Some(c - b'a' + 10),
+            b'A'..=b'F' => Some(c - b'A' + 10),
+            _ => None,
+        }
+    }
+    let digits = text.as_bytes();
+    if !digits.len().is_multiple_of(2) {
+        return err(at, "expected an even number of hex digits");
+    }
+    digits
+        .chunks_exact(2)
+        .map(|pair| match (digit(pair[0]), digit(pair[1])) {
+            (Some(hi), Some(lo)) => Ok(hi << 4 | lo),
+            _ => err(at, "expected hex digits only"),
+        })
+        .collect()
+}
+
+/// The value of a column's `attmissingval` from `array_send` of it: PostgreSQL keeps a
+/// missing value as a one-element array of the column's type, so its send form is a
+/// one-dimensional array header without NULLs (a NULL default stores no missing value)
+/// and the element's send form, which is returned. Anything else is an error naming what
+/// is wrong.
+pub fn missing_from_array_send(array: &[u8]) -> Result<Vec<u8>, String> {
+    let int = |at: usize| -> Result<i32, String> {
+        array
+            .get(at..at + 4)
+            .and_then(|b| <[u8; 4]>::try_from(b).ok())
+            .map(i32::from_be_bytes)
+            .ok_or_else(|| format!("a missing value's array ends at byte {}", array.len()))
+    };
+    // ndim, has-nulls flag, element type, then (length, lower bound) per dimension, then
+    // (length, bytes) per element.
+    let (ndim, has_nulls, len) = (int(0)?, int(4)?, int(12)?);
+    if ndim != 1 || len != 1 {
+        return Err(format!(
+            "a missing value is a one-element array, not {ndim} dimensions of {len}"
+        ));
+    }
+    if has_nulls != 0 {
+        return Err("a missing value is never NULL".into());
+    }
+    let value_len =
+        usize::try_from(int(20)?).map_err(|_| "a missing value is never NULL".to_string())?;
+    let value = array.get(24..).unwrap_or_default();
+    if value.len() != value_len {
+        return Err(format!(
+            "a missing value of {value_len} bytes has {} bytes after it in its array",
+            value.len()
+        ));
+    }
+    Ok(value.to_vec())
 }
 
 /// A shape as JSON: a tag name for a scalar, `{"array": s}`, `{"range": s}`,

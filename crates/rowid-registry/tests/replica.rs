@@ -11,8 +11,8 @@ use rowid_registry::buffer::ImageColumn;
 use rowid_registry::replica::{
     Apply, Expect, SEGMENT_CHANGES, SegmentChange, Segmenter, Storage, alter_statements,
     applied_position, check_shape, check_versions, class_from_name, class_name, column_comment,
-    create_statements, metadata_statements, parse_column_comment, rebuild_statements,
-    record_position, record_storage,
+    create_statements, fill_added_column, metadata_statements, parse_column_comment,
+    rebuild_statements, record_position, record_storage,
 };
 use rowid_registry::sql::QualifiedName;
 use rowid_registry::{IndexClass, Uniqueness};
@@ -288,4 +288,8 @@ fn a_source_ddl_becomes_alter_statements_by_attnum() {
     ];
     assert_snapshot!("alter", alter_statements(&t, &have, &want).join(";\n"));
     assert!(alter_statements(&t, &have, &have).is_empty());
+    assert_eq!(
+        fill_added_column(&t, "added \"x\""),
+        "UPDATE \"public\".\"orders\" SET \"added \"\"x\"\"\" = $1"
+    );
 }

@@ -1,5 +1,5 @@
-//! Identity schema messages, format 4: the spec's example parses, every shape round-trips,
-//! formats 2 and 3 are still read, and the reader is strict about everything else.
+//! Identity schema messages, format 5: the spec's example parses, every shape round-trips,
+//! formats 2 to 4 are still read, and the reader is strict about everything else.
 
 // Test code: a failed expectation is a panic by design.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -8,7 +8,8 @@ use rowid_codec::Domain;
 use rowid_codec::TypeTag;
 use rowid_codec::structure::Shape;
 use rowid_registry::schema_message::{
-    ReplicaIdentity, SchemaMessage, SchemaMessage as Msg, shape_from_json, shape_to_json,
+    FORMAT, ReplicaIdentity, Rewrite, SchemaMessage, SchemaMessage as Msg, missing_from_array_send,
+    shape_from_json, shape_to_json,
 };
 use serde_json::{Value, json};
 
@@ -53,8 +54,14 @@ fn the_spec_example_parses() {
             ("id", Some("bigint"), Some(&Shape::Scalar(TypeTag::Int8))),
             ("note", Some("text"), Some(&Shape::Scalar(TypeTag::Text))),
             ("price", Some("money"), None),
+            ("qty", Some("integer"), Some(&Shape::Scalar(TypeTag::Int4))),
         ]
     );
+    // Rows stored before qty was added hold 5 (int4's send form); the others have no
+    // missing value; the DDL rewrote nothing.
+    let missing: Vec<Option<&[u8]>> = s.columns.iter().map(|c| c.missing.as_deref()).collect();
+    assert_eq!(missing, [None, None, None, Some(&[0u8, 0, 0, 5][..])]);
+    assert_eq!(s.rewritten, Rewrite::Kept);
     // Written back, it reads the same.
     assert_eq!(
         SchemaMessage::parse(msg.to_json().to_string().as_bytes()).unwrap(),
@@ -86,6 +93,14 @@ fn every_shape_round_trips() {
     );
 }
 
+/// Removes the members format 5 added (`rewritten`, every column's `missing`).
+fn strip_format_5(v: &mut Value) {
+    v.as_object_mut().unwrap().remove("rewritten");
+    for c in v["columns"].as_array_mut().unwrap() {
+        c.as_object_mut().unwrap().remove("missing");
+    }
+}
+
 fn mutated(f: impl FnOnce(&mut Value)) -> String {
     let mut v: Value = serde_json::from_str(&spec_example()).unwrap();
     f(&mut v);
@@ -96,7 +111,34 @@ fn mutated(f: impl FnOnce(&mut Value)) -> String {
 fn the_reader_is_strict_and_says_where() {
     let cases: Vec<(String, &str)> = vec![
         (mutated(|v| v["format"] = json!(1)), "format"),
-        (mutated(|v| v["format"] = json!(5)), "format"),
+        (mutated(|v| v["format"] = json!(6)), "format"),
+        (
+            mutated(|v| v["columns"][3]["missing"] = json!("0000005")),
+            "columns[3].missing",
+        ),
+        (
+            mutated(|v| v["columns"][3]["missing"] = json!("0x000005")),
+            "columns[3].missing",
+        ),
+        (
+            mutated(|v| v["columns"][3]["missing"] = json!(5)),
+            "columns[3].missing",
+        ),
+        (
+            mutated(|v| {
+                v["columns"][3].as_object_mut().unwrap().remove("missing");
+            }),
+            "columns[3].missing",
+        ),
+        (mutated(|v| v["rewritten"] = json!("no")), "rewritten"),
+        (
+            mutated(|v| {
+                v.as_object_mut().unwrap().remove("rewritten");
+            }),
+            "rewritten",
+        ),
+        // Format 4 had neither.
+        (mutated(|v| v["format"] = json!(4)), "missing"),
         (
             mutated(|v| v["identity"]["max_len"] = json!(0)),
             "identity.max_len",
@@ -112,7 +154,13 @@ fn the_reader_is_strict_and_says_where() {
             "identity.max_len",
         ),
         // Format 3 had no bound.
-        (mutated(|v| v["format"] = json!(3)), "identity.max_len"),
+        (
+            mutated(|v| {
+                v["format"] = json!(3);
+                strip_format_5(v);
+            }),
+            "identity.max_len",
+        ),
         (
             mutated(|v| v["columns"][0]["shape"] = json!("int9")),
             "columns[0].shape",
@@ -131,6 +179,7 @@ fn the_reader_is_strict_and_says_where() {
         (
             mutated(|v| {
                 v["format"] = json!(2);
+                strip_format_5(v);
                 v["identity"].as_object_mut().unwrap().remove("max_len");
             }),
             "columns[0].type",
@@ -189,27 +238,79 @@ fn the_reader_is_strict_and_says_where() {
 fn format_3_messages_are_read_with_an_unknown_bound() {
     let v3 = mutated(|v| {
         v["format"] = json!(3);
+        strip_format_5(v);
         v["identity"].as_object_mut().unwrap().remove("max_len");
     });
     let msg = SchemaMessage::parse(v3.as_bytes()).unwrap();
     let Msg::Schema(s) = &msg else { panic!() };
     assert_eq!(s.identity.as_ref().unwrap().max_len, None);
-    // Written as format 4 (an unknown bound is null), it reads the same.
-    let v4 = msg.to_json();
+    // Written as format 5 (an unknown bound is null), it reads the same.
+    let v5 = msg.to_json();
     assert_eq!(
-        (v4["format"].clone(), v4["identity"]["max_len"].clone()),
-        (json!(4), Value::Null)
+        (v5["format"].clone(), v5["identity"]["max_len"].clone()),
+        (json!(5), Value::Null)
     );
     assert_eq!(
-        SchemaMessage::parse(v4.to_string().as_bytes()).unwrap(),
+        SchemaMessage::parse(v5.to_string().as_bytes()).unwrap(),
         msg
     );
+}
+
+#[test]
+fn format_4_messages_are_read_without_missing_values_or_rewrites() {
+    let v4 = mutated(|v| {
+        v["format"] = json!(4);
+        strip_format_5(v);
+    });
+    let msg = SchemaMessage::parse(v4.as_bytes()).unwrap();
+    let Msg::Schema(s) = &msg else { panic!() };
+    assert!(s.columns.iter().all(|c| c.missing.is_none()));
+    // Not known: a reader must not take it for "not rewritten".
+    assert_eq!(s.rewritten, Rewrite::Unknown);
+    let v5 = msg.to_json();
+    assert_eq!(
+        (v5["format"].clone(), v5["rewritten"].clone()),
+        (json!(5), Value::Null)
+    );
+    assert_eq!(
+        SchemaMessage::parse(v5.to_string().as_bytes()).unwrap(),
+        msg
+    );
+}
+
+#[test]
+fn a_missing_value_or_a_rewrite_is_no_ddl_to_a_schema_computed_now() {
+    let Msg::Schema(written) = SchemaMessage::parse(spec_example().as_bytes()).unwrap() else {
+        panic!()
+    };
+    // Computed from the catalog later: VACUUM FULL may have cleared qty's missing value, and
+    // no rewrite is known.
+    let mut now = written.clone();
+    now.columns[3].missing = None;
+    now.rewritten = Rewrite::Unknown;
+    assert!(now.matches_written(&written));
+    assert_ne!(now, written, "both are still members of the message");
+    // A rewrite by a transaction reads back as that transaction's.
+    let by = mutated(|v| v["rewritten"] = json!(4_294_967_301_u64));
+    let Msg::Schema(rewritten) = SchemaMessage::parse(by.as_bytes()).unwrap() else {
+        panic!()
+    };
+    assert_eq!(rewritten.rewritten, Rewrite::By(4_294_967_301));
+    assert_eq!(
+        SchemaMessage::Schema(rewritten.clone()).to_json()["rewritten"],
+        json!(4_294_967_301_u64)
+    );
+    assert!(now.matches_written(&rewritten));
+    // A DDL still differs.
+    now.columns[3].not_null = false;
+    assert!(!now.matches_written(&written));
 }
 
 #[test]
 fn format_2_messages_are_read_without_types_or_shapes() {
     let v2 = mutated(|v| {
         v["format"] = json!(2);
+        strip_format_5(v);
         v["identity"].as_object_mut().unwrap().remove("max_len");
         for c in v["columns"].as_array_mut().unwrap() {
             let c = c.as_object_mut().unwrap();
@@ -225,12 +326,12 @@ fn format_2_messages_are_read_without_types_or_shapes() {
             .all(|c| c.type_name.is_none() && c.shape.is_none())
     );
     assert_eq!(s.identity.as_ref().unwrap().fields[0].column, "id");
-    // Written as format 4 (with null types), it reads the same: a state file keeps it.
-    let v4 = msg.to_json();
-    assert_eq!(v4["format"], 4);
-    assert_eq!(v4["columns"][0]["type"], Value::Null);
+    // Written as format 5 (with null types), it reads the same: a state file keeps it.
+    let v5 = msg.to_json();
+    assert_eq!(v5["format"], 5);
+    assert_eq!(v5["columns"][0]["type"], Value::Null);
     assert_eq!(
-        SchemaMessage::parse(v4.to_string().as_bytes()).unwrap(),
+        SchemaMessage::parse(v5.to_string().as_bytes()).unwrap(),
         msg
     );
 }
@@ -250,7 +351,7 @@ fn refusals_and_drops_round_trip() {
     );
 
     let dropped =
-        json!({"format": 4, "event": "dropped", "relid": 5, "namespace": "s", "relname": "t"});
+        json!({"format": FORMAT, "event": "dropped", "relid": 5, "namespace": "s", "relname": "t"});
     let msg = SchemaMessage::parse(dropped.to_string().as_bytes()).unwrap();
     assert_eq!(msg.relid(), 5);
     assert_eq!(msg.to_json(), dropped);
@@ -324,4 +425,39 @@ fn identities_come_from_the_registry_rules() {
         "{}",
         refusal.message
     );
+}
+
+#[test]
+fn a_missing_value_is_the_element_of_its_one_element_array() {
+    // array_send('{5}'::int4[]): one dimension, no NULLs, element type int4 (23), length 1,
+    // lower bound 1, then the element: length 4, 00 00 00 05.
+    let int4_array = [
+        0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 23, 0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 4, 0, 0, 0, 5,
+    ];
+    assert_eq!(missing_from_array_send(&int4_array).unwrap(), [0, 0, 0, 5]);
+    // array_send('{""}'::text[]): an empty value is a value.
+    let empty_text = [
+        0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 25, 0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 0,
+    ];
+    assert_eq!(
+        missing_from_array_send(&empty_text).unwrap(),
+        Vec::<u8>::new()
+    );
+    let mut two = int4_array.to_vec();
+    two[15] = 2;
+    let mut null = int4_array[..24].to_vec();
+    null[7] = 1;
+    null[20..24].copy_from_slice(&[0xff; 4]);
+    let mut long = int4_array.to_vec();
+    long.push(0);
+    for (bad, why) in [
+        (&two[..], "not 1 dimensions of 2"),
+        (&null[..], "never NULL"),
+        (&long[..], "4 bytes has 5 bytes"),
+        (&int4_array[..26], "4 bytes has 2 bytes"),
+        (&int4_array[..10], "ends at byte 10"),
+    ] {
+        let e = missing_from_array_send(bad).unwrap_err();
+        assert!(e.contains(why), "{why}: {e}");
+    }
 }

@@ -306,18 +306,19 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    /// A schema as the extension computes it now (format 4).
+    /// A schema as the extension computes it now (format 5).
     fn fresh() -> RelationSchema {
         let v = json!({
-            "format": 4, "event": "schema", "relid": 16385, "namespace": "public",
+            "format": 5, "event": "schema", "relid": 16385, "namespace": "public",
             "relname": "t", "replica_identity": "default",
             "columns": [
                 {"attnum": 1, "name": "id", "type_oid": 20, "type": "bigint",
-                 "not_null": true, "shape": "int8"},
+                 "not_null": true, "shape": "int8", "missing": null},
                 {"attnum": 2, "name": "v", "type_oid": 23, "type": "integer",
-                 "not_null": false, "shape": "int4"}
+                 "not_null": false, "shape": "int4", "missing": "00000005"}
             ],
             "primary_key": ["id"],
+            "rewritten": null,
             "identity": {"domain": "SCAN_KEY", "index": "public.t_pkey", "primary": true,
                          "fields": [{"column": "id", "type_oid": 20, "shape": "int8"}],
                          "max_len": 17}
@@ -332,7 +333,15 @@ mod tests {
     fn older(format: u64, edit: impl FnOnce(&mut serde_json::Value)) -> String {
         let mut v = SchemaMessage::Schema(fresh()).to_json();
         v["format"] = json!(format);
-        if let Some(id) = v["identity"].as_object_mut() {
+        if let Some(o) = v.as_object_mut() {
+            o.remove("rewritten");
+        }
+        for c in v["columns"].as_array_mut().into_iter().flatten() {
+            if let Some(c) = c.as_object_mut() {
+                c.remove("missing");
+            }
+        }
+        if let Some(id) = v["identity"].as_object_mut().filter(|_| format < 4) {
             id.remove("max_len");
         }
         if format == 2 {
@@ -354,6 +363,16 @@ mod tests {
             Some(&SchemaMessage::Schema(s.clone()).to_json().to_string()),
             &s
         ));
+        // The row written at the DDL says it rewrote nothing and what rows from before the
+        // column hold; computed now, neither is known: still the same schema.
+        let mut written = SchemaMessage::Schema(s.clone()).to_json();
+        written["rewritten"] = json!(false);
+        written["columns"][1]["missing"] = serde_json::Value::Null;
+        assert!(is_schema(Some(&written.to_string()), &s));
+        assert!(
+            is_schema(Some(&older(4, |_| {})), &s),
+            "format 4: no missing values"
+        );
         assert!(is_schema(Some(&older(3, |_| {})), &s), "format 3: no bound");
         assert!(
             is_schema(Some(&older(2, |_| {})), &s),

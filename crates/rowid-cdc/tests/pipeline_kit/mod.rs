@@ -15,7 +15,7 @@ use rowid_codec::{Domain, TypeTag};
 use rowid_pgoutput::{
     Column, CommitInfo, FlagBits, Message, OldTuple, Relation, RelationColumn, encode,
 };
-use rowid_registry::schema_message::{IdentityDef, IdentityField, SchemaColumn};
+use rowid_registry::schema_message::{IdentityDef, IdentityField, Rewrite, SchemaColumn};
 
 pub const T: u32 = 16385;
 
@@ -38,6 +38,7 @@ pub fn schema() -> RelationSchema {
                 type_name: None,
                 not_null: true,
                 shape: None,
+                missing: None,
             })
             .collect(),
         primary_key: vec!["id".into()],
@@ -52,6 +53,7 @@ pub fn schema() -> RelationSchema {
             }],
             max_len: None,
         }),
+        rewritten: Rewrite::Unknown,
     }
 }
 

@@ -36,7 +36,9 @@ use std::collections::{HashMap, HashSet};
 
 use bytes::Bytes;
 use rowid_registry::buffer::{self, BufferOp, ImageColumn, Writers};
-use rowid_registry::schema_message::{IdentityDef, Refusal, RelationSchema, ReplicaIdentity};
+use rowid_registry::schema_message::{
+    IdentityDef, Refusal, RelationSchema, ReplicaIdentity, Rewrite,
+};
 use tokio_postgres::{Client, GenericClient, Transaction};
 
 use crate::connect::conninfo::Conninfo;
@@ -203,10 +205,15 @@ type Shape = (
 
 /// What of an identity schema decides a table's identities: the identity and the replica
 /// identity setting (not the columns' order or names, which the columns compare).
+/// What of an identity schema, beside the columns, a writer follows: the identity, the
+/// replica identity, and a rewrite of the table's values (each rewrite names its own
+/// transaction, so a second one is a change too).
 fn identity_of(
     schema: &Option<Arc<RelationSchema>>,
-) -> Option<(&Result<IdentityDef, Refusal>, ReplicaIdentity)> {
-    schema.as_deref().map(|s| (&s.identity, s.replica_identity))
+) -> Option<(&Result<IdentityDef, Refusal>, ReplicaIdentity, Rewrite)> {
+    schema
+        .as_deref()
+        .map(|s| (&s.identity, s.replica_identity, s.rewritten))
 }
 
 /// What the sink found when it opened.

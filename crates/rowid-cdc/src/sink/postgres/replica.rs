@@ -14,9 +14,11 @@
 //!
 //! A change of a table's identity (its key, or its bound crossing into another index class)
 //! rebuilds every stored identity from its own row and the index, in the DDL's transaction
-//! (the extension's encoder in the replica's database). Not followed
-//! yet (refused by name, never applied inexactly): a column added to or retyped in a table
-//! whose storage holds rows (the values its rows have there now are in no WAL record).
+//! (the extension's encoder in the replica's database). A column added without a rewrite
+//! gives the stored rows its missing value (identity schema messages format 5). Not followed
+//! (refused by name, never applied inexactly) when the storage holds rows: a column retyped,
+//! or added or rewritten by a table rewrite (the values its rows have there now are in no
+//! WAL record).
 
 use std::collections::{HashMap, HashSet};
 use std::io;
@@ -29,7 +31,7 @@ use rowid_registry::replica::{
     self, Apply, Expect, SegmentChange, Segmenter, Storage, alter_statements, check_shape,
     check_versions, class_from_name, class_name, create_statements, metadata_statements,
 };
-use rowid_registry::schema_message::{RelationSchema, SchemaMessage};
+use rowid_registry::schema_message::{RelationSchema, Rewrite, SchemaMessage};
 use rowid_registry::sql::{QualifiedName, quote_ident};
 use rowid_registry::{MaintenanceMode, Uniqueness, plan_for_bound};
 use tokio_postgres::binary_copy::BinaryCopyInWriter;
@@ -414,33 +416,48 @@ impl ReplicaWriter {
             != (want.class, want.uniqueness)
             || !same_identity(&have.schema_json, &schema_json);
         let changes = buffer::ColumnChanges::between(&have.storage.columns, &want.columns);
+        // Values the source's existing rows got from a DDL are in no WAL record: a retyped
+        // column's (its USING conversion), and anything a rewrite computed (a volatile
+        // default). Only an empty storage follows those. A column added without a rewrite is
+        // followed exactly: every existing row holds the column's missing value (format 5),
+        // or NULL when it has none.
+        let unknowable = match (changes.retyped.first(), changes.added.first()) {
+            (Some(column), _) => Some(format!(
+                "retyped column {:?}; the values a USING conversion gave",
+                column.name
+            )),
+            (None, Some(column)) if schema.rewritten != Rewrite::Kept => Some(format!(
+                "gained column {:?}, {}; the values the default gave",
+                column.name,
+                rewrite_cause(schema.rewritten)
+            )),
+            // A rewrite that kept the shape (`ALTER COLUMN v TYPE int4 USING v + 1` of an
+            // int4): a message of its own (each rewrite names its transaction), which the
+            // storage does not follow yet.
+            (None, None)
+                if matches!(schema.rewritten, Rewrite::By(_))
+                    && have.schema_json != schema_json =>
+            {
+                Some(
+                    "had its rows rewritten by a DDL (ALTER COLUMN ... TYPE ... USING); the \
+                     values that gave"
+                        .to_string(),
+                )
+            }
+            _ => None,
+        };
+        if let Some(what) = unknowable
+            && holds_rows(txn, &name).await?
+        {
+            return Err(Failure::from(format!(
+                "{relation} {what} its existing rows are in no WAL record, so {name} cannot \
+                 follow it exactly: drop {name} and its row in {}, then snapshot the table again",
+                meta_table(self.target.meta(), replica::TABLES)
+            )));
+        }
         if !changes.is_empty() {
             let retyped: Vec<&ImageColumn> = changes.retyped.to_vec();
             check_types(txn, &relation, changes.added.iter().chain(retyped)).await?;
-            // A new column's values in the source's existing rows (a default), and a retyped
-            // column's (its USING), are in no WAL record: only an empty storage follows them.
-            let unknowable = changes
-                .added
-                .first()
-                .map(|c| (c, "gained column"))
-                .or(changes.retyped.first().map(|c| (*c, "retyped column")));
-            if let Some((column, what)) = unknowable {
-                let holds_rows: bool = txn
-                    .query_one(&format!("SELECT EXISTS (SELECT FROM {name})"), &[])
-                    .await
-                    .map_err(|e| db_error(&format!("cannot read {name}"), &e))?
-                    .get(0);
-                if holds_rows {
-                    return Err(Failure::from(format!(
-                        "{relation} {what} {:?}; the values its existing rows have there now (a \
-                         default, a USING conversion) are in no WAL record, so {name} cannot \
-                         follow it exactly yet: drop {name} and its row in {}, then snapshot the \
-                         table again",
-                        column.name,
-                        meta_table(self.target.meta(), replica::TABLES)
-                    )));
-                }
-            }
             for sql in alter_statements(&have.storage.table, &have.storage.columns, &want.columns) {
                 txn.batch_execute(&sql).await.map_err(|e| {
                     db_error(
@@ -448,6 +465,30 @@ impl ReplicaWriter {
                         &e,
                     )
                 })?;
+            }
+            // Rows stored before the column hold its missing value: one UPDATE per column
+            // that has one, the value as the source's send form (as COPY writes every value).
+            for column in &changes.added {
+                let missing = schema
+                    .columns
+                    .iter()
+                    .find(|c| c.attnum == column.attnum)
+                    .and_then(|c| c.missing.as_deref());
+                if let Some(value) = missing {
+                    let sql = replica::fill_added_column(&have.storage.table, &column.name);
+                    txn.execute(&sql, &[&SendForm(Some(value))])
+                        .await
+                        .map_err(|e| {
+                            db_error(
+                                &format!(
+                                    "cannot give the rows of {name} the value {relation}'s rows \
+                                     hold in its new column {:?}",
+                                    column.name
+                                ),
+                                &e,
+                            )
+                        })?;
+                }
             }
             // The delta has the old columns.
             txn.batch_execute(&Apply::new(&have.storage).drop_delta())
@@ -548,6 +589,28 @@ async fn check_types<'a>(
         }
     }
     Ok(())
+}
+
+/// Whether the storage table `name` (quoted, qualified) holds any row.
+async fn holds_rows(txn: &Transaction<'_>, name: &str) -> Result<bool, Failure> {
+    Ok(txn
+        .query_one(&format!("SELECT EXISTS (SELECT FROM {name})"), &[])
+        .await
+        .map_err(|e| db_error(&format!("cannot read {name}"), &e))?
+        .get(0))
+}
+
+/// Why an added column's values in existing rows are not known, from the identity schema
+/// message's `rewritten`.
+fn rewrite_cause(rewritten: Rewrite) -> &'static str {
+    match rewritten {
+        Rewrite::By(_) => "which rewrote the table (a volatile default)",
+        Rewrite::Kept | Rewrite::Unknown => {
+            "and its identity schema message does not say whether that rewrote the table (a \
+             message before format 5, a partitioned table published via its root, or the \
+             extension's pgtrickle_identity_rewrite event trigger not enabled)"
+        }
+    }
 }
 
 /// The OID of the table `name` (quoted, qualified), `None` when there is none.
