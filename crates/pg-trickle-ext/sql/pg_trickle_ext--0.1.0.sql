@@ -23,17 +23,6 @@ COMMENT ON DOMAIN pgtrickle.row_id IS
 --   row_id_domain
 
 
-CREATE FUNCTION pgtrickle.capture_changes() RETURNS trigger
-LANGUAGE c AS 'MODULE_PATHNAME', 'capture_changes';
-COMMENT ON FUNCTION pgtrickle.capture_changes() IS
-  'Trigger: appends each change with its old and new Row Identity V2 to the change buffer named by its argument (pgtrickle.capture_table creates both)';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- requires:
---   row_id_domain
-
-
 CREATE FUNCTION pgtrickle.encode_row_id_v2(domain text, fields record) RETURNS bytea
 STABLE PARALLEL SAFE LANGUAGE c AS 'MODULE_PATHNAME', 'encode_row_id_v2_wrapper';
 COMMENT ON FUNCTION pgtrickle.encode_row_id_v2(text, record) IS
@@ -53,34 +42,18 @@ COMMENT ON FUNCTION pgtrickle.encode_row_id_v2_fields(text, "any") IS
 /* </end connected objects> */
 
 /* <begin connected objects> */
+-- requires:
+--   row_id_domain
+
+
+CREATE FUNCTION pgtrickle.capture_changes() RETURNS trigger
+LANGUAGE c AS 'MODULE_PATHNAME', 'capture_changes';
+COMMENT ON FUNCTION pgtrickle.capture_changes() IS
+  'Trigger: appends each change with its old and new Row Identity V2 to the change buffer named by its argument (pgtrickle.capture_table creates both)';
+/* </end connected objects> */
+
+/* <begin connected objects> */
 CREATE SCHEMA IF NOT EXISTS pgtrickle; /* pg_trickle_ext::pgtrickle */
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- pg_trickle_ext::pgtrickle::identity_schema
-CREATE  FUNCTION pgtrickle."identity_schema"(
-	"rel" oid /* pg_sys :: Oid */
-) RETURNS TEXT /* String */
-STRICT STABLE
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'identity_schema_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- pg_trickle_ext::pgtrickle::row_id_fingerprint
-CREATE  FUNCTION pgtrickle."row_id_fingerprint"(
-	"id" bytea /* & [u8] */
-) RETURNS TEXT /* String */
-IMMUTABLE STRICT PARALLEL SAFE
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'row_id_fingerprint_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- pg_trickle_ext::pgtrickle::check_change_buffer
-
-CREATE FUNCTION pgtrickle.check_change_buffer(buffer regclass) RETURNS boolean
-STABLE STRICT LANGUAGE c AS 'MODULE_PATHNAME', 'check_change_buffer_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
@@ -105,6 +78,23 @@ AS 'MODULE_PATHNAME', 'validate_identity_fields_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
+-- pg_trickle_ext::pgtrickle::capture_table
+
+CREATE FUNCTION pgtrickle.capture_table(source regclass) RETURNS text
+VOLATILE STRICT LANGUAGE c AS 'MODULE_PATHNAME', 'capture_table_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- pg_trickle_ext::pgtrickle::row_id_fingerprint
+CREATE  FUNCTION pgtrickle."row_id_fingerprint"(
+	"id" bytea /* & [u8] */
+) RETURNS TEXT /* String */
+IMMUTABLE STRICT PARALLEL SAFE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'row_id_fingerprint_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
 -- pg_trickle_ext::validate::validate_source_identity
 CREATE  FUNCTION pgtrickle."validate_source_identity"(
 	"rel" oid, /* pg_sys :: Oid */
@@ -125,52 +115,24 @@ AS 'MODULE_PATHNAME', 'validate_source_identity_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- pg_trickle_ext::pgtrickle::row_probe_v1
-CREATE  FUNCTION pgtrickle."row_probe_v1"(
-	"id" bytea /* & [u8] */
-) RETURNS bytea /* Vec < u8 > */
-IMMUTABLE STRICT PARALLEL SAFE
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'row_probe_v1_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- pg_trickle_ext::pgtrickle::capture_table
-
-CREATE FUNCTION pgtrickle.capture_table(source regclass) RETURNS text
-VOLATILE STRICT LANGUAGE c AS 'MODULE_PATHNAME', 'capture_table_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- pg_trickle_ext::pgtrickle::follow_source_ddl
-CREATE  FUNCTION pgtrickle."follow_source_ddl"(
-	"sources" oid[] /* Vec < pg_sys :: Oid > */
+-- pg_trickle_ext::pgtrickle::write_identity_schemas
+CREATE  FUNCTION pgtrickle."write_identity_schemas"(
+	"relids" oid[] /* Vec < pg_sys :: Oid > */
 ) RETURNS INT /* i32 */
 STRICT VOLATILE
 LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'follow_source_ddl_wrapper';
+AS 'MODULE_PATHNAME', 'write_identity_schemas_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- requires:
---   pgtrickle::follow_source_ddl
-
-
--- Trigger buffers follow their source's columns in the DDL's own transaction
--- (spec/change-buffer.md §1c): at the end of every ALTER TABLE, as the extension's owner, who
--- alters each touched source's buffer as that buffer's owner.
-REVOKE EXECUTE ON FUNCTION pgtrickle.follow_source_ddl(pg_catalog.oid[]) FROM PUBLIC;
-CREATE FUNCTION pgtrickle.capture_on_ddl() RETURNS event_trigger
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
-BEGIN
-  PERFORM pgtrickle.follow_source_ddl(ARRAY(
-    SELECT DISTINCT cmd.objid FROM pg_catalog.pg_event_trigger_ddl_commands() cmd
-    WHERE cmd.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_class'::pg_catalog.regclass
-    ORDER BY 1));
-END
-$fn$;
-CREATE EVENT TRIGGER pgtrickle_capture_ddl ON ddl_command_end WHEN TAG IN ('ALTER TABLE')
-  EXECUTE FUNCTION pgtrickle.capture_on_ddl();
+-- pg_trickle_ext::pgtrickle::note_table_rewrite
+CREATE  FUNCTION pgtrickle."note_table_rewrite"(
+	"rel" oid, /* pg_sys :: Oid */
+	"reason" INT /* i32 */
+) RETURNS void
+STRICT VOLATILE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'note_table_rewrite_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
@@ -184,19 +146,37 @@ AS 'MODULE_PATHNAME', 'row_id_describe_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- pg_trickle_ext::pgtrickle::write_identity_schemas
-CREATE  FUNCTION pgtrickle."write_identity_schemas"(
-	"relids" oid[] /* Vec < pg_sys :: Oid > */
-) RETURNS INT /* i32 */
-STRICT VOLATILE
+-- pg_trickle_ext::pgtrickle::check_change_buffer
+
+CREATE FUNCTION pgtrickle.check_change_buffer(buffer regclass) RETURNS boolean
+STABLE STRICT LANGUAGE c AS 'MODULE_PATHNAME', 'check_change_buffer_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- pg_trickle_ext::pgtrickle::row_probe_v1
+CREATE  FUNCTION pgtrickle."row_probe_v1"(
+	"id" bytea /* & [u8] */
+) RETURNS bytea /* Vec < u8 > */
+IMMUTABLE STRICT PARALLEL SAFE
 LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'write_identity_schemas_wrapper';
+AS 'MODULE_PATHNAME', 'row_probe_v1_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- pg_trickle_ext::pgtrickle::identity_schema
+CREATE  FUNCTION pgtrickle."identity_schema"(
+	"rel" oid /* pg_sys :: Oid */
+) RETURNS TEXT /* String */
+STRICT STABLE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'identity_schema_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
 -- requires:
 --   pgtrickle::identity_schema
 --   pgtrickle::write_identity_schemas
+--   pgtrickle::note_table_rewrite
 
 
 -- Change buffers of trigger capture live in a schema the extension owns: no other role can
@@ -207,7 +187,7 @@ CREATE SCHEMA pgtrickle_changes;
 COMMENT ON SCHEMA pgtrickle_changes IS
   'Change buffers (spec/change-buffer.md); owned by the extension pg_trickle_ext';
 
--- Identity schema messages, format 3 (spec/identity-messages.md): one row per published
+-- Identity schema messages, format 5 (spec/identity-messages.md): one row per published
 -- table, written only by the extension's event triggers (as the extension's owner: PUBLIC
 -- may only read it, what the catalogs already show), published by pgtrickle_identity so
 -- that a WAL consumer reads each row change at the position of the DDL that made it (and a
@@ -220,10 +200,11 @@ CREATE TABLE pgtrickle.identity_schemas (
 REVOKE ALL ON TABLE pgtrickle.identity_schemas FROM PUBLIC;
 GRANT SELECT ON TABLE pgtrickle.identity_schemas TO PUBLIC;
 COMMENT ON TABLE pgtrickle.identity_schemas IS
-  'Identity schema of every published table (spec/identity-messages.md format 3); written only by the identity-message event triggers';
+  'Identity schema of every published table (spec/identity-messages.md format 5); written only by the identity-message event triggers';
 CREATE PUBLICATION pgtrickle_identity FOR TABLE pgtrickle.identity_schemas;
 
 REVOKE EXECUTE ON FUNCTION pgtrickle.write_identity_schemas(pg_catalog.oid[]) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION pgtrickle.note_table_rewrite(pg_catalog.oid, integer) FROM PUBLIC;
 
 -- The event-trigger functions run as the extension's owner, with a fixed search path and
 -- every name qualified: any role's DDL must be able to write the schema, and none may steer
@@ -304,6 +285,16 @@ BEGIN
 END
 $fn$;
 
+-- A table rewrite (format 5): noted before the rewrite, read by the ddl_command_end that
+-- follows in the same transaction (spec/identity-messages.md §4).
+CREATE FUNCTION pgtrickle.identity_messages_on_rewrite() RETURNS event_trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
+BEGIN
+  PERFORM pgtrickle.note_table_rewrite(pg_catalog.pg_event_trigger_table_rewrite_oid(),
+                                       pg_catalog.pg_event_trigger_table_rewrite_reason());
+END
+$fn$;
+
 CREATE FUNCTION pgtrickle.identity_messages_on_drop() RETURNS event_trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
 DECLARE
@@ -351,6 +342,11 @@ BEGIN
     CREATE EVENT TRIGGER pgtrickle_identity_drop ON sql_drop
       EXECUTE FUNCTION pgtrickle.identity_messages_on_drop();
   END IF;
+  IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_event_trigger
+                 WHERE evtname OPERATOR(pg_catalog.=) 'pgtrickle_identity_rewrite') THEN
+    CREATE EVENT TRIGGER pgtrickle_identity_rewrite ON table_rewrite
+      EXECUTE FUNCTION pgtrickle.identity_messages_on_rewrite();
+  END IF;
   -- Every table published now gets its row (or has it brought up to date).
   PERFORM pgtrickle.write_identity_schemas(ARRAY(
     SELECT DISTINCT pg_catalog.format('%I.%I', p.schemaname, p.tablename)
@@ -365,6 +361,7 @@ CREATE FUNCTION pgtrickle.disable_identity_messages() RETURNS void
 LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $fn$
   DROP EVENT TRIGGER IF EXISTS pgtrickle_identity_ddl;
   DROP EVENT TRIGGER IF EXISTS pgtrickle_identity_drop;
+  DROP EVENT TRIGGER IF EXISTS pgtrickle_identity_rewrite;
 $fn$;
 REVOKE EXECUTE ON FUNCTION pgtrickle.enable_identity_messages() FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION pgtrickle.disable_identity_messages() FROM PUBLIC;
@@ -382,6 +379,38 @@ $fn$;
 REVOKE EXECUTE ON FUNCTION pgtrickle.grant_capture(pg_catalog.regrole) FROM PUBLIC;
 COMMENT ON FUNCTION pgtrickle.grant_capture(pg_catalog.regrole) IS
   'Grants a capture role (LOGIN REPLICATION) what rowid-cdc needs beyond REPLICATION: USAGE and CREATE on pgtrickle_changes (superuser)';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- pg_trickle_ext::pgtrickle::follow_source_ddl
+CREATE  FUNCTION pgtrickle."follow_source_ddl"(
+	"sources" oid[] /* Vec < pg_sys :: Oid > */
+) RETURNS INT /* i32 */
+STRICT VOLATILE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'follow_source_ddl_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- requires:
+--   pgtrickle::follow_source_ddl
+
+
+-- Trigger buffers follow their source's columns in the DDL's own transaction
+-- (spec/change-buffer.md §1c): at the end of every ALTER TABLE, as the extension's owner, who
+-- alters each touched source's buffer as that buffer's owner.
+REVOKE EXECUTE ON FUNCTION pgtrickle.follow_source_ddl(pg_catalog.oid[]) FROM PUBLIC;
+CREATE FUNCTION pgtrickle.capture_on_ddl() RETURNS event_trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
+BEGIN
+  PERFORM pgtrickle.follow_source_ddl(ARRAY(
+    SELECT DISTINCT cmd.objid FROM pg_catalog.pg_event_trigger_ddl_commands() cmd
+    WHERE cmd.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_class'::pg_catalog.regclass
+    ORDER BY 1));
+END
+$fn$;
+CREATE EVENT TRIGGER pgtrickle_capture_ddl ON ddl_command_end WHEN TAG IN ('ALTER TABLE')
+  EXECUTE FUNCTION pgtrickle.capture_on_ddl();
 /* </end connected objects> */
 
 /* <begin connected objects> */
