@@ -423,21 +423,23 @@ fn keep_a_replica(cluster: &Cluster) -> Result<(), String> {
     let dir = root().join("target").join("demo");
     let state = dir.join("replica.state");
     let _ = std::fs::remove_file(&state);
+    // Statements of their own: DROP DATABASE cannot run inside the one transaction a
+    // multi-statement command is.
+    psql(cluster, "DROP DATABASE IF EXISTS demo_replica")?;
+    psql(cluster, "CREATE DATABASE demo_replica")?;
     show(
         cluster,
         "the source: a keyed table with a TOASTed column, and a keyless one with two identical rows",
         "
-        DROP DATABASE IF EXISTS demo_replica;
-        CREATE DATABASE demo_replica;
-        CREATE TABLE orders (id int8 PRIMARY KEY, note text, body text);
-        ALTER TABLE orders ALTER COLUMN body SET STORAGE EXTERNAL;
+        CREATE TABLE invoices (id int8 PRIMARY KEY, note text, body text);
+        ALTER TABLE invoices ALTER COLUMN body SET STORAGE EXTERNAL;
         CREATE TABLE tags (tag text, n int4);
         ALTER TABLE tags REPLICA IDENTITY FULL;
-        INSERT INTO orders SELECT g, 'before the slot',
+        INSERT INTO invoices SELECT g, 'before the slot',
           (SELECT string_agg(md5((g * 1000 + x)::text), '') FROM generate_series(1, 100) x)
           FROM generate_series(1, 3) g;
         INSERT INTO tags VALUES ('red', 1), ('red', 1), ('blue', 2);
-        CREATE PUBLICATION demo_replica FOR TABLE orders, tags;
+        CREATE PUBLICATION demo_replica FOR TABLE invoices, tags;
         SELECT 'ready' AS source",
     )?;
     cluster
@@ -464,20 +466,20 @@ fn keep_a_replica(cluster: &Cluster) -> Result<(), String> {
         .spawn()
         .map_err(|e| format!("{}: {e}", binary.display()))?;
     let replica = cluster.psql().with_db("demo_replica");
-    // Waits until the replica holds order `id` (a minute at most).
+    // Waits until the replica holds invoice `id` (a minute at most).
     let mut wait_for = |id: i64| -> Result<(), String> {
         let started = std::time::Instant::now();
         loop {
             let n = replica
                 .run(
                     "SELECT count(*) FROM pg_catalog.pg_tables WHERE schemaname = 'public' \
-                     AND tablename = 'orders';",
+                     AND tablename = 'invoices';",
                 )
                 .unwrap_or_default();
             if n.trim() == "1"
                 && replica
                     .run(&format!(
-                        "SELECT count(*) FROM public.orders WHERE id = {id};"
+                        "SELECT count(*) FROM public.invoices WHERE id = {id};"
                     ))
                     .unwrap_or_default()
                     .trim()
@@ -487,7 +489,7 @@ fn keep_a_replica(cluster: &Cluster) -> Result<(), String> {
             }
             if started.elapsed() > std::time::Duration::from_secs(60) {
                 let _ = child.kill();
-                return Err(format!("the replica did not reach order {id}"));
+                return Err(format!("the replica did not reach invoice {id}"));
             }
             std::thread::sleep(std::time::Duration::from_millis(100));
         }
@@ -497,24 +499,23 @@ fn keep_a_replica(cluster: &Cluster) -> Result<(), String> {
         cluster,
         "changes: a key change, one of the two identical keyless rows deleted, an update leaving the TOASTed body alone (the stream does not carry it)",
         "
-        UPDATE orders SET id = 20 WHERE id = 2;
+        UPDATE invoices SET id = 20 WHERE id = 2;
         DELETE FROM tags WHERE ctid = (SELECT ctid FROM tags WHERE tag = 'red' LIMIT 1);
-        UPDATE orders SET note = 'changed after the slot' WHERE id = 1;
-        INSERT INTO orders VALUES (99, 'last', 'short');
+        UPDATE invoices SET note = 'changed after the slot' WHERE id = 1;
+        INSERT INTO invoices VALUES (99, 'last', 'short');
         SELECT 'done' AS workload",
     )?;
     wait_for(99)?;
     let _ = child.kill();
     let _ = child.wait();
-    let orders =
-        "SELECT id, note, md5(body) AS body_md5, length(body) AS body_len FROM orders ORDER BY id";
+    let invoices = "SELECT id, note, md5(body) AS body_md5, length(body) AS body_len FROM invoices ORDER BY id";
     let tags = "SELECT tag, n FROM tags ORDER BY tag, n";
-    show(cluster, "the source: orders", orders)?;
+    show(cluster, "the source: invoices", invoices)?;
     show_in(
         cluster,
         "demo_replica",
-        "the replica: orders, the same rows (the body kept through the update that did not send it)",
-        &orders.replace("FROM orders", "FROM public.orders"),
+        "the replica: invoices, the same rows (the body kept through the update that did not send it)",
+        &invoices.replace("FROM invoices", "FROM public.invoices"),
     )?;
     show(cluster, "the source: tags", tags)?;
     show_in(
@@ -528,9 +529,9 @@ fn keep_a_replica(cluster: &Cluster) -> Result<(), String> {
         "demo_replica",
         "each stored identity is encode_row_id_v2 of its row; the index the registry planned for each",
         "
-        SELECT 'orders' AS storage, count(*) FILTER (WHERE __pgt_row_id
+        SELECT 'invoices' AS storage, count(*) FILTER (WHERE __pgt_row_id
                  = pgtrickle.encode_row_id_v2('SCAN_KEY', ROW(id))) AS identities_equal,
-               count(*) AS rows FROM public.orders
+               count(*) AS rows FROM public.invoices
         UNION ALL
         SELECT 'tags', count(*) FILTER (WHERE __pgt_row_id
                  = pgtrickle.encode_row_id_v2('KEYLESS_ROW', ROW(tag, n))), count(*) FROM public.tags;
