@@ -656,19 +656,19 @@ fn a_column_added_to_rows_holds_the_value_they_hold_at_the_source() {
     )
     .unwrap();
     wait_until(
-        &target,
+        target,
         "SELECT count(*) FROM public.w WHERE id = 5000;",
         "1",
     );
     let columns = "id, v, c, t, n, at, m, p";
     assert_eq!(
-        rows(&target, "public.w", columns),
-        rows(&src, "w", columns),
+        rows(target, "public.w", columns),
+        rows(src, "w", columns),
         "the storage is its source"
     );
     assert_eq!(
         one(
-            &target,
+            target,
             "SELECT count(*) FROM public.w WHERE c = 5 AND t = '' AND n IS NULL AND m = 'happy' \
              AND (p).a = 7;"
         ),
@@ -677,7 +677,7 @@ fn a_column_added_to_rows_holds_the_value_they_hold_at_the_source() {
     );
     assert_eq!(
         one(
-            &target,
+            target,
             "SELECT count(*) FROM public.w WHERE \"__pgt_row_id\" IS DISTINCT FROM \
              pgtrickle.encode_row_id_v2('SCAN_KEY', ROW(id));"
         ),
