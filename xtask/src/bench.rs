@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 
 use crate::pg::{Cluster, Source};
 use crate::setup;
-use crate::shell::{cargo, exec, root, step};
+use crate::shell::{cargo, exec, root, step, timed};
 
 /// Criterion functions of every workload group, in report order.
 const FUNCTIONS: [&str; 9] = [
@@ -364,18 +364,6 @@ fn probe(cluster: &Cluster, sizes: &Sizes, report: &mut String) -> Result<(), St
         "| data set | P | mean id bytes | index MB | us per lookup (median of 3 runs) | buffers per lookup | candidates per lookup |",
         report,
     )
-}
-
-/// Seconds `c` takes to run to success.
-pub(crate) fn timed(c: &mut std::process::Command) -> Result<(f64, String), String> {
-    let started = std::time::Instant::now();
-    let out = c.output().map_err(|e| format!("{c:?}: {e}"))?;
-    let secs = started.elapsed().as_secs_f64();
-    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    if !out.status.success() {
-        return Err(format!("{c:?} failed: {stderr}"));
-    }
-    Ok((secs, stderr))
 }
 
 /// Builds `rowid-cdc` (a release build, a debug one for the smoke test) and returns its path.

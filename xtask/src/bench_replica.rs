@@ -13,7 +13,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use crate::pg::{Cluster, Source};
-use crate::shell::{root, step};
+use crate::shell::{root, step, timed};
 
 /// How much work: rows of the keyed table, rows of the keyless one, single-row changes.
 pub struct Work {
@@ -147,7 +147,7 @@ pub fn replica(
         c
     };
     for (slot, publication, rows) in [("rep_keyed", "pk", n), ("rep_keyless", "pl", kn)] {
-        crate::bench::timed(&mut cdc(
+        timed(&mut cdc(
             slot,
             publication,
             &[
@@ -211,8 +211,7 @@ pub fn replica(
             "sub",
             &format!("ALTER SUBSCRIPTION {sub} DISABLE;"),
         )?;
-        let (replica, _) =
-            crate::bench::timed(&mut cdc(slot, publication, &["--stop-after", &changes]))?;
+        let (replica, _) = timed(&mut cdc(slot, publication, &["--stop-after", &changes]))?;
         let equal = on(&target, "rep", &format!("{check} ;"))? == **want;
         if !equal {
             return Err(format!(

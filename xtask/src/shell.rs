@@ -55,6 +55,18 @@ pub fn exec(c: &mut Command) -> Result<(), String> {
     }
 }
 
+/// Seconds `c` takes to run to success, and its stderr (captured, not shown).
+pub fn timed(c: &mut Command) -> Result<(f64, String), String> {
+    let started = Instant::now();
+    let out = c.output().map_err(|e| format!("{c:?}: {e}"))?;
+    let secs = started.elapsed().as_secs_f64();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    if !out.status.success() {
+        return Err(format!("{c:?} failed: {stderr}"));
+    }
+    Ok((secs, stderr))
+}
+
 /// True when `c` runs and exits 0 (output discarded).
 pub fn succeeds(c: &mut Command) -> bool {
     c.stdout(Stdio::null())

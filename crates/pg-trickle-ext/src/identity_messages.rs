@@ -33,7 +33,8 @@ const VALUE_REWRITES: i32 = 2 | 4;
 
 /// The tables a DDL of this backend's current transaction rewrote with new values: the
 /// transaction's full top-level id and their OIDs. Only [`note_rewrite`] adds to it (called by
-/// the extension's SECURITY DEFINER event trigger, EXECUTE revoked from PUBLIC); nothing
+/// the extension's event trigger function, which runs as the extension's owner with its
+/// search path pinned; EXECUTE revoked from PUBLIC); nothing
 /// removes a note before the transaction ends, so a function running during the rewrite
 /// (a volatile default) cannot take one back.
 static REWRITES: Mutex<(u64, Vec<u32>)> = Mutex::new((0, Vec::new()));

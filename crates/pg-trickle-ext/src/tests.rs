@@ -842,6 +842,68 @@ fn identity_schema_rows_carry_missing_values_and_rewrites() {
     assert_eq!(identity_schema_of("im_logged").rewritten, Rewrite::Unknown);
 }
 
+/// The rewrite note against its owner's caller: a role owning a published table puts a
+/// schema of its own before `pg_catalog` on its path, with functions named like the ones the
+/// `table_rewrite` trigger's function calls (the rewritten table's OID, the note); its
+/// rewrite is still noted (the function runs with its path locked, every name qualified),
+/// and the role stays what it was. Every SECURITY DEFINER function of the extension has its
+/// search path pinned.
+#[pg_test]
+fn a_shadowing_role_cannot_hide_a_rewrite() {
+    use rowid_registry::schema_message::Rewrite;
+    Spi::run(
+        "SELECT pgtrickle.enable_identity_messages();
+         CREATE ROLE rw_mallory;
+         GRANT CREATE ON SCHEMA public TO rw_mallory;
+         CREATE SCHEMA rw_evil AUTHORIZATION rw_mallory;
+         SET ROLE rw_mallory;
+         CREATE FUNCTION rw_evil.pg_event_trigger_table_rewrite_oid() RETURNS oid
+           LANGUAGE sql AS 'SELECT 0::oid';
+         CREATE FUNCTION rw_evil.note_table_rewrite(oid, integer) RETURNS void
+           LANGUAGE sql AS 'SELECT';
+         CREATE TABLE public.rw_t (id int8 PRIMARY KEY, v int4);
+         INSERT INTO public.rw_t VALUES (1, 1);
+         RESET ROLE;
+         CREATE PUBLICATION rw_pub FOR TABLE public.rw_t;
+         SET ROLE rw_mallory;
+         SET search_path = rw_evil, pg_catalog, public;
+         ALTER TABLE public.rw_t ADD COLUMN r float8 DEFAULT random();
+         RESET search_path;
+         RESET ROLE;",
+    )
+    .expect("the attack runs");
+    let xid = Spi::get_one::<i64>("SELECT pg_current_xact_id()::text::int8")
+        .expect("runs")
+        .expect("an xid");
+    assert_eq!(
+        written_schema_of("rw_t").rewritten,
+        Rewrite::By(u64::try_from(xid).expect("an xid is positive")),
+        "the rewrite is noted whatever the caller's path"
+    );
+    assert_eq!(
+        Spi::get_one::<bool>("SELECT rolsuper FROM pg_roles WHERE rolname = 'rw_mallory'"),
+        Ok(Some(false))
+    );
+    let unpinned = Spi::get_one::<String>(
+        "SELECT string_agg(p.oid::regprocedure::text, ', ') FROM pg_proc p
+         JOIN pg_depend d ON d.classid = 'pg_proc'::regclass AND d.objid = p.oid
+          AND d.refclassid = 'pg_extension'::regclass AND d.deptype = 'e'
+         JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'pg_trickle_ext'
+         WHERE p.prosecdef
+           AND NOT COALESCE(p.proconfig, '{}') @> ARRAY['search_path=pg_catalog, pg_temp']",
+    )
+    .expect("runs");
+    assert_eq!(unpinned, None, "SECURITY DEFINER without a pinned search path");
+    assert_eq!(
+        Spi::get_one::<bool>(
+            "SELECT prosecdef FROM pg_proc \
+             WHERE oid = 'pgtrickle.identity_messages_on_rewrite()'::regprocedure"
+        ),
+        Ok(Some(true)),
+        "the rewrite trigger's function is among those checked"
+    );
+}
+
 /// enable_identity_messages installs its three event triggers once; disable removes them.
 #[pg_test]
 fn identity_message_triggers_are_installed_and_removed() {

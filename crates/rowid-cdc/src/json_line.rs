@@ -13,14 +13,10 @@ pub fn rfc3339_utc(pg_micros: i64) -> String {
     rowid_codec::send::timestamp_text(pg_micros, true)
 }
 
+/// `bytes` as a JSON string of lowercase hex.
 fn push_hex(out: &mut String, bytes: &[u8]) {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
-    out.reserve(bytes.len() * 2 + 2);
     out.push('"');
-    for b in bytes {
-        out.push(char::from(HEX[usize::from(b >> 4)]));
-        out.push(char::from(HEX[usize::from(b & 15)]));
-    }
+    rowid_codec::hex::push(out, bytes);
     out.push('"');
 }
 

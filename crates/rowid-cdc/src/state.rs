@@ -15,25 +15,12 @@ use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
+use rowid_codec::hex::{decode as from_hex, encode as to_hex};
 use rowid_registry::schema_message::{RelationSchema, SchemaMessage};
 use serde_json::{Value, json};
 
 use crate::chunks::{After, ChunkCursor};
 use crate::lsn::Lsn;
-
-fn to_hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-fn from_hex(text: &str) -> Option<Vec<u8>> {
-    if !text.len().is_multiple_of(2) || !text.bytes().all(|b| b.is_ascii_hexdigit()) {
-        return None;
-    }
-    (0..text.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&text[i..i + 2], 16).ok())
-        .collect()
-}
 
 fn cursor_json(c: &ChunkCursor) -> Value {
     json!({

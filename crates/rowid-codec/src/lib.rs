@@ -58,6 +58,7 @@ pub mod decode;
 pub mod describe;
 pub mod encode;
 pub mod error;
+pub mod hex;
 pub mod limits;
 pub mod primitives;
 pub mod probe;

@@ -588,7 +588,7 @@ impl SchemaMessage {
                         "type": c.type_name,
                         "not_null": c.not_null,
                         "shape": c.shape.as_ref().map(shape_to_json),
-                        "missing": c.missing.as_deref().map(hex),
+                        "missing": c.missing.as_deref().map(rowid_codec::hex::encode),
                     })).collect::<Vec<_>>(),
                     "primary_key": s.primary_key,
                     "rewritten": match s.rewritten {
@@ -657,7 +657,10 @@ fn column(at: &str, v: &Value, format: u64) -> Parsed<SchemaColumn> {
     let missing = if format >= 5 {
         match o.get("missing")? {
             Value::Null => None,
-            Value::String(h) => Some(unhex(&format!("{at}.missing"), h)?),
+            Value::String(h) => match rowid_codec::hex::decode(h) {
+                Some(bytes) => Some(bytes),
+                None => return err(&format!("{at}.missing"), "expected hex digits, two a byte"),
+            },
             _ => return err(&format!("{at}.missing"), "expected a hex string or null"),
         }
     } else {
@@ -734,40 +737,6 @@ fn identity(v: &Value, format: u64) -> Parsed<IdentityDef> {
         fields,
         max_len,
     })
-}
-
-/// Bytes as lowercase hex.
-fn hex(bytes: &[u8]) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut out = String::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        out.push(char::from(DIGITS[usize::from(b >> 4)]));
-        out.push(char::from(DIGITS[usize::from(b & 0xf)]));
-    }
-    out
-}
-
-/// Hex (either case, an even number of digits, nothing else) as bytes.
-fn unhex(at: &str, text: &str) -> Parsed<Vec<u8>> {
-    fn digit(c: u8) -> Option<u8> {
-        match c {
-            b'0'..=b'9' => Some(c - b'0'),
-            b'a'..=b'f' => Some(c - b'a' + 10),
-            b'A'..=b'F' => Some(c - b'A' + 10),
-            _ => None,
-        }
-    }
-    let digits = text.as_bytes();
-    if !digits.len().is_multiple_of(2) {
-        return err(at, "expected an even number of hex digits");
-    }
-    digits
-        .chunks_exact(2)
-        .map(|pair| match (digit(pair[0]), digit(pair[1])) {
-            (Some(hi), Some(lo)) => Ok(hi << 4 | lo),
-            _ => err(at, "expected hex digits only"),
-        })
-        .collect()
 }
 
 /// The value of a column's `attmissingval` from `array_send` of it: PostgreSQL keeps a

@@ -111,7 +111,7 @@ fn scalar(tag: TypeTag, b: &[u8], out: &mut String) -> Result<()> {
         }
         TypeTag::Bytea | TypeTag::ChildIdentity => {
             out.push('"');
-            push_hex(out, b);
+            crate::hex::push(out, b);
             out.push('"');
         }
         TypeTag::Uuid => {
@@ -124,7 +124,7 @@ fn scalar(tag: TypeTag, b: &[u8], out: &mut String) -> Result<()> {
                 if i > 0 {
                     out.push('-');
                 }
-                push_hex(out, chunk);
+                crate::hex::push(out, chunk);
             }
             out.push('"');
         }
@@ -244,22 +244,13 @@ pub fn write_json_string(out: &mut String, s: &str) {
     out.push('"');
 }
 
-fn push_hex(out: &mut String, b: &[u8]) {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
-    out.reserve(b.len() * 2);
-    for &x in b {
-        out.push(char::from(HEX[usize::from(x >> 4)]));
-        out.push(char::from(HEX[usize::from(x & 15)]));
-    }
-}
-
 fn push_mac(out: &mut String, b: &[u8]) {
     out.push('"');
     for (i, x) in b.iter().enumerate() {
         if i > 0 {
             out.push(':');
         }
-        push_hex(out, core::slice::from_ref(x));
+        crate::hex::push(out, core::slice::from_ref(x));
     }
     out.push('"');
 }
