@@ -257,9 +257,12 @@ REVOKE EXECUTE ON FUNCTION pgtrickle.note_table_rewrite(pg_catalog.oid, integer)
 
 -- The event-trigger functions run as the extension's owner, with a fixed search path and
 -- every name qualified: any role's DDL must be able to write the schema, and none may steer
--- what is written.
+-- what is written. They run at the end of every DDL, so JIT is off for them: the catalog
+-- queries are tiny, but pg_publication_tables' estimate (a function scan of 1000 rows per
+-- publication) passes jit_above_cost, and compiling them cost every DDL about a second on a
+-- server built with LLVM (measured on PostgreSQL 15).
 CREATE FUNCTION pgtrickle.identity_messages_on_ddl() RETURNS event_trigger
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp SET jit = off AS $fn$
 BEGIN
   PERFORM pgtrickle.write_identity_schemas(ARRAY(
     WITH cmd AS (SELECT classid, objid FROM pg_catalog.pg_event_trigger_ddl_commands()),
@@ -337,7 +340,7 @@ $fn$;
 -- A table rewrite (format 5): noted before the rewrite, read by the ddl_command_end that
 -- follows in the same transaction (spec/identity-messages.md §4).
 CREATE FUNCTION pgtrickle.identity_messages_on_rewrite() RETURNS event_trigger
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp SET jit = off AS $fn$
 BEGIN
   PERFORM pgtrickle.note_table_rewrite(pg_catalog.pg_event_trigger_table_rewrite_oid(),
                                        pg_catalog.pg_event_trigger_table_rewrite_reason());
@@ -345,7 +348,7 @@ END
 $fn$;
 
 CREATE FUNCTION pgtrickle.identity_messages_on_drop() RETURNS event_trigger
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp SET jit = off AS $fn$
 DECLARE
   dropped pg_catalog.oid[];
   dropped_index pg_catalog.oid[];
@@ -379,7 +382,7 @@ END
 $fn$;
 
 CREATE FUNCTION pgtrickle.enable_identity_messages() RETURNS void
-LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $fn$
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp SET jit = off AS $fn$
 BEGIN
   IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_event_trigger
                  WHERE evtname OPERATOR(pg_catalog.=) 'pgtrickle_identity_ddl') THEN
@@ -444,7 +447,7 @@ extension_sql!(
 -- alters each touched source's buffer as that buffer's owner.
 REVOKE EXECUTE ON FUNCTION pgtrickle.follow_source_ddl(pg_catalog.oid[]) FROM PUBLIC;
 CREATE FUNCTION pgtrickle.capture_on_ddl() RETURNS event_trigger
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp SET jit = off AS $fn$
 BEGIN
   PERFORM pgtrickle.follow_source_ddl(ARRAY(
     SELECT DISTINCT cmd.objid FROM pg_catalog.pg_event_trigger_ddl_commands() cmd

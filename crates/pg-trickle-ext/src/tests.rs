@@ -884,16 +884,14 @@ fn a_shadowing_role_cannot_hide_a_rewrite() {
         Spi::get_one::<bool>("SELECT rolsuper FROM pg_roles WHERE rolname = 'rw_mallory'"),
         Ok(Some(false))
     );
-    let unpinned = Spi::get_one::<String>(
-        "SELECT string_agg(p.oid::regprocedure::text, ', ') FROM pg_proc p
-         JOIN pg_depend d ON d.classid = 'pg_proc'::regclass AND d.objid = p.oid
-          AND d.refclassid = 'pg_extension'::regclass AND d.deptype = 'e'
-         JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'pg_trickle_ext'
-         WHERE p.prosecdef
-           AND NOT COALESCE(p.proconfig, '{}') @> ARRAY['search_path=pg_catalog, pg_temp']",
-    )
-    .expect("runs");
-    assert_eq!(unpinned, None, "SECURITY DEFINER without a pinned search path");
+    assert_eq!(
+        extension_functions(
+            "p.prosecdef AND NOT COALESCE(p.proconfig, '{}') \
+             @> ARRAY['search_path=pg_catalog, pg_temp']"
+        ),
+        None,
+        "SECURITY DEFINER without a pinned search path"
+    );
     assert_eq!(
         Spi::get_one::<bool>(
             "SELECT prosecdef FROM pg_proc \
@@ -901,6 +899,43 @@ fn a_shadowing_role_cannot_hide_a_rewrite() {
         ),
         Ok(Some(true)),
         "the rewrite trigger's function is among those checked"
+    );
+}
+
+/// The extension's functions (`pg_proc p`) for which `filter` holds, as their signatures in
+/// order, comma-separated; `None` when there is none.
+fn extension_functions(filter: &str) -> Option<String> {
+    Spi::get_one::<String>(&format!(
+        "SELECT string_agg(p.oid::regprocedure::text, ', '
+                           ORDER BY p.oid::regprocedure::text) FROM pg_proc p
+         JOIN pg_depend d ON d.classid = 'pg_proc'::regclass AND d.objid = p.oid
+          AND d.refclassid = 'pg_extension'::regclass AND d.deptype = 'e'
+         JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'pg_trickle_ext'
+         WHERE {filter}"
+    ))
+    .expect("runs")
+}
+
+/// Every event-trigger function of the extension runs with JIT off: they run at the end of
+/// every DDL, and the planner's estimate for `pg_publication_tables` passes `jit_above_cost`,
+/// so on a server built with LLVM each DDL paid about a second of compilation.
+#[pg_test]
+fn event_trigger_functions_run_without_jit() {
+    let event_trigger = "p.prorettype = 'event_trigger'::regtype";
+    assert_eq!(
+        extension_functions(&format!(
+            "{event_trigger} AND NOT COALESCE(p.proconfig, '{{}}') @> ARRAY['jit=off']"
+        )),
+        None,
+        "event-trigger functions with JIT on"
+    );
+    assert_eq!(
+        extension_functions(event_trigger).as_deref(),
+        Some(
+            "pgtrickle.capture_on_ddl(), pgtrickle.identity_messages_on_ddl(), \
+             pgtrickle.identity_messages_on_drop(), pgtrickle.identity_messages_on_rewrite()"
+        ),
+        "the functions checked"
     );
 }
 

@@ -72,6 +72,9 @@ pub struct Options {
     pub require_complete: bool,
     /// Write a heartbeat into the database this often (for a database that is itself idle).
     pub heartbeat: Option<Duration>,
+    /// How long to wait at start for a slot another process holds (the server process of a
+    /// consumer that has just ended holds it until it notices).
+    pub slot_wait: Duration,
 }
 
 impl Options {

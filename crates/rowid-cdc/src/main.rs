@@ -119,6 +119,10 @@ struct Args {
     /// advances when this database is idle while others in the cluster write.
     #[arg(long, value_name = "SECS")]
     heartbeat: Option<u64>,
+    /// Seconds to wait at start for a slot that another process holds to be released, before
+    /// refusing: the server process of a consumer that has just ended holds it until it notices
+    #[arg(long, value_name = "SECS", default_value_t = 10)]
+    slot_wait: u64,
 }
 
 fn parse_sink(s: &str) -> Result<SinkSpec, String> {
@@ -204,6 +208,7 @@ fn main() -> ExitCode {
         strict: args.strict,
         require_complete: args.require_complete,
         heartbeat: args.heartbeat.map(|s| Duration::from_secs(s.max(1))),
+        slot_wait: Duration::from_secs(args.slot_wait),
     };
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()

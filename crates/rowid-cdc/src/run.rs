@@ -134,10 +134,42 @@ fn sink_transient(e: &CdcError) -> bool {
 fn retryable(e: &PgWireError) -> bool {
     match e {
         PgWireError::Io(_) | PgWireError::Task(_) => true,
-        // The server shutting down or restarting ends the session with an error message.
+        // The server shutting down or restarting ends the session with an error message;
+        // after a lost connection, the slot can still be held by the server process of the
+        // lost session until it notices (55006, object in use).
         PgWireError::Server(m) => {
-            m.contains("57P01") || m.contains("terminating connection") || m.contains("57P03")
+            m.contains("57P01")
+                || m.contains("terminating connection")
+                || m.contains("57P03")
+                || m.contains("55006")
         }
         _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What a reconnection retries: the connection lost, the server restarting, the slot still
+    /// held by the lost session's server process; not what the server refused.
+    #[test]
+    fn what_a_reconnection_retries() {
+        let server = |m: &str| PgWireError::Server(m.to_string());
+        assert!(retryable(&server(
+            "ERROR: replication slot \"s\" is active for PID 4242 (SQLSTATE 55006)"
+        )));
+        assert!(retryable(&server(
+            "FATAL: terminating connection due to administrator command (SQLSTATE 57P01)"
+        )));
+        assert!(retryable(&server(
+            "FATAL: the database system is shutting down (SQLSTATE 57P03)"
+        )));
+        assert!(!retryable(&server(
+            "ERROR: replication slot \"s\" does not exist (SQLSTATE 42704)"
+        )));
+        assert!(!retryable(&server(
+            "FATAL: password authentication failed for user \"u\" (SQLSTATE 28P01)"
+        )));
     }
 }

@@ -171,7 +171,7 @@ fn trigger_and_wal_capture_agree_per_transaction() {
         );
         std::thread::sleep(Duration::from_millis(50));
     }
-    let second = consumer().output().unwrap();
+    let second = consumer().args(["--slot-wait", "1"]).output().unwrap();
     let err = String::from_utf8_lossy(&second.stderr);
     assert!(!second.status.success(), "a second consumer must fail");
     assert!(err.contains("is in use by the process with PID"), "{err}");

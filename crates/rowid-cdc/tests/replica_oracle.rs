@@ -221,7 +221,7 @@ fn transaction(rng: &mut Rng) -> String {
 
 /// Crashes the server under the consumer (SIGKILL to its walsender: crash recovery) and
 /// waits until it accepts connections again.
-fn crash_server(src: &Psql) {
+fn crash_server(src: &Psql, consumer: &mut Running) {
     let t = Instant::now();
     let pid = loop {
         let pid = one(
@@ -233,7 +233,8 @@ fn crash_server(src: &Psql) {
         }
         assert!(
             t.elapsed() < Duration::from_secs(30),
-            "the consumer never connected"
+            "the consumer never connected: {}",
+            consumer.report()
         );
         std::thread::sleep(Duration::from_millis(50));
     };
@@ -336,10 +337,11 @@ fn a_replica_under_a_random_workload_kills_and_a_crash_equals_its_sources() {
             src.run(&transaction(&mut rng)).unwrap();
         }
         if round == 8 {
-            crash_server(&src);
+            crash_server(&src, &mut consumer);
             crashed = true;
         } else if rng.chance(40) {
             // SIGKILL at whatever point it is, and back.
+            // (Restarted at once: the killed one's server process may still hold the slot.)
             drop(consumer);
             kills += 1;
             consumer = start(&[]);
@@ -360,11 +362,7 @@ fn a_replica_under_a_random_workload_kills_and_a_crash_equals_its_sources() {
         assert!(
             t.elapsed() < Duration::from_secs(120),
             "the replica did not catch up: {}",
-            consumer
-                .0
-                .try_wait()
-                .map(|s| format!("{s:?}"))
-                .unwrap_or_default()
+            consumer.report()
         );
         std::thread::sleep(Duration::from_millis(200));
     }

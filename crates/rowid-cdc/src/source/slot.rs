@@ -1,6 +1,8 @@
 //! The replication slot: what `pg_replication_slots` says of it, and its creation with the
 //! identity schemas read at its consistent point (the exported snapshot).
 
+use std::time::{Duration, Instant};
+
 use pgwire_replication::ReplicationClient;
 use rowid_registry::schema_message::RelationSchema;
 use tokio_postgres::Client;
@@ -74,6 +76,42 @@ pub async fn info(client: &Client, slot: &str) -> Result<Option<SlotInfo>, CdcEr
         plugin,
         confirmed,
     }))
+}
+
+/// [`info`] once no process holds the slot, waiting up to `wait` for one that does to let
+/// go: a consumer that has just ended (killed, or its connection lost) leaves a server
+/// process holding the slot until that process notices, usually within milliseconds, at
+/// worst after `wal_sender_timeout`. Refused, naming the holder, when it still holds it then.
+pub async fn released(
+    client: &Client,
+    slot: &str,
+    wait: Duration,
+) -> Result<Option<SlotInfo>, CdcError> {
+    let started = Instant::now();
+    let mut said = false;
+    loop {
+        let info = info(client, slot).await?;
+        let Some(pid) = info.as_ref().and_then(|s| s.active_pid) else {
+            return Ok(info);
+        };
+        if started.elapsed() >= wait {
+            return Err(setup(format!(
+                "slot {slot:?} is in use by the process with PID {pid} (waited {:.1} s, \
+                 --slot-wait): another consumer follows it, or the server process of one that \
+                 ended has not noticed yet (it does at wal_sender_timeout at the latest)",
+                wait.as_secs_f64()
+            )));
+        }
+        if !said {
+            eprintln!(
+                "rowid-cdc: slot {slot:?} is in use by the process with PID {pid}; waiting up \
+                 to {:.1} s for it to be released (--slot-wait)",
+                wait.as_secs_f64()
+            );
+            said = true;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 /// A slot just created: the replication connection that created it (gated: not streaming

@@ -101,13 +101,7 @@ pub(crate) async fn start(opts: &Options) -> Result<Started, CdcError> {
              are changes): use a JSON-lines sink",
         ));
     }
-    let info = slot::info(&client, &opts.slot).await?;
-    if let Some(pid) = info.as_ref().and_then(|s| s.active_pid) {
-        return Err(setup(format!(
-            "slot {:?} is in use by the process with PID {pid}",
-            opts.slot
-        )));
-    }
+    let info = slot::released(&client, &opts.slot, opts.slot_wait).await?;
     // The sink is opened (and checked) before a slot is created, so that a refused sink
     // leaves nothing behind.
     // A buffer in the database being captured is not captured itself: its writes would come

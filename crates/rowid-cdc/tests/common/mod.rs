@@ -69,6 +69,21 @@ impl Running {
         }
     }
 
+    /// What a failed wait should say about it: "still running", or how it ended and what
+    /// it printed on stderr.
+    pub fn report(&mut self) -> String {
+        match self.0.try_wait().unwrap() {
+            None => "rowid-cdc is still running".to_string(),
+            Some(status) => {
+                let mut err = String::new();
+                if let Some(mut e) = self.0.stderr.take() {
+                    let _ = std::io::Read::read_to_string(&mut e, &mut err);
+                }
+                format!("rowid-cdc ended ({status}): {err}")
+            }
+        }
+    }
+
     /// Stops it with SIGINT (a clean stop after the current message) and returns stderr.
     pub fn interrupt(self) -> String {
         let pid = self.0.id().to_string();
