@@ -119,7 +119,8 @@ pub struct OpenChunk {
     pub nonce: String,
     /// The snapshot the rows were read under.
     pub snapshot: TxnSnapshot,
-    /// The rows as snapshot events, in key order.
+    /// The rows as snapshot events, in key order; for the table's first chunk after the
+    /// truncate that opens its snapshot.
     pub events: Vec<ChangeEvent>,
     /// The last row (the cursor once delivered); `None`: the chunk is empty.
     pub last: Option<After>,

@@ -52,6 +52,9 @@ pub struct Options {
     /// Snapshot these tables (`schema.table`) in chunks while streaming, each again when it
     /// was already (`--snapshot-table`).
     pub snapshot_tables: Vec<String>,
+    /// Replica storage tables to empty and read again in chunks while streaming
+    /// (`--repair`): the same as [`Options::snapshot_tables`], for a replica sink only.
+    pub repair: Vec<String>,
     /// Rows per snapshot chunk.
     pub snapshot_chunk: i64,
     /// Time between the checkpoints of the initial copy of a table in key order.

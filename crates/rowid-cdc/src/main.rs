@@ -62,13 +62,20 @@ struct Args {
     /// key are copied last, in key order, their position recorded (--snapshot-checkpoint):
     /// a run killed during their copy goes on in chunks while streaming, exact by identity;
     /// the others are not resumable (a run killed during their copy is refused at restart,
-    /// naming the fix). JSON-lines sinks only.
+    /// naming the fix). Not into a change buffer (its rows are changes).
     #[arg(long, requires = "create_slot")]
     snapshot: bool,
     /// Snapshot this table (`schema.table`, repeatable) in chunks while streaming: a table
-    /// added to the publication, or one to read again.
+    /// added to the publication, or one to read again. Its first chunk opens with a truncate
+    /// of the table: what a consumer held of it is replaced.
     #[arg(long, value_name = "SCHEMA.TABLE")]
     snapshot_table: Vec<String>,
+    /// With a replica sink: empty this table's storage table and read the table into it
+    /// again in chunks while streaming (`schema.table`, repeatable), after the replica stopped
+    /// because the storage no longer equals its source. Give it once: a later run without it
+    /// goes on with the chunks from where the last one stopped.
+    #[arg(long, value_name = "SCHEMA.TABLE")]
+    repair: Vec<String>,
     /// Rows per snapshot chunk.
     #[arg(long, value_name = "ROWS", default_value_t = rowid_cdc::source::chunk_reader::DEFAULT_CHUNK_ROWS, value_parser = clap::value_parser!(i64).range(1..))]
     snapshot_chunk: i64,
@@ -184,6 +191,7 @@ fn main() -> ExitCode {
         create_slot: args.create_slot,
         snapshot: args.snapshot,
         snapshot_tables: args.snapshot_table,
+        repair: args.repair,
         snapshot_chunk: args.snapshot_chunk,
         snapshot_checkpoint: Duration::from_secs(args.snapshot_checkpoint),
         state: args.state,

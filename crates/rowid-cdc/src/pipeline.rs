@@ -492,10 +492,21 @@ impl<S: Sink> Pipeline<S> {
             .collect();
         // The last row's key (the next chunk's lower bound), before the events take the rows.
         let last_key = read.rows.last().map(|row| key_forms(row, &positions));
-        let events = self
-            .capture
-            .snapshot_events(self.state.end_lsn, read.ts, read.relid, read.rows)
-            .map_err(PipelineError::Capture)?;
+        let mut events = Vec::with_capacity(read.rows.len() + 1);
+        if request.after.is_none() {
+            // The table's first chunk: what the consumer holds of it is replaced.
+            events.push(
+                self.capture
+                    .snapshot_reset(self.state.end_lsn, read.ts, read.relid)
+                    .map_err(PipelineError::Capture)?,
+            );
+        }
+        events.extend(
+            self.capture
+                .snapshot_events(self.state.end_lsn, read.ts, read.relid, read.rows)
+                .map_err(PipelineError::Capture)?,
+        );
+        // (A first chunk without rows holds the truncate only: no key, no cursor.)
         let last = match (events.last(), last_key) {
             (Some(event), Some(key)) => match &event.new_id {
                 Some(identity) => Some(After {

@@ -164,6 +164,7 @@ fn a_chunk_lands_where_its_snapshot_falls_and_changes_arrive_as_their_effect() {
     assert_eq!(
         got,
         vec![
+            (Op::Truncate, None, None),
             (Op::Snapshot, None, Some(1)),
             (Op::Snapshot, None, Some(2)),
             (Op::Snapshot, None, Some(3)),
@@ -175,9 +176,12 @@ fn a_chunk_lands_where_its_snapshot_falls_and_changes_arrive_as_their_effect() {
             (Op::Insert, None, Some(-1)),
         ]
     );
-    // The snapshot rows are delivered at the position of the change they precede.
+    // The table's first chunk opens with a truncate of it, outside any transaction like
+    // the rows; they are delivered at the position of the change they precede.
     let events = sink.0.lock().unwrap().clone();
-    assert_eq!(events[0].commit_lsn, events[5].commit_lsn);
+    assert_eq!((events[0].relid, events[0].xid), (T, 0));
+    assert_eq!(events[0].commit_lsn, events[6].commit_lsn);
+    assert_eq!(events[1].commit_lsn, events[6].commit_lsn);
     // The cursor moved to the chunk's last row; the next chunk starts after its key.
     let next = s.pipe.chunk_request().expect("the next chunk");
     assert_eq!(
@@ -189,8 +193,46 @@ fn a_chunk_lands_where_its_snapshot_falls_and_changes_arrive_as_their_effect() {
             .after
             .as_ref()
             .map(|a| a.identity.clone()),
-        events[4].new_id
+        events[5].new_id
     );
+}
+
+/// Only a table's first chunk opens with a truncate (what a consumer held of the table is
+/// replaced by the snapshot: a replica being repaired, a table read again); a first chunk
+/// without rows is that truncate alone, made durable at its watermark.
+#[test]
+fn only_a_tables_first_chunk_opens_with_a_truncate() {
+    let ops = |sink: &Collect| -> Vec<(Op, Option<i64>)> {
+        sink.0
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|e| (e.op, key_of(&e.new_id)))
+            .collect()
+    };
+    let sink = Collect::default();
+    let mut s = Stream::new(&sink);
+    s.open("a", "50:50:", &[1, 2], false);
+    s.watermark("a").unwrap();
+    s.open("b", "50:50:", &[3], true);
+    s.watermark("b").unwrap();
+    assert_eq!(
+        ops(&sink),
+        vec![
+            (Op::Truncate, None),
+            (Op::Snapshot, Some(1)),
+            (Op::Snapshot, Some(2)),
+            (Op::Snapshot, Some(3)),
+        ]
+    );
+
+    let empty = Collect::default();
+    let mut s = Stream::new(&empty);
+    s.open("c", "50:50:", &[], true);
+    let ack = s.watermark("c").unwrap();
+    assert_eq!(ops(&empty), vec![(Op::Truncate, None)]);
+    assert_eq!(s.pipe.state().end_lsn, ack);
+    assert!(s.pipe.state().chunks[0].done);
 }
 
 #[test]
@@ -201,7 +243,7 @@ fn a_chunk_nobody_missed_is_delivered_at_its_watermark() {
     s.txn(40, vec![update(1, 1, 1)]);
     assert!(sink.0.lock().unwrap().is_empty());
     let ack = s.watermark("n2").unwrap();
-    assert_eq!(sink.0.lock().unwrap().len(), 1);
+    assert_eq!(sink.0.lock().unwrap().len(), 2, "the truncate and the row");
     assert_eq!(s.pipe.state().end_lsn, ack);
     assert!(
         s.pipe.state().chunks[0].done,
@@ -210,7 +252,7 @@ fn a_chunk_nobody_missed_is_delivered_at_its_watermark() {
     assert!(s.pipe.chunk_request().is_none());
     // From now on the table's changes pass.
     s.txn(60, vec![update(1, 1, 2)]);
-    assert_eq!(sink.0.lock().unwrap().len(), 2);
+    assert_eq!(sink.0.lock().unwrap().len(), 3);
 }
 
 /// A key changed (its identity schema row names another key) after a chunk was delivered:

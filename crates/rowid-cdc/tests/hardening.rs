@@ -621,7 +621,9 @@ fn a_replication_role_without_superuser_snapshots_in_chunks() {
         "--snapshot-chunk",
         "700",
     ]);
-    let lines = cdc.wait_lines(5000);
+    // The rows after the truncate that opens the table's snapshot in chunks.
+    let lines = cdc.wait_lines(5001);
+    assert_eq!(lines[0]["op"], "truncate", "{:?}", lines[0]);
     let err = running.interrupt();
     let mut ids: Vec<&str> = lines
         .iter()

@@ -9,7 +9,9 @@
 //! followed by inserts, and the consumer SIGKILLed in the middle and restarted. Then a
 //! storage table that no longer equals its source stops the sink, naming the table, the
 //! operation and the identity's fingerprint, never its bytes, and applies nothing of that
-//! transaction.
+//! transaction; `--repair` empties that storage table and reads its source into it again in
+//! chunks while streaming (killed and restarted during the repair), and it equals its source
+//! again.
 //!
 //! Needs a server with `wal_level = logical` and the extension: run through `cargo xtask test`.
 
@@ -205,6 +207,55 @@ fn a_replica_equals_its_sources_through_every_index_class() {
             "SELECT commit_lsn FROM pgtrickle_replica.__pgt_replica_position;"
         ),
         position_before
+    );
+    assert!(err.contains("--repair public.k"), "names the repair: {err}");
+
+    // --repair: the storage emptied and read again in chunks while streaming, the failed
+    // transaction and those after it applied. A stray row the source never had goes too.
+    target
+        .run("INSERT INTO public.k SELECT pgtrickle.encode_row_id_v2('SCAN_KEY', ROW(9999::int8)), 9999, 0, 'stray', 'ok';")
+        .unwrap();
+    src.run("UPDATE k SET v = v + 1 WHERE id BETWEEN 10 AND 12; INSERT INTO k VALUES (7001, 1, 'y', 'sad');")
+        .unwrap();
+    let repairing = run(&["--repair", "public.k", "--snapshot-chunk", "7"]);
+    src.run("UPDATE k SET v = v + 1 WHERE id = 15; DELETE FROM k WHERE id = 16;")
+        .unwrap();
+    // Killed once its first chunk emptied the storage (the stray row is gone), restarted
+    // without --repair: the chunks go on from the last one delivered.
+    wait_until(
+        &target,
+        "SELECT count(*) FROM public.k WHERE id = 9999;",
+        "0",
+    );
+    drop(repairing);
+    src.run("UPDATE k SET doc = 'after the kill' WHERE id = 20; INSERT INTO k VALUES (5002, 0, 'marker', 'ok');")
+        .unwrap();
+    let last = run(&["--snapshot-chunk", "7"]);
+    wait_for_k(&target, 5002);
+    assert_equal(&src, &target);
+    assert_eq!(
+        one(&target, "SELECT count(*) FROM public.k WHERE id = 9999;"),
+        "0",
+        "the stray row is gone"
+    );
+    drop(last);
+    // Only a replica's storage is repaired, and only a table that can be read in chunks.
+    let out = cdc.run(&["--repair", "public.k"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("needs --sink replica:"),
+        "{err}"
+    );
+    let out = cdc
+        .command_into(&sink, &["--repair", "public.kl"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success()
+            && err.contains("--repair public.kl: cannot be read in chunks")
+            && err.contains("starting the replica over"),
+        "{err}"
     );
 }
 

@@ -60,6 +60,7 @@ fn replay(lines: &[Value]) -> (BTreeMap<String, Value>, Multiset) {
         match l["relation"].as_str().unwrap() {
             "public.keyed" => apply_keyed(&mut keyed, l),
             "public.bag" => match op {
+                "truncate" => bag.clear(),
                 "snapshot" | "insert" => add(&mut bag, &l["new"], 1),
                 "delete" => add(&mut bag, &l["old"], -1),
                 "update" => {
@@ -79,6 +80,8 @@ fn replay(lines: &[Value]) -> (BTreeMap<String, Value>, Multiset) {
 fn apply_keyed(rows: &mut BTreeMap<String, Value>, l: &Value) {
     let id = |k: &str| l[k].as_str().unwrap().to_string();
     match l["op"].as_str().unwrap() {
+        // Also what opens a table's snapshot in chunks.
+        "truncate" => rows.clear(),
         "snapshot" | "insert" => {
             assert!(
                 rows.insert(id("new_id"), l["new"].clone()).is_none(),
@@ -581,6 +584,10 @@ fn chunked_snapshots_follow_ddl() {
     let mut rows: BTreeMap<String, Value> = BTreeMap::new();
     for l in &lines {
         if l["relation"] == "public.phase" {
+            if l["op"] == "truncate" {
+                // What opens the (empty) table's snapshot in chunks.
+                continue;
+            }
             phase = l["new"]["n"].as_u64().unwrap() as usize;
             if phase == 5 {
                 break;
@@ -614,6 +621,11 @@ fn chunked_snapshots_follow_ddl() {
         let op = l["op"].as_str().unwrap();
         if op == "snapshot" {
             snapshot_phases.insert(phase);
+        }
+        if op == "truncate" {
+            // What opens the table's snapshot in chunks.
+            apply_keyed(&mut rows, l);
+            continue;
         }
         let image = if op == "delete" { &l["old"] } else { &l["new"] };
         let mut names: Vec<&str> = image

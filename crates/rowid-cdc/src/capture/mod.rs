@@ -272,6 +272,24 @@ impl Capture {
             .collect()
     }
 
+    /// The event that opens a table's snapshot in chunks from its first row: a truncate of
+    /// the table, with no transaction (xid 0) like the snapshot rows after it, so that a
+    /// consumer holding rows of the table (a replica being repaired, a table read again)
+    /// holds exactly the snapshot's once the chunks are delivered.
+    pub fn snapshot_reset(
+        &mut self,
+        lsn: Lsn,
+        ts: i64,
+        relid: u32,
+    ) -> Result<ChangeEvent, CaptureError> {
+        self.bind_snapshot(lsn, relid)?;
+        let b = snapshot_binding(&self.snapshot_bindings, lsn, relid)?;
+        let mut event = snapshot_shell(b, lsn, ts, relid);
+        event.op = Op::Truncate;
+        event.key = Arc::from([]);
+        Ok(event)
+    }
+
     /// Binds the relation's identity schema to snapshot rows, unless that was done already.
     fn bind_snapshot(&mut self, lsn: Lsn, relid: u32) -> Result<(), CaptureError> {
         if !self.snapshot_bindings.contains_key(&relid) {

@@ -101,6 +101,12 @@ pub(crate) async fn start(opts: &Options) -> Result<Started, CdcError> {
              are changes): use a JSON-lines sink",
         ));
     }
+    if !opts.repair.is_empty() && !matches!(opts.sink, SinkSpec::Replica { .. }) {
+        return Err(setup(
+            "--repair rebuilds a replica's storage table: it needs --sink replica:...; to read \
+             a table again into another sink, use --snapshot-table",
+        ));
+    }
     let info = slot::released(&client, &opts.slot, opts.slot_wait).await?;
     // The sink is opened (and checked) before a slot is created, so that a refused sink
     // leaves nothing behind.
@@ -219,18 +225,26 @@ pub(crate) async fn start(opts: &Options) -> Result<Started, CdcError> {
             }
         }
     }
-    for name in &opts.snapshot_tables {
+    let again = (opts.snapshot_tables.iter().map(|t| ("--snapshot-table", t)))
+        .chain(opts.repair.iter().map(|t| ("--repair", t)));
+    for (flag, name) in again {
         let Some(s) = captured.iter().find(|s| {
             s.qualified_name() == *name || format!("{}.{}", s.namespace, s.relname) == *name
         }) else {
             return Err(setup(format!(
-                "--snapshot-table {name}: not a table of publication {} (as schema.table)",
+                "{flag} {name}: not a table of publication {} (as schema.table)",
                 opts.publication
             )));
         };
         if let Err(why) = chunk_reader::chunkable(&client, s, &opts.publication).await {
+            let fix = if flag == "--repair" {
+                "; its storage table can only be rebuilt by starting the replica over (a new \
+                 slot with --create-slot --snapshot, into an empty replica schema)"
+            } else {
+                ""
+            };
             return Err(setup(format!(
-                "--snapshot-table {name}: cannot be read in chunks while streaming: {why}"
+                "{flag} {name}: cannot be read in chunks while streaming: {why}{fix}"
             )));
         }
         // Added, or read again from its first row.

@@ -787,11 +787,12 @@ async fn apply_segment(
             format!(
                 "{}: change {seq} ({}) of the transaction committed at {commit} {what} {fault}: \
                  identity {}; nothing of that transaction was applied, and {name} no longer \
-                 equals its source: drop it and its row in the replica's tables, then snapshot \
-                 the table again",
+                 equals its source: run once with --repair {} (it empties {name} and reads the \
+                 table into it again while streaming)",
                 table.relation,
                 BufferOp::from_code(op as u8).map_or("?", op_name),
-                Fingerprint::of(&id)
+                Fingerprint::of(&id),
+                table.relation
             )
         }
         None => format!(
