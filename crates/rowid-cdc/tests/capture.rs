@@ -926,6 +926,39 @@ fn out_of_order_and_unsupported_messages_are_errors() {
             ..
         })
     ));
+    // A Stream Abort between transactions names a transaction never streamed (PostgreSQL
+    // 18 sends one on a session that does not stream): reported, and the stream goes on;
+    // inside a transaction it is an error.
+    let abort = Message::StreamAbort {
+        xid: 0x5253,
+        subxid: 0x5254,
+        abort: None,
+    };
+    let out = run(
+        &mut keyed(),
+        vec![
+            abort.clone(),
+            begin(5, 1),
+            relation(b'd', &[("id", 20, true), ("v", 25, false)]),
+            insert(vec![int8(1), text("a")]),
+            commit(5),
+        ],
+    )
+    .unwrap();
+    let said = notices(&out);
+    assert_eq!(said.len(), 1, "{said:?}");
+    assert!(
+        said[0].contains("Stream Abort of transaction 21075"),
+        "{said:?}"
+    );
+    assert_eq!(changes(&out).len(), 1);
+    assert!(matches!(
+        run(&mut keyed(), vec![begin(5, 1), abort, commit(5)]),
+        Err(CaptureError::Unsupported {
+            message: "Stream Abort",
+            ..
+        })
+    ));
     // A loose identity message outside any transaction is reported, not an error.
     let out = run(&mut keyed(), vec![forged(false, "{}")]).unwrap();
     assert_eq!(notices(&out).len(), 1);

@@ -2,7 +2,7 @@
 //! schema messages (they change nothing and stop nothing), an idle slot pinning the WAL of
 //! unpublished writes, one unusable table halting every other, a slot moved behind the
 //! consumer's back, a slot still held by the server process of a consumer that has just
-//! ended, a slot left behind by a refusal, a capture role without superuser, a
+//! ended, a Stream Abort PostgreSQL 18 sends on a session that never streams, a slot left behind by a refusal, a capture role without superuser, a
 //! database whose text the WAL would carry converted, generated key columns, a PostgreSQL
 //! sink whose buffer someone else prepared, and the capture trigger's heap path racing an
 //! index created by another session.
@@ -497,6 +497,79 @@ fn a_slot_still_held_by_an_ended_consumer_is_waited_for() {
     let err = follower.interrupt();
     assert!(err.contains("waiting up to 10.0 s"), "{err}");
     db.run("SELECT pg_drop_replication_slot('hard_held');")
+        .unwrap();
+}
+
+/// PostgreSQL 18 sends a Stream Abort on a session that never asked for streaming: over
+/// `logical_decoding_work_mem` it discards a transaction it finds already aborted, marking
+/// that transaction's subtransactions with changes as streamed, and their abort record then
+/// goes out as a Stream Abort (the replica oracle met it in CI: its killed sink's transaction
+/// had savepoints). rowid-cdc reports it and goes on; nothing of the aborted transaction
+/// arrives. On earlier majors no such message is sent, and the same workload passes.
+#[test]
+#[ignore = "needs a PostgreSQL server with wal_level=logical and the extension: run through `cargo xtask test`"]
+fn a_stream_abort_on_a_session_that_never_streams_is_reported_and_passed() {
+    let _serial = serial();
+    let db = database("rowid_cdc_hard_abort", "hard_abort");
+    db.run(
+        "CREATE EXTENSION pg_trickle_ext;
+         SELECT pgtrickle.enable_identity_messages();
+         CREATE TABLE pub (id int8 PRIMARY KEY, v text);
+         CREATE PUBLICATION hard_abort FOR TABLE pub;
+         ALTER DATABASE rowid_cdc_hard_abort SET logical_decoding_work_mem = '64kB';",
+    )
+    .unwrap();
+    let dir = Dir::new("abort");
+    let cdc = Cdc {
+        dsn: db.dsn(),
+        slot: "hard_abort",
+        publication: "hard_abort",
+        dir: &dir,
+    };
+    let running = cdc.spawn(&["--create-slot"]);
+    wait_active(&db, "hard_abort");
+    db.run("INSERT INTO pub VALUES (1, 'before');").unwrap();
+    cdc.wait_lines(1);
+    running.interrupt();
+    wait_free(&db, "hard_abort");
+    // Decoded after it aborted: a subtransaction with changes, then more changes than the
+    // decoding memory holds, then the abort.
+    db.run(
+        "BEGIN;
+         SAVEPOINT s; INSERT INTO pub SELECT g, 'sub' FROM generate_series(100, 109) g; RELEASE s;
+         INSERT INTO pub SELECT g, repeat('x', 100) FROM generate_series(1000, 3999) g;
+         ROLLBACK;
+         INSERT INTO pub VALUES (2, 'after');",
+    )
+    .unwrap();
+    let sent = one(
+        &db,
+        "SELECT count(*) FROM pg_logical_slot_peek_binary_changes('hard_abort', NULL, NULL, \
+         'proto_version', '1', 'publication_names', 'hard_abort') WHERE get_byte(data, 0) = 65;",
+    );
+    let major: u32 = one(&db, "SHOW server_version_num;").parse().unwrap();
+    if major >= 180_000 {
+        assert_eq!(
+            sent, "1",
+            "PostgreSQL 18 sends the Stream Abort this test is about"
+        );
+    }
+    let running = cdc.spawn(&[]);
+    let lines = cdc.wait_lines(2);
+    let err = running.interrupt();
+    assert_eq!(
+        lines.len(),
+        2,
+        "nothing of the aborted transaction: {lines:?}"
+    );
+    assert_eq!(lines[1]["new"]["v"], "after", "{lines:?}");
+    assert_eq!(
+        err.contains("ignored a Stream Abort of transaction"),
+        sent == "1",
+        "{err}"
+    );
+    wait_free(&db, "hard_abort");
+    db.run("SELECT pg_drop_replication_slot('hard_abort');")
         .unwrap();
 }
 

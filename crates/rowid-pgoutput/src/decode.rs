@@ -168,8 +168,19 @@ impl Decoder {
     }
 
     /// `S` Stream Start, `E` Stream Stop, `c` Stream Commit, `A` Stream Abort (protocol 2+).
+    ///
+    /// One exception to the protocol version: a Stream Abort outside a streamed block is
+    /// decoded on any protocol (with its protocol-1 layout, xid and subxid), because
+    /// PostgreSQL 18 sends one on sessions that never stream. Over
+    /// `logical_decoding_work_mem` it discards the changes of a transaction it finds aborted
+    /// (`ReorderBufferCheckAndTruncateAbortedTXN`, new in 18), and the truncation marks the
+    /// transaction's subtransactions that had changes as streamed; their abort record then
+    /// reaches `pgoutput_stream_abort`, which does not check that streaming was asked for.
+    /// What such a message names was never sent: the caller decides what it means.
     fn stream(&mut self, tag: u8, r: &mut Reader) -> Result<Message, DecodeError> {
-        self.needs(tag, 2)?;
+        if tag != b'A' || self.in_stream {
+            self.needs(tag, 2)?;
+        }
         Ok(match tag {
             b'S' => {
                 let xid = r.u32()?;

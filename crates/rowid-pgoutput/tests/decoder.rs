@@ -268,6 +268,35 @@ fn streamed_transactions_carry_xids() {
     );
 }
 
+/// PostgreSQL 18 sends a Stream Abort on a protocol 1 session that never streams (for a
+/// transaction it found aborted over `logical_decoding_work_mem`; a live PostgreSQL 18 sent
+/// exactly these 9 bytes, `41 00005253 00005254`): decoded, with the protocol 1 layout, while
+/// the other streaming messages stay protocol 2+.
+#[test]
+fn a_stream_abort_outside_a_stream_decodes_on_protocol_1() {
+    let seen = Bytes::from_static(&[0x41, 0, 0, 0x52, 0x53, 0, 0, 0x52, 0x54]);
+    assert_eq!(
+        v1().decode(seen),
+        Ok(Message::StreamAbort {
+            xid: 0x5253,
+            subxid: 0x5254,
+            abort: None
+        })
+    );
+    for tag in [b'S', b'E', b'c'] {
+        let msg = W::default().u8(tag).i32(77).u8(1).done();
+        assert_eq!(
+            v1().decode(msg),
+            Err(DecodeError::ProtocolVersion { tag, version: 1 })
+        );
+    }
+    // Its length is still checked.
+    let short = W::default().u8(b'A').i32(77).done();
+    assert!(v1().decode(short).is_err());
+    let long = W::default().u8(b'A').i32(77).i32(78).u8(0).done();
+    assert!(v1().decode(long).is_err());
+}
+
 #[test]
 fn two_phase_messages_need_protocol_3() {
     // Prepare, Stream Prepare and Commit Prepared share one layout: flags, three LSN or

@@ -528,6 +528,20 @@ impl Capture {
             Message::StreamStart { .. } => return Err(unsupported(lsn, "Stream Start")),
             Message::StreamStop => return Err(unsupported(lsn, "Stream Stop")),
             Message::StreamCommit { .. } => return Err(unsupported(lsn, "Stream Commit")),
+            // No streaming is asked for, so a Stream Abort names a transaction none of whose
+            // changes were sent: nothing to undo. PostgreSQL 18 sends one for a transaction
+            // it found aborted while over logical_decoding_work_mem (rowid_pgoutput's
+            // decoder, `stream`); inside a transaction it is a protocol error.
+            Message::StreamAbort { xid, subxid, .. } if self.txn.is_none() => {
+                out.push(Output::Notice {
+                    lsn,
+                    message: format!(
+                        "ignored a Stream Abort of transaction {xid} (subtransaction {subxid}), \
+                         which the server never streamed (PostgreSQL 18 sends one for a \
+                         transaction it found aborted while over logical_decoding_work_mem)"
+                    ),
+                });
+            }
             Message::StreamAbort { .. } => return Err(unsupported(lsn, "Stream Abort")),
             Message::StreamPrepare(_) => return Err(unsupported(lsn, "Stream Prepare")),
             Message::BeginPrepare { .. } => return Err(unsupported(lsn, "Begin Prepare")),
