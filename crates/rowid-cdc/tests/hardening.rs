@@ -366,33 +366,62 @@ fn one_unusable_table_never_halts_the_others() {
     assert!(!dir.file("cdc.state").exists());
 }
 
+/// A fresh database `rowid_cdc_hard_<name>` whose table `pub (id int8 PRIMARY KEY<columns>)`
+/// is published as `hard_<name>`, with a scratch directory: what the slot tests start from.
+struct Followed {
+    db: Psql,
+    dir: Dir,
+    name: String,
+}
+
+impl Followed {
+    fn new(name: &str, columns: &str) -> Followed {
+        let name = format!("hard_{name}");
+        let db = database(&format!("rowid_cdc_{name}"), &name);
+        db.run(&format!(
+            "CREATE EXTENSION pg_trickle_ext;
+             SELECT pgtrickle.enable_identity_messages();
+             CREATE TABLE pub (id int8 PRIMARY KEY{columns});
+             CREATE PUBLICATION {name} FOR TABLE pub;"
+        ))
+        .unwrap();
+        let dir = Dir::new(&name);
+        Followed { db, dir, name }
+    }
+
+    /// The consumer of slot and publication `hard_<name>`.
+    fn cdc(&self) -> Cdc<'_> {
+        Cdc {
+            dsn: self.db.dsn(),
+            slot: &self.name,
+            publication: &self.name,
+            dir: &self.dir,
+        }
+    }
+
+    /// Starts a consumer that creates the slot and waits until it delivered the row
+    /// `VALUES first` inserted after it started; it is still running.
+    fn start(&self, first: &str) -> Running {
+        let running = self.cdc().spawn(&["--create-slot"]);
+        wait_active(&self.db, &self.name);
+        self.db
+            .run(&format!("INSERT INTO pub VALUES {first};"))
+            .unwrap();
+        self.cdc().wait_lines(1);
+        running
+    }
+}
+
 /// Issue 20 item 6: the slot moved past the consumer's state (advanced, or dropped and
 /// created again under the same name): the restart is refused, naming both positions.
 #[test]
 #[ignore = "needs a PostgreSQL server with wal_level=logical and the extension: run through `cargo xtask test`"]
 fn a_slot_moved_behind_the_consumer_is_refused() {
     let _serial = serial();
-    let db = database("rowid_cdc_hard_moved", "hard_moved");
-    db.run(
-        "CREATE EXTENSION pg_trickle_ext;
-         SELECT pgtrickle.enable_identity_messages();
-         CREATE TABLE pub (id int8 PRIMARY KEY);
-         CREATE PUBLICATION hard_moved FOR TABLE pub;",
-    )
-    .unwrap();
-    let dir = Dir::new("moved");
-    let cdc = Cdc {
-        dsn: db.dsn(),
-        slot: "hard_moved",
-        publication: "hard_moved",
-        dir: &dir,
-    };
-    let running = cdc.spawn(&["--create-slot"]);
-    wait_active(&db, "hard_moved");
-    db.run("INSERT INTO pub VALUES (1);").unwrap();
-    cdc.wait_lines(1);
-    running.interrupt();
-    wait_free(&db, "hard_moved");
+    let followed = Followed::new("moved", "");
+    let (db, cdc) = (&followed.db, followed.cdc());
+    followed.start("(1)").interrupt();
+    wait_free(db, "hard_moved");
     db.run(
         "INSERT INTO pub VALUES (2), (3);
          SELECT pg_replication_slot_advance('hard_moved', pg_current_wal_lsn());",
@@ -433,21 +462,8 @@ fn a_slot_moved_behind_the_consumer_is_refused() {
 #[ignore = "needs a PostgreSQL server with wal_level=logical and the extension: run through `cargo xtask test`"]
 fn a_slot_still_held_by_an_ended_consumer_is_waited_for() {
     let _serial = serial();
-    let db = database("rowid_cdc_hard_held", "hard_held");
-    db.run(
-        "CREATE EXTENSION pg_trickle_ext;
-         SELECT pgtrickle.enable_identity_messages();
-         CREATE TABLE pub (id int8 PRIMARY KEY);
-         CREATE PUBLICATION hard_held FOR TABLE pub;",
-    )
-    .unwrap();
-    let dir = Dir::new("held");
-    let cdc = Cdc {
-        dsn: db.dsn(),
-        slot: "hard_held",
-        publication: "hard_held",
-        dir: &dir,
-    };
+    let followed = Followed::new("held", "");
+    let (db, cdc) = (&followed.db, followed.cdc());
     let signal = |sig: &str, pid: u32| {
         assert!(
             Command::new("kill")
@@ -457,13 +473,10 @@ fn a_slot_still_held_by_an_ended_consumer_is_waited_for() {
                 .success()
         );
     };
-    let holder = cdc.spawn(&["--create-slot"]);
-    wait_active(&db, "hard_held");
-    db.run("INSERT INTO pub VALUES (1);").unwrap();
-    cdc.wait_lines(1);
+    let holder = followed.start("(1)");
     signal("-STOP", holder.0.id());
     let walsender = one(
-        &db,
+        db,
         "SELECT active_pid FROM pg_replication_slots WHERE slot_name = 'hard_held';",
     );
     assert!(!walsender.is_empty(), "the stopped consumer holds the slot");
@@ -510,28 +523,12 @@ fn a_slot_still_held_by_an_ended_consumer_is_waited_for() {
 #[ignore = "needs a PostgreSQL server with wal_level=logical and the extension: run through `cargo xtask test`"]
 fn a_stream_abort_on_a_session_that_never_streams_is_reported_and_passed() {
     let _serial = serial();
-    let db = database("rowid_cdc_hard_abort", "hard_abort");
-    db.run(
-        "CREATE EXTENSION pg_trickle_ext;
-         SELECT pgtrickle.enable_identity_messages();
-         CREATE TABLE pub (id int8 PRIMARY KEY, v text);
-         CREATE PUBLICATION hard_abort FOR TABLE pub;
-         ALTER DATABASE rowid_cdc_hard_abort SET logical_decoding_work_mem = '64kB';",
-    )
-    .unwrap();
-    let dir = Dir::new("abort");
-    let cdc = Cdc {
-        dsn: db.dsn(),
-        slot: "hard_abort",
-        publication: "hard_abort",
-        dir: &dir,
-    };
-    let running = cdc.spawn(&["--create-slot"]);
-    wait_active(&db, "hard_abort");
-    db.run("INSERT INTO pub VALUES (1, 'before');").unwrap();
-    cdc.wait_lines(1);
-    running.interrupt();
-    wait_free(&db, "hard_abort");
+    let followed = Followed::new("abort", ", v text");
+    let (db, cdc) = (&followed.db, followed.cdc());
+    db.run("ALTER DATABASE rowid_cdc_hard_abort SET logical_decoding_work_mem = '64kB';")
+        .unwrap();
+    followed.start("(1, 'before')").interrupt();
+    wait_free(db, "hard_abort");
     // Decoded after it aborted: a subtransaction with changes, then more changes than the
     // decoding memory holds, then the abort.
     db.run(
@@ -543,11 +540,11 @@ fn a_stream_abort_on_a_session_that_never_streams_is_reported_and_passed() {
     )
     .unwrap();
     let sent = one(
-        &db,
+        db,
         "SELECT count(*) FROM pg_logical_slot_peek_binary_changes('hard_abort', NULL, NULL, \
          'proto_version', '1', 'publication_names', 'hard_abort') WHERE get_byte(data, 0) = 65;",
     );
-    let major: u32 = one(&db, "SHOW server_version_num;").parse().unwrap();
+    let major: u32 = one(db, "SHOW server_version_num;").parse().unwrap();
     if major >= 180_000 {
         assert_eq!(
             sent, "1",
@@ -568,7 +565,7 @@ fn a_stream_abort_on_a_session_that_never_streams_is_reported_and_passed() {
         sent == "1",
         "{err}"
     );
-    wait_free(&db, "hard_abort");
+    wait_free(db, "hard_abort");
     db.run("SELECT pg_drop_replication_slot('hard_abort');")
         .unwrap();
 }
