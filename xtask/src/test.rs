@@ -75,6 +75,8 @@ fn server_checks(major: u32, source: pg::Source) -> Result<Counts, String> {
         // Issue 20: forged identity messages, an idle slot, one unusable table, a moved
         // slot, least privilege, non-UTF8 databases, generated keys, the trigger's race.
         tests.push(("rowid-cdc", "hardening"));
+        // --metrics: the counters scraped over HTTP against a known workload and the sink.
+        tests.push(("rowid-cdc", "metrics"));
         // sslmode and sslrootcert, passwords from the environment and the password file,
         // clear text refused without TLS (a cluster of its own with a test CA).
         tests.push(("rowid-cdc", "tls"));

@@ -78,6 +78,8 @@ pub struct Options {
     /// How long to wait at start for a slot another process holds (the server process of a
     /// consumer that has just ended holds it until it notices).
     pub slot_wait: Duration,
+    /// Serve the counters in the Prometheus text format at `http://ADDR/metrics`.
+    pub metrics: Option<std::net::SocketAddr>,
 }
 
 impl Options {

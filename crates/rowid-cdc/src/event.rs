@@ -12,7 +12,7 @@ use crate::lsn::Lsn;
 use rowid_registry::schema_message::RelationSchema;
 
 /// The kind of change.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Op {
     /// A row was inserted: a new identity.
     Insert,

@@ -37,13 +37,15 @@
 //!   bindings checked against every Relation message, unidentified events, resume after
 //!   the last acknowledged commit), [`event`] (the events' data), [`json_line`] (their JSON
 //!   line), [`pipeline`] (capture into a sink and the state file, in the order that makes a
-//!   restart exact), [`state`], [`lsn`], [`identity_rows`] (the messages that carry identity
-//!   schemas, as a walsender sends them);
+//!   restart exact), [`counters`] (what the run made durable, for its metrics), [`state`],
+//!   [`lsn`], [`identity_rows`] (the messages that carry identity schemas, as a walsender
+//!   sends them);
 //! - [`sink`]: the one [`sink::Sink`] trait, one module per sink;
 //! - with the `cli` feature, the command: [`config`] (what it was asked), [`source`] (the
 //!   start checks, the slot, one replication session, heartbeats), [`connect`] (connection
 //!   strings, TLS, SQL sessions), [`run`] (the loop that reconnects), [`progress`] (the
-//!   progress line) and [`error`] (its errors).
+//!   progress line), [`metrics`] (the counters in the Prometheus text format, over HTTP) and
+//!   [`error`] (its errors).
 //!
 //! Errors ([`capture::CaptureError`], [`error::CdcError`]) name the relation, key and LSN;
 //! identity bytes appear only in the events themselves, never in a message (design proposal
@@ -55,12 +57,15 @@ pub mod chunks;
 pub mod config;
 #[cfg(feature = "cli")]
 pub mod connect;
+pub mod counters;
 #[cfg(feature = "cli")]
 pub mod error;
 pub mod event;
 pub mod identity_rows;
 pub mod json_line;
 pub mod lsn;
+#[cfg(feature = "cli")]
+pub mod metrics;
 pub mod pipeline;
 #[cfg(feature = "cli")]
 pub mod progress;

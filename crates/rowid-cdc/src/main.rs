@@ -130,6 +130,13 @@ struct Args {
     /// refusing: the server process of a consumer that has just ended holds it until it notices
     #[arg(long, value_name = "SECS", default_value_t = 10)]
     slot_wait: u64,
+    /// Serve the run's counters in the Prometheus text format at http://ADDR/metrics (for
+    /// example 127.0.0.1:9187; port 0 picks a free one, named on stderr): changes and
+    /// transactions made durable by relation and operation, the durable position, the lag in
+    /// bytes, seconds since the last commit, snapshot rows and tables, reconnections, refused
+    /// and unidentified changes. Every sink reports them.
+    #[arg(long, value_name = "ADDR")]
+    metrics: Option<std::net::SocketAddr>,
 }
 
 fn parse_sink(s: &str) -> Result<SinkSpec, String> {
@@ -217,6 +224,7 @@ fn main() -> ExitCode {
         require_complete: args.require_complete,
         heartbeat: args.heartbeat.map(|s| Duration::from_secs(s.max(1))),
         slot_wait: Duration::from_secs(args.slot_wait),
+        metrics: args.metrics,
     };
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()

@@ -28,6 +28,7 @@ use rowid_registry::schema_message::RelationSchema;
 use crate::capture::CaptureError;
 use crate::capture::{Capture, Output};
 use crate::chunks::{self, After, ChunkRead, ChunkRequest, Chunking, OpenChunk, Route};
+use crate::counters::{PendingChanges, SharedCounters};
 use crate::event::{ChangeEvent, SendRow};
 use crate::lsn::Lsn;
 use crate::sink::{Durable, Sink};
@@ -95,12 +96,21 @@ struct Tally {
     notices: Vec<String>,
     /// Relations that had an unidentified change (each is named once in the notices).
     unidentified: BTreeSet<u32>,
+    /// The counters a reporter reads ([`Pipeline::report_to`]), and the changes delivered
+    /// since the sink last made a transaction durable.
+    shared: Option<SharedCounters>,
+    pending: PendingChanges,
+    /// Tables of the initial snapshot copied once (not resumable): done, and in all.
+    copied_once: (u64, u64),
 }
 
 impl Tally {
     /// Counts `event`, delivered to the sink.
     fn delivered(&mut self, event: &ChangeEvent) {
         self.progress.changes += 1;
+        if self.shared.is_some() {
+            self.pending.add(event.relid, &event.relation, event.op);
+        }
         if let Some(u) = &event.unidentified {
             self.progress.unidentified += 1;
             if self.unidentified.insert(event.relid) {
@@ -155,6 +165,8 @@ struct Staged {
     commit_lsn: Lsn,
     end_lsn: Lsn,
     schemas_changed: bool,
+    /// Transactions of the group delivered by this run (not already in the sink).
+    delivered_here: u64,
 }
 
 impl<S: Sink> Pipeline<S> {
@@ -217,9 +229,10 @@ impl<S: Sink> Pipeline<S> {
     /// when the message committed a transaction that is now durable.
     pub fn message(&mut self, lsn: Lsn, bytes: Bytes) -> Result<Option<Lsn>, PipelineError> {
         self.outputs.clear();
-        self.capture
-            .apply_bytes(lsn, bytes, &mut self.outputs)
-            .map_err(PipelineError::Capture)?;
+        if let Err(e) = self.capture.apply_bytes(lsn, bytes, &mut self.outputs) {
+            self.refused(&e);
+            return Err(PipelineError::Capture(e));
+        }
         self.deliver()
     }
 
@@ -227,9 +240,10 @@ impl<S: Sink> Pipeline<S> {
     /// arrive that way from some clients); otherwise as [`Pipeline::message`].
     pub fn apply(&mut self, lsn: Lsn, msg: Message) -> Result<Option<Lsn>, PipelineError> {
         self.outputs.clear();
-        self.capture
-            .apply(lsn, msg, &mut self.outputs)
-            .map_err(PipelineError::Capture)?;
+        if let Err(e) = self.capture.apply(lsn, msg, &mut self.outputs) {
+            self.refused(&e);
+            return Err(PipelineError::Capture(e));
+        }
         self.deliver()
     }
 
@@ -258,6 +272,55 @@ impl<S: Sink> Pipeline<S> {
         self.settle(durable)
     }
 
+    /// Publishes the counters into `shared` from now on: the changes, transactions and
+    /// positions the sink makes durable, the snapshot's tables, notices and refused changes
+    /// ([`crate::counters`]).
+    pub fn report_to(&mut self, shared: SharedCounters) {
+        self.tally.pending.clear();
+        self.tally.shared = Some(shared);
+        self.publish(0);
+    }
+
+    /// Into the shared counters, after the sink made `transactions` more of the stream's
+    /// transactions durable, or snapshot rows (and the state file recorded them): the changes
+    /// delivered since, and where the run stands.
+    fn publish(&mut self, transactions: u64) {
+        let Some(shared) = &self.tally.shared else {
+            return;
+        };
+        let cursors = self.chunking.cursors();
+        let chunked_done = cursors.iter().filter(|c| c.done).count() as u64;
+        let mut c = shared.lock();
+        self.tally.pending.settle(&mut c);
+        c.transactions += transactions;
+        if transactions > 0 {
+            c.last_commit = Some(std::time::SystemTime::now());
+        }
+        c.durable = self.tally.progress.durable;
+        c.notices = self.tally.progress.notices;
+        c.snapshot_tables = (
+            self.tally.copied_once.0 + chunked_done,
+            self.tally.copied_once.1 + cursors.len() as u64,
+        );
+    }
+
+    /// The server reported WAL up to `end` (a keepalive, an acknowledgement): for the lag in
+    /// the counters.
+    pub fn server_reported(&self, end: Lsn) {
+        if let Some(shared) = &self.tally.shared {
+            shared.server_at(end);
+        }
+    }
+
+    /// Counts a change that stopped the run instead of being delivered, when `e` is one.
+    fn refused(&self, e: &CaptureError) {
+        if let Some(shared) = &self.tally.shared
+            && e.is_about_one_change()
+        {
+            shared.lock().refused += 1;
+        }
+    }
+
     /// Records the staged transactions, which the sink made durable (`durable`: where they
     /// left it), in the state file. Returns the position to acknowledge.
     fn settle(&mut self, durable: Durable) -> Result<Option<Lsn>, PipelineError> {
@@ -273,6 +336,7 @@ impl<S: Sink> Pipeline<S> {
         }
         self.save()?;
         self.tally.progress.durable = staged.end_lsn;
+        self.publish(staged.delivered_here);
         Ok(Some(staged.end_lsn))
     }
 
@@ -355,10 +419,13 @@ impl<S: Sink> Pipeline<S> {
                     };
                     let schemas_changed = !schema_changes.is_empty()
                         || self.staged.is_some_and(|s| s.schemas_changed);
+                    let delivered_here =
+                        self.staged.map_or(0, |s| s.delivered_here) + u64::from(!delivered);
                     self.staged = Some(Staged {
                         commit_lsn,
                         end_lsn,
                         schemas_changed,
+                        delivered_here,
                     });
                     self.tally.progress.transactions += 1;
                     if let Some(durable) = durable {
@@ -390,6 +457,7 @@ impl<S: Sink> Pipeline<S> {
         self.state.end_lsn = self.state.end_lsn.max(lsn);
         self.save()?;
         self.tally.progress.durable = self.state.end_lsn;
+        self.publish(0);
         Ok(Some(self.state.end_lsn))
     }
 
@@ -551,10 +619,15 @@ impl<S: Sink> Pipeline<S> {
     /// Starts the initial snapshot: the state file records it as pending before any of its
     /// rows reach the sink, so a crash during the copy is refused at restart instead of
     /// leaving the rows before the slot half delivered.
-    pub fn snapshot_begin(&mut self) -> Result<(), PipelineError> {
+    /// `copied_once`: how many of its tables are copied once, not resumable (the others are
+    /// the state's chunk cursors), for the counters.
+    pub fn snapshot_begin(&mut self, copied_once: usize) -> Result<(), PipelineError> {
         self.flush()?;
         self.state.snapshot = Some(SnapshotState::Pending);
-        self.save()
+        self.tally.copied_once = (0, copied_once as u64);
+        self.save()?;
+        self.publish(0);
+        Ok(())
     }
 
     /// One row of the initial snapshot into the sink (see [`Capture::snapshot_row`]); its
@@ -623,7 +696,9 @@ impl<S: Sink> Pipeline<S> {
         self.state.sink = durable.record;
         self.chunking.advance(relid, after, done);
         self.state.chunks = self.chunking.cursors().to_vec();
-        self.save()
+        self.save()?;
+        self.publish(0);
+        Ok(())
     }
 
     /// One event into the sink, counted; the first unidentified one of a relation is named
@@ -642,7 +717,10 @@ impl<S: Sink> Pipeline<S> {
         let durable = self.sink.commit().map_err(PipelineError::Sink)?;
         self.state.sink = durable.record;
         self.state.snapshot = Some(SnapshotState::Done);
-        self.save()
+        self.save()?;
+        self.tally.copied_once.0 = self.tally.copied_once.1;
+        self.publish(0);
+        Ok(())
     }
 
     fn save(&self) -> Result<(), PipelineError> {
@@ -669,6 +747,7 @@ impl<S: Sink> Pipeline<S> {
             self.state.save(path).map_err(PipelineError::State)?;
         }
         self.tally.progress.durable = lsn;
+        self.publish(0);
         Ok(Some(lsn))
     }
 

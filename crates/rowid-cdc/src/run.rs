@@ -19,7 +19,9 @@ use std::time::Duration;
 use pgwire_replication::{PgWireError, ReplicationClient};
 
 use crate::config::Options;
+use crate::counters::SharedCounters;
 use crate::error::CdcError;
+use crate::metrics;
 use crate::pipeline::{Pipeline, PipelineError};
 use crate::progress::Progress;
 use crate::sink;
@@ -29,12 +31,25 @@ use crate::source::{heartbeat, replication};
 
 /// Follows the slot until asked to stop or an error that retrying cannot fix.
 pub async fn run(opts: Options) -> Result<(), CdcError> {
-    let started = start::start(&opts).await?;
-    follow(&opts, started).await
+    let counters = match opts.metrics {
+        Some(addr) => {
+            let counters = SharedCounters::new();
+            let bound = metrics::serve(addr, counters.clone())?;
+            eprintln!("rowid-cdc: metrics at http://{bound}/metrics");
+            Some(counters)
+        }
+        None => None,
+    };
+    let started = start::start(&opts, counters.as_ref()).await?;
+    follow(&opts, started, counters).await
 }
 
 /// The replication stream into the pipeline, reconnecting when a connection is lost.
-async fn follow(opts: &Options, started: Started) -> Result<(), CdcError> {
+async fn follow(
+    opts: &Options,
+    started: Started,
+    counters: Option<SharedCounters>,
+) -> Result<(), CdcError> {
     let Started {
         mut gated,
         mut pipe,
@@ -91,6 +106,9 @@ async fn follow(opts: &Options, started: Started) -> Result<(), CdcError> {
                 // forgets the unfinished transaction.
                 let state = pipe.state().clone();
                 drop(pipe);
+                if let Some(counters) = &counters {
+                    counters.reconnected();
+                }
                 let mut what = what;
                 pipe = loop {
                     eprintln!(
@@ -102,7 +120,7 @@ async fn follow(opts: &Options, started: Started) -> Result<(), CdcError> {
                     backoff = (backoff * 2).min(Duration::from_secs(30));
                     match sink::factory::open(opts, Some(&state), source_database.as_deref()) {
                         Ok(sink) => {
-                            break Pipeline::resume(
+                            let mut pipe = Pipeline::resume(
                                 state.clone(),
                                 sink,
                                 Some(opts.state.clone()),
@@ -110,6 +128,10 @@ async fn follow(opts: &Options, started: Started) -> Result<(), CdcError> {
                                 &ignored,
                             )
                             .map_err(CdcError::Pipeline)?;
+                            if let Some(counters) = &counters {
+                                pipe.report_to(counters.clone());
+                            }
+                            break pipe;
                         }
                         Err(e) if sink_transient(&e) => what = e.to_string(),
                         Err(e) => return Err(e),

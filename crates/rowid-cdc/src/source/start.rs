@@ -11,6 +11,7 @@ use super::{checks, chunk_reader, replication, slot, snapshot};
 use crate::chunks::ChunkCursor;
 use crate::config::{Options, SinkSpec};
 use crate::connect::net::{self, Session};
+use crate::counters::SharedCounters;
 use crate::error::{CdcError, setup};
 use crate::lsn::Lsn;
 use crate::pipeline::Pipeline;
@@ -32,8 +33,12 @@ pub(crate) struct Started {
     pub(crate) seen: Session,
 }
 
-/// The checks at start, the state, the sink and (with `--create-slot`) the slot.
-pub(crate) async fn start(opts: &Options) -> Result<Started, CdcError> {
+/// The checks at start, the state, the sink and (with `--create-slot`) the slot; the pipeline
+/// reports to `counters` when given (`--metrics`), from the snapshot on.
+pub(crate) async fn start(
+    opts: &Options,
+    counters: Option<&SharedCounters>,
+) -> Result<Started, CdcError> {
     slot::check_name(&opts.slot)?;
     if opts.dsn.password_on_command_line() {
         eprintln!(
@@ -264,8 +269,12 @@ pub(crate) async fn start(opts: &Options) -> Result<Started, CdcError> {
         &ignored,
     )
     .map_err(CdcError::Pipeline)?;
+    if let Some(counters) = counters {
+        pipe.report_to(counters.clone());
+    }
     if let (true, Some(exported)) = (opts.snapshot, exported) {
-        pipe.snapshot_begin().map_err(CdcError::Pipeline)?;
+        pipe.snapshot_begin(copied.len())
+            .map_err(CdcError::Pipeline)?;
         pause_before_copy().await;
         let (latest, _) = checks::connect(&opts.dsn).await?;
         let latest = snapshot::Latest {

@@ -111,6 +111,7 @@ pub(crate) async fn stream(
                 if let Some(lsn) = pipe.flush().map_err(CdcError::Pipeline)? {
                     repl.update_applied_lsn(pgwire_replication::Lsn::from_u64(lsn.0));
                     progress.server_end = progress.server_end.max(lsn.0);
+                    pipe.server_reported(lsn);
                 }
                 continue;
             }
@@ -178,6 +179,7 @@ pub(crate) async fn stream(
             }
             ReplicationEvent::KeepAlive { wal_end, .. } => {
                 progress.server_end = progress.server_end.max(wal_end.as_u64());
+                pipe.server_reported(Lsn(wal_end.as_u64()));
                 idle = Some(Lsn(wal_end.as_u64()));
                 Ok(None)
             }
@@ -204,6 +206,7 @@ pub(crate) async fn stream(
         if let Some(lsn) = ack {
             repl.update_applied_lsn(pgwire_replication::Lsn::from_u64(lsn.0));
             progress.server_end = progress.server_end.max(lsn.0);
+            pipe.server_reported(lsn);
         }
         progress.line(pipe.progress(), false);
         if chunk_progress.waiting() {
