@@ -129,3 +129,54 @@ fn without_grouping_every_transaction_is_committed_and_acknowledged() {
     assert_eq!(on_disk(&path), Lsn(s.lsn - 0x30));
     assert!(!s.pipe.has_staged());
 }
+
+/// The counters (`--metrics`) count a change once the sink made it durable: a group waiting
+/// for its commit counts nothing, and a transaction a lost connection left half delivered
+/// counts only when the resumed pipeline delivers it again, once.
+#[test]
+fn changes_count_in_the_counters_once_durable() {
+    use rowid_cdc::Op;
+    use rowid_cdc::counters::SharedCounters;
+    use rowid_pgoutput::Message;
+
+    let counted = |c: &SharedCounters| {
+        let c = c.snapshot();
+        (
+            c.changes
+                .get(&(Arc::from("public.t"), Op::Insert))
+                .copied()
+                .unwrap_or(0),
+            c.transactions,
+        )
+    };
+    let path = state_file("counters");
+    let counters = SharedCounters::new();
+    let mut s = Stream::start(Grouping::default(), state(Vec::new()), Some(path.clone()));
+    s.pipe.report_to(counters.clone());
+    s.pipe.group_commits(true);
+    s.txn(101, vec![insert(1, 1), insert(2, 2)]);
+    s.txn(102, vec![insert(3, 3)]);
+    assert_eq!(counted(&counters), (0, 0), "the group is not durable yet");
+    s.pipe.flush().unwrap();
+    assert_eq!(counted(&counters), (3, 2));
+    let durable = counters.snapshot().durable;
+    assert_eq!(durable, Lsn(s.lsn), "the group's end");
+
+    // Half of transaction 103 reaches the sink, then the connection is lost.
+    s.send(Message::Begin {
+        final_lsn: s.lsn + 0x1000,
+        commit_ts: 0,
+        xid: 103,
+    });
+    s.send(pipeline_kit::relation(&["id"]));
+    s.send(insert(4, 4));
+    drop(s);
+    assert_eq!(counted(&counters), (3, 2), "nothing of 103 counted");
+    // The resumed pipeline gets 103 again from its start, whole.
+    let resumed = State::load(&path).unwrap().unwrap();
+    let mut s = Stream::start(Grouping::default(), resumed, Some(path.clone()));
+    s.pipe.report_to(counters.clone());
+    s.txn(103, vec![insert(4, 4), insert(5, 5)]);
+    assert_eq!(counted(&counters), (5, 3), "103 counted once");
+    let _ = std::fs::remove_dir_all(path.parent().unwrap());
+}
