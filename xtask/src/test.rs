@@ -77,6 +77,10 @@ fn server_checks(major: u32, source: pg::Source) -> Result<Counts, String> {
         tests.push(("rowid-cdc", "hardening"));
         // --metrics: the counters scraped over HTTP against a known workload and the sink.
         tests.push(("rowid-cdc", "metrics"));
+        // The NATS JetStream sink: exactly once through SIGKILLs against an audit trigger,
+        // its subjects and headers; an unfinished transaction past the de-duplication window
+        // and a stream of other subjects refused.
+        tests.push(("rowid-cdc", "nats"));
         // sslmode and sslrootcert, passwords from the environment and the password file,
         // clear text refused without TLS (a cluster of its own with a test CA).
         tests.push(("rowid-cdc", "tls"));
@@ -148,8 +152,9 @@ pub fn run() -> Result<(), String> {
 
     step("toolchain components (rustfmt, clippy)");
     setup::components()?;
-    // The TLS tests make a CA and a server certificate.
-    setup::apt(&["openssl"])?;
+    // The TLS tests make a CA and a server certificate; the NATS sink's tests start
+    // JetStream servers.
+    setup::apt(&["openssl", "nats-server"])?;
 
     step("formatting");
     exec(cargo().args(["fmt", "--all", "--", "--check"]))?;

@@ -24,6 +24,17 @@ pub enum SinkSpec {
         /// The buffer.
         buffer: QualifiedName,
     },
+    /// Every change's JSON line into a NATS JetStream stream, exactly once.
+    Nats {
+        /// The servers, comma-separated URLs.
+        urls: String,
+        /// The stream.
+        stream: String,
+        /// Replicas of a stream the sink creates.
+        replicas: usize,
+        /// The subjects' first tokens.
+        prefix: String,
+    },
     /// Every published table kept equal to its source by identity (`None`: in the source's
     /// database).
     Replica {

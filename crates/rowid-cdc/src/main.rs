@@ -88,7 +88,8 @@ struct Args {
     #[arg(long, default_value = "rowid-cdc.state")]
     state: PathBuf,
     /// Where events go: `jsonl:FILE`, `jsonl:-` (standard output), `-`, `null`,
-    /// `postgres:DSN` (change rows into a buffer; `postgres:` alone: the source database), or
+    /// `postgres:DSN` (change rows into a buffer; `postgres:` alone: the source database),
+    /// `nats:URL[,URL...]` (JSON lines into a NATS JetStream stream, exactly once), or
     /// `replica:DSN` (every published table kept equal to its source by identity, in a
     /// storage table of the same name; `replica:` alone: the source database, in another
     /// schema).
@@ -137,6 +138,17 @@ struct Args {
     /// and unidentified changes. Every sink reports them.
     #[arg(long, value_name = "ADDR")]
     metrics: Option<std::net::SocketAddr>,
+    /// With `--sink nats:URL[,URL...]`: the JetStream stream (created when missing, with
+    /// subjects PREFIX.>; one whose subjects do not hold them is refused).
+    #[arg(long, value_name = "NAME", default_value = "ROWID_CDC")]
+    nats_stream: String,
+    /// Replicas of a stream the NATS sink creates.
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..=5))]
+    nats_replicas: u8,
+    /// The NATS subjects' first tokens: changes go to PREFIX.<database>.<schema>.<table>
+    /// (each name one token, escaped: spec/nats.md), the slot's markers to PREFIX._slot.<slot>.
+    #[arg(long, value_name = "PREFIX", default_value = "rowid_cdc")]
+    nats_subject_prefix: String,
 }
 
 fn parse_sink(s: &str) -> Result<SinkSpec, String> {
@@ -157,6 +169,17 @@ fn parse_sink(s: &str) -> Result<SinkSpec, String> {
                     buffer: default_buffer(),
                 });
             }
+            if let Some(urls) = s.strip_prefix("nats:") {
+                if urls.trim().is_empty() {
+                    return Err("nats: needs the servers' URLs (nats://host:4222,...)".into());
+                }
+                return Ok(SinkSpec::Nats {
+                    urls: urls.to_string(),
+                    stream: String::new(),
+                    replicas: 1,
+                    prefix: String::new(),
+                });
+            }
             if let Some(dsn) = s.strip_prefix("replica:") {
                 let dsn = if dsn.trim().is_empty() {
                     None
@@ -170,7 +193,7 @@ fn parse_sink(s: &str) -> Result<SinkSpec, String> {
             match s.strip_prefix("jsonl:") {
                 Some(path) if !path.is_empty() => Ok(SinkSpec::File(PathBuf::from(path))),
                 _ => Err(format!(
-                    "{s:?}: expected jsonl:FILE, jsonl:-, -, null, postgres:DSN or replica:DSN"
+                    "{s:?}: expected jsonl:FILE, jsonl:-, -, null, postgres:DSN, nats:URL or replica:DSN"
                 )),
             }
         }
@@ -216,6 +239,12 @@ fn main() -> ExitCode {
                 };
                 SinkSpec::Replica { dsn, schema }
             }
+            SinkSpec::Nats { urls, .. } => SinkSpec::Nats {
+                urls,
+                stream: args.nats_stream,
+                replicas: usize::from(args.nats_replicas),
+                prefix: args.nats_subject_prefix,
+            },
             other => other,
         },
         progress: args.progress,

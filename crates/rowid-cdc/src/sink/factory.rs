@@ -1,6 +1,6 @@
 //! The sink the command line names, opened and checked (the `cli` feature).
 
-use super::{JsonlFile, JsonlStdout, Null, Sink, postgres};
+use super::{JsonlFile, JsonlStdout, Null, Sink, nats, postgres};
 use crate::config::{Options, SinkSpec};
 use crate::error::CdcError;
 use crate::state::State;
@@ -28,6 +28,23 @@ pub fn open(
                 fresh: state.is_none(),
                 source_database: source_database.map(str::to_string),
                 in_source: dsn.is_none(),
+            })
+            .map_err(CdcError::Sink)?,
+        ),
+        SinkSpec::Nats {
+            urls,
+            stream,
+            replicas,
+            prefix,
+        } => Box::new(
+            nats::NatsSink::open(nats::NatsTarget {
+                urls: urls.clone(),
+                stream: stream.clone(),
+                replicas: *replicas,
+                prefix: prefix.clone(),
+                slot: opts.slot.clone(),
+                database: opts.dsn.dbname.clone(),
+                fresh: state.is_none(),
             })
             .map_err(CdcError::Sink)?,
         ),

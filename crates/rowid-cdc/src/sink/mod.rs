@@ -13,6 +13,7 @@
 //! - [`jsonl`]: JSON lines into a file (fsynced at each commit) or to standard output;
 //! - [`null`]: counted and dropped (benchmarks);
 //! - [`postgres`]: change rows into a PostgreSQL change buffer (the `cli` feature);
+//! - [`nats`]: JSON lines into a NATS JetStream stream, exactly once (the `cli` feature);
 //! - [`factory`]: the sink the command line names (the `cli` feature).
 
 use std::io;
@@ -28,6 +29,8 @@ use crate::lsn::Lsn;
 #[cfg(feature = "cli")]
 pub mod factory;
 pub mod jsonl;
+#[cfg(feature = "cli")]
+pub mod nats;
 pub mod null;
 #[cfg(feature = "cli")]
 pub mod postgres;

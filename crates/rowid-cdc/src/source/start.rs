@@ -99,6 +99,16 @@ pub(crate) async fn start(
         _ => {}
     }
     if (opts.snapshot || !opts.snapshot_tables.is_empty())
+        && matches!(opts.sink, SinkSpec::Nats { .. })
+    {
+        return Err(setup(
+            "--snapshot and --snapshot-table into NATS are not built yet: a snapshot row sent \
+             again after a crash is read in another chunk, under another message id, which the \
+             stream would not de-duplicate. Snapshot into a JSON-lines file, or start the NATS \
+             sink on a new slot without it",
+        ));
+    }
+    if (opts.snapshot || !opts.snapshot_tables.is_empty())
         && matches!(opts.sink, SinkSpec::Postgres { .. })
     {
         return Err(setup(

@@ -194,6 +194,26 @@ pub fn wait_active(db: &Psql, slot: &str) {
     }
 }
 
+/// Waits until `running` streams from `slot`; fails with its stderr as soon as it ended.
+pub fn wait_streaming(db: &Psql, slot: &str, running: &mut Running) {
+    let t = Instant::now();
+    while one(
+        db,
+        &format!("SELECT active FROM pg_replication_slots WHERE slot_name = '{slot}';"),
+    ) != "t"
+    {
+        if running.0.try_wait().unwrap().is_some() {
+            panic!("the consumer ended: {}", running.report());
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(60),
+            "slot {slot} never active: {}",
+            running.report()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 /// Waits until no walsender holds the slot.
 pub fn wait_free(db: &Psql, slot: &str) {
     let t = Instant::now();
