@@ -34,6 +34,8 @@ pub enum SinkSpec {
         replicas: usize,
         /// The subjects' first tokens.
         prefix: String,
+        /// Credentials and TLS.
+        auth: crate::sink::nats::NatsAuth,
     },
     /// Every published table kept equal to its source by identity (`None`: in the source's
     /// database).

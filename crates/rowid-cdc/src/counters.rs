@@ -10,6 +10,7 @@
 //! change.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::SystemTime;
 
@@ -43,6 +44,9 @@ pub struct Counters {
     /// Changes that stopped the run instead of being delivered (`--strict`: no identity;
     /// `--require-complete`: an incomplete after-image).
     pub refused: u64,
+    /// Publications a sink sent and its server has not acknowledged yet (the NATS sink; 0
+    /// for the others), as of the copy.
+    pub acks_pending: u64,
 }
 
 impl Counters {
@@ -62,8 +66,10 @@ impl Counters {
 }
 
 /// [`Counters`] shared between the run (writing) and a reporter (reading); cheap to clone.
+/// The acknowledgements a sink awaits change with every publication: they are an atomic of
+/// their own, which the sink's thread sets without the lock.
 #[derive(Clone, Debug, Default)]
-pub struct SharedCounters(Arc<Mutex<Counters>>);
+pub struct SharedCounters(Arc<Mutex<Counters>>, Arc<AtomicU64>);
 
 impl SharedCounters {
     /// New counters, all zero.
@@ -73,7 +79,14 @@ impl SharedCounters {
 
     /// A copy of the counters as they are now.
     pub fn snapshot(&self) -> Counters {
-        self.lock().clone()
+        let mut c = self.lock().clone();
+        c.acks_pending = self.1.load(Ordering::Relaxed);
+        c
+    }
+
+    /// Where a sink keeps the number of its publications awaiting acknowledgement.
+    pub fn acks_pending(&self) -> Arc<AtomicU64> {
+        self.1.clone()
     }
 
     /// The counters, for an update. A writer that panicked while holding them left nothing

@@ -10,6 +10,7 @@ use std::time::Duration;
 use rowid_cdc::config::{Options, SinkSpec};
 use rowid_cdc::connect::conninfo::Conninfo;
 use rowid_cdc::run::run;
+use rowid_cdc::sink::nats::NatsAuth;
 use rowid_cdc::sink::postgres::default_buffer;
 use rowid_registry::sql::QualifiedName;
 
@@ -149,6 +150,23 @@ struct Args {
     /// (each name one token, escaped: spec/nats.md), the slot's markers to PREFIX._slot.<slot>.
     #[arg(long, value_name = "PREFIX", default_value = "rowid_cdc")]
     nats_subject_prefix: String,
+    /// A NATS credentials file (JWT and NKey seed). A token comes from ROWID_CDC_NATS_TOKEN,
+    /// a user and password from ROWID_CDC_NATS_USER and ROWID_CDC_NATS_PASSWORD (never from
+    /// the command line, where other users can read them).
+    #[arg(long, value_name = "FILE")]
+    nats_creds: Option<PathBuf>,
+    /// Require TLS to the NATS servers (also implied by tls:// URLs and the files below).
+    #[arg(long)]
+    nats_tls: bool,
+    /// Root certificates (PEM) to verify the NATS servers with.
+    #[arg(long, value_name = "FILE")]
+    nats_tls_ca: Option<PathBuf>,
+    /// A client certificate (PEM) for the NATS servers, with --nats-tls-key.
+    #[arg(long, value_name = "FILE", requires = "nats_tls_key")]
+    nats_tls_cert: Option<PathBuf>,
+    /// The client certificate's key (PEM).
+    #[arg(long, value_name = "FILE", requires = "nats_tls_cert")]
+    nats_tls_key: Option<PathBuf>,
 }
 
 fn parse_sink(s: &str) -> Result<SinkSpec, String> {
@@ -178,6 +196,7 @@ fn parse_sink(s: &str) -> Result<SinkSpec, String> {
                     stream: String::new(),
                     replicas: 1,
                     prefix: String::new(),
+                    auth: NatsAuth::default(),
                 });
             }
             if let Some(dsn) = s.strip_prefix("replica:") {
@@ -214,6 +233,10 @@ fn parse_buffer(s: &str) -> Result<QualifiedName, String> {
 
 fn main() -> ExitCode {
     let args = Args::parse();
+    // rustls is built with two providers (pgwire-replication enables aws-lc-rs, this crate
+    // ring): a library that asks rustls for the process's default (the NATS client does)
+    // panics unless one is installed. The SQL connections name ring themselves.
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let opts = Options {
         dsn: args.dsn,
         slot: args.slot,
@@ -239,12 +262,32 @@ fn main() -> ExitCode {
                 };
                 SinkSpec::Replica { dsn, schema }
             }
-            SinkSpec::Nats { urls, .. } => SinkSpec::Nats {
-                urls,
-                stream: args.nats_stream,
-                replicas: usize::from(args.nats_replicas),
-                prefix: args.nats_subject_prefix,
-            },
+            SinkSpec::Nats { urls, .. } => {
+                if urls.split(',').any(|u| u.contains('@')) {
+                    eprintln!(
+                        "rowid-cdc: warning: a NATS URL carries user information, where other \
+                         users of this machine can read it (ps); use ROWID_CDC_NATS_USER and \
+                         ROWID_CDC_NATS_PASSWORD, ROWID_CDC_NATS_TOKEN or --nats-creds"
+                    );
+                }
+                let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+                let tls_urls = urls.split(',').any(|u| u.trim().starts_with("tls://"));
+                SinkSpec::Nats {
+                    urls,
+                    stream: args.nats_stream,
+                    replicas: usize::from(args.nats_replicas),
+                    prefix: args.nats_subject_prefix,
+                    auth: NatsAuth {
+                        creds: args.nats_creds,
+                        token: env("ROWID_CDC_NATS_TOKEN"),
+                        user: env("ROWID_CDC_NATS_USER")
+                            .map(|u| (u, env("ROWID_CDC_NATS_PASSWORD").unwrap_or_default())),
+                        tls: args.nats_tls || tls_urls,
+                        tls_ca: args.nats_tls_ca,
+                        tls_cert: args.nats_tls_cert.zip(args.nats_tls_key),
+                    },
+                }
+            }
             other => other,
         },
         progress: args.progress,

@@ -20,6 +20,7 @@
 //! | `rowid_cdc_snapshot_rows_total` | counter | | snapshot rows the sink made durable |
 //! | `rowid_cdc_snapshot_tables_done` | gauge | | snapshot tables done (initial copy and chunks) |
 //! | `rowid_cdc_snapshot_tables` | gauge | | snapshot tables in all |
+//! | `rowid_cdc_publish_acks_pending` | gauge | | publications the sink's server has not acknowledged yet (the NATS sink; 0 for the others) |
 //! | `rowid_cdc_reconnects_total` | counter | | connections lost and the run started again from the durable position |
 //! | `rowid_cdc_notices_total` | counter | | notices (also printed on stderr) |
 //!
@@ -161,7 +162,7 @@ impl Collector for CountersCollector {
         for (name, help, value) in counters {
             one(&mut encoder, name, help, &ConstCounter::new(value))?;
         }
-        let gauges: [(&str, &str, u64); 5] = [
+        let gauges: [(&str, &str, u64); 6] = [
             (
                 "rowid_cdc_durable_lsn",
                 "Where a restart resumes: the end of the last durable transaction, as a number",
@@ -186,6 +187,11 @@ impl Collector for CountersCollector {
                 "rowid_cdc_snapshot_tables",
                 "Snapshot tables in all",
                 c.snapshot_tables.1,
+            ),
+            (
+                "rowid_cdc_publish_acks_pending",
+                "Publications the sink's server has not acknowledged yet (NATS; 0 otherwise)",
+                c.acks_pending,
             ),
         ];
         for (name, help, value) in gauges {
@@ -260,6 +266,7 @@ mod tests {
             "rowid_cdc_lag_bytes 500",
             "rowid_cdc_snapshot_tables_done 1",
             "rowid_cdc_snapshot_tables 2",
+            "rowid_cdc_publish_acks_pending 0",
         ] {
             assert!(
                 body.lines().any(|l| l == line),

@@ -118,7 +118,12 @@ async fn follow(
                     );
                     tokio::time::sleep(backoff).await;
                     backoff = (backoff * 2).min(Duration::from_secs(30));
-                    match sink::factory::open(opts, Some(&state), source_database.as_deref()) {
+                    match sink::factory::open(
+                        opts,
+                        Some(&state),
+                        source_database.as_deref(),
+                        counters.as_ref(),
+                    ) {
                         Ok(sink) => {
                             let mut pipe = Pipeline::resume(
                                 state.clone(),

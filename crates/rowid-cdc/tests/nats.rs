@@ -14,142 +14,17 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
+mod nats_kit;
 
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use async_nats::jetstream::stream::Config;
-use common::{Cdc, Dir, DropSlot, Running, database, wait_active, wait_free, wait_streaming};
-use serde_json::Value;
-
-/// A `nats-server` with JetStream on a free loopback port, killed when dropped.
-struct NatsServer {
-    child: Child,
-    url: String,
-    _dir: Dir,
-}
-
-impl NatsServer {
-    fn start(name: &str) -> NatsServer {
-        let dir = Dir::new(&format!("nats-{name}"));
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let child = Command::new("nats-server")
-            .args(["-js", "-a", "127.0.0.1", "-p", &port.to_string(), "-sd"])
-            .arg(&dir.0)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("nats-server on PATH (cargo xtask test installs it)");
-        let url = format!("nats://127.0.0.1:{port}");
-        let t = Instant::now();
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(
-                t.elapsed() < Duration::from_secs(30),
-                "nats-server never listened"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        NatsServer {
-            child,
-            url,
-            _dir: dir,
-        }
-    }
-}
-
-impl Drop for NatsServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// One message read back from the stream.
-#[derive(Debug)]
-struct Read {
-    subject: String,
-    headers: Vec<(String, String)>,
-    body: Value,
-}
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap()
-}
-
-/// Every message of stream `name`, in stream order.
-fn read_stream(url: &str, name: &str) -> Vec<Read> {
-    runtime().block_on(async {
-        let js = async_nats::jetstream::new(async_nats::connect(url).await.unwrap());
-        let mut stream = js.get_stream(name).await.unwrap();
-        let last = stream.info().await.unwrap().state.last_sequence;
-        let mut out = Vec::new();
-        for seq in 1..=last {
-            let m = stream.get_raw_message(seq).await.unwrap();
-            let headers = m
-                .headers
-                .iter()
-                .map(|(k, v)| (k.to_string(), v[0].to_string()))
-                .collect();
-            out.push(Read {
-                subject: m.subject.to_string(),
-                headers,
-                body: serde_json::from_slice(&m.payload).unwrap(),
-            });
-        }
-        out
-    })
-}
-
-/// Creates stream `name` with `subjects` and a de-duplication window of `window`.
-fn create_stream(url: &str, name: &str, subjects: &[&str], window: Duration) {
-    runtime().block_on(async {
-        let js = async_nats::jetstream::new(async_nats::connect(url).await.unwrap());
-        js.create_stream(Config {
-            name: name.to_string(),
-            subjects: subjects.iter().map(|s| s.to_string()).collect(),
-            duplicate_window: window,
-            ..Default::default()
-        })
-        .await
-        .unwrap();
-    });
-}
-
-/// Publishes `body` on `subject` (no id).
-fn publish(url: &str, subject: &str, body: &str) {
-    runtime().block_on(async {
-        let js = async_nats::jetstream::new(async_nats::connect(url).await.unwrap());
-        js.publish(subject.to_string(), body.to_string().into())
-            .await
-            .unwrap()
-            .await
-            .unwrap();
-    });
-}
-
-/// The workload: `n` transactions on `nk`, each an insert, an update, a key change and a
-/// delete of earlier rows (one session: commit order is the audit's order).
-fn workload(n: u32) -> String {
-    format!(
-        "DO $$
-         BEGIN
-           FOR i IN 1..{n} LOOP
-             INSERT INTO nk VALUES (i * 10, i);
-             UPDATE nk SET v = v + 1 WHERE id = (i - 1) * 10;
-             IF i % 3 = 0 THEN UPDATE nk SET id = id + 5 WHERE id = (i - 2) * 10; END IF;
-             IF i % 4 = 0 THEN DELETE FROM nk WHERE id = (i - 3) * 10; END IF;
-             COMMIT;
-           END LOOP;
-         END $$;"
-    )
-}
+use common::{
+    Cdc, Dir, DropSlot, Running, database, openssl, wait_active, wait_free, wait_streaming,
+};
+use nats_kit::{
+    NatsServer, assert_equals_audit, audit, audited_table, create_stream, publish, read_stream,
+    wait_changes, workload,
+};
 
 /// Exactly once, in commit order, equal to the audit: a workload with the consumer killed 5
 /// times.
@@ -158,24 +33,7 @@ fn workload(n: u32) -> String {
 fn every_change_reaches_the_stream_exactly_once_through_kills() {
     let nats = NatsServer::start("once");
     let db = database("rowid_cdc_nats", "nats_once");
-    db.run(
-        "CREATE EXTENSION pg_trickle_ext;
-         SELECT pgtrickle.enable_identity_messages();
-         CREATE TABLE nk (id int8 PRIMARY KEY, v int4);
-         CREATE PUBLICATION nats_once FOR TABLE nk;
-         CREATE TABLE audit (seq bigserial, op text, old_id bytea, new_id bytea,
-           xid bigint DEFAULT txid_current() % 4294967296);
-         CREATE FUNCTION audit_nk() RETURNS trigger LANGUAGE plpgsql AS $$
-         BEGIN
-           INSERT INTO audit (op, old_id, new_id) VALUES (lower(TG_OP),
-             CASE WHEN TG_OP <> 'INSERT' THEN pgtrickle.encode_row_id_v2('SCAN_KEY', ROW(OLD.id)) END,
-             CASE WHEN TG_OP <> 'DELETE' THEN pgtrickle.encode_row_id_v2('SCAN_KEY', ROW(NEW.id)) END);
-           RETURN NULL;
-         END $$;
-         CREATE TRIGGER audit_nk AFTER INSERT OR UPDATE OR DELETE ON nk
-           FOR EACH ROW EXECUTE FUNCTION audit_nk();",
-    )
-    .unwrap();
+    audited_table(&db, "nats_once");
     let dir = Dir::new("nats-once");
     let cdc = Cdc {
         dsn: db.dsn(),
@@ -207,64 +65,22 @@ fn every_change_reaches_the_stream_exactly_once_through_kills() {
         wait_streaming(&db, "nats_once", &mut running);
     }
     writer.join().unwrap();
-    let audit: Vec<(String, String, String, String)> = db
-        .run(
-            "SELECT xid, op, coalesce(encode(old_id, 'hex'), ''), coalesce(encode(new_id, 'hex'), '') \
-             FROM audit ORDER BY seq;",
-        )
-        .unwrap()
-        .lines()
-        .map(|l| {
-            let mut p = l.split('|').map(str::to_string);
-            let mut next = || p.next().unwrap_or_default();
-            (next(), next(), next(), next())
-        })
-        .collect();
+    let audit = audit(&db);
     assert!(audit.len() > 7000, "{} audited changes", audit.len());
-    // Waits until the stream holds as many changes as the audit.
-    let t = Instant::now();
-    let changes = loop {
-        let messages = read_stream(&nats.url, "ONCE");
-        let changes: Vec<Read> = messages
-            .into_iter()
-            .filter(|m| !m.subject.starts_with("cdc.test._slot."))
-            .collect();
-        if changes.len() >= audit.len() {
-            break changes;
-        }
-        assert!(
-            t.elapsed() < Duration::from_secs(120),
-            "{} of {} changes in the stream; {}",
-            changes.len(),
-            audit.len(),
-            running.report()
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    };
-    let in_stream: Vec<(String, String, String, String)> = changes
-        .iter()
-        .map(|m| {
-            let s = |k: &str| m.body[k].as_str().unwrap_or("").to_string();
-            (m.body["xid"].to_string(), s("op"), s("old_id"), s("new_id"))
-        })
-        .collect();
-    let first_difference = in_stream.iter().zip(&audit).position(|(a, b)| a != b);
-    assert_eq!(
-        (in_stream.len(), first_difference),
-        (audit.len(), None),
-        "the stream equals the audit, change for change (first difference at that index)"
+    let changes = wait_changes(
+        &nats.url,
+        "ONCE",
+        "cdc.test",
+        &audit,
+        Duration::from_secs(120),
+        &mut running,
     );
+    assert_equals_audit(&changes, &audit);
     // Subjects and headers: the table's subject; relation, operation, commit LSN, identity,
     // and a message id of slot, commit LSN and sequence.
     for m in &changes {
         assert_eq!(m.subject, "cdc.test.rowid_cdc_nats.public.nk");
-        let h = |k: &str| {
-            m.headers
-                .iter()
-                .find(|(n, _)| n.eq_ignore_ascii_case(k))
-                .map(|(_, v)| v.clone())
-                .unwrap_or_default()
-        };
+        let h = |k: &str| m.header(k);
         assert_eq!(h("Rowid-Relation"), "public.nk");
         assert_eq!(h("Rowid-Op"), m.body["op"].as_str().unwrap());
         assert_eq!(
@@ -314,6 +130,7 @@ fn what_the_stream_could_not_keep_exactly_is_refused() {
         "OTHER",
         &["elsewhere.>"],
         Duration::from_secs(120),
+        1,
     );
     let sink = format!("nats:{}", nats.url);
     let out = cdc
@@ -327,7 +144,13 @@ fn what_the_stream_could_not_keep_exactly_is_refused() {
         "{err}"
     );
     // A stream with a 4 s window: a transaction left open 2 s ago is past half of it.
-    create_stream(&nats.url, "GAP", &["rowid_cdc.>"], Duration::from_secs(4));
+    create_stream(
+        &nats.url,
+        "GAP",
+        &["rowid_cdc.>"],
+        Duration::from_secs(4),
+        1,
+    );
     let args = ["--nats-stream", "GAP"];
     let mut first = args.to_vec();
     first.push("--create-slot");
@@ -359,4 +182,219 @@ fn what_the_stream_could_not_keep_exactly_is_refused() {
             && err.contains("de-duplication window (4 s)"),
         "{err}"
     );
+}
+
+/// Credentials from the environment (user and password, token) or the URL, and never in what
+/// the consumer prints; refused credentials stop it at once, naming the servers.
+#[test]
+#[ignore = "needs a PostgreSQL server with wal_level=logical, the extension and nats-server: run through `cargo xtask test`"]
+fn credentials_come_from_the_environment_and_never_show() {
+    let password = "pw-7f3a9c-secret";
+    let token = "tok-51be0d-secret";
+    let with_user = NatsServer::start_with("user", &["--user", "cdc", "--pass", password]);
+    let with_token = NatsServer::start_with("token", &["--auth", token]);
+    let db = database("rowid_cdc_nats_auth", "nats_auth");
+    db.run(
+        "CREATE EXTENSION pg_trickle_ext;
+         SELECT pgtrickle.enable_identity_messages();
+         CREATE TABLE a (id int8 PRIMARY KEY);
+         CREATE PUBLICATION nats_auth FOR TABLE a;",
+    )
+    .unwrap();
+    let dir = Dir::new("nats-auth");
+    let cdc = Cdc {
+        dsn: db.dsn(),
+        slot: "nats_auth",
+        publication: "nats_auth",
+        dir: &dir,
+    };
+    let _drop = DropSlot(&db, "nats_auth");
+    let port = |s: &NatsServer| s.url.rsplit(':').next().unwrap().to_string();
+    let user_url = format!("nats://cdc:{password}@127.0.0.1:{}", port(&with_user));
+    let token_url = format!("nats://{token}@127.0.0.1:{}", port(&with_token));
+    // Refused: a wrong password, then no credentials at all; nothing of either in stderr.
+    for (user, pass) in [("cdc", "wrong-pw-0c1d"), ("", "")] {
+        let out = cdc
+            .command_into(&format!("nats:{}", with_user.url), &["--create-slot"])
+            .env("ROWID_CDC_NATS_USER", user)
+            .env("ROWID_CDC_NATS_PASSWORD", pass)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{err}");
+        assert!(
+            err.contains(&format!("NATS {}", with_user.url)) && err.contains("authoriz"),
+            "{err}"
+        );
+        assert!(
+            !err.contains("wrong-pw") && !err.contains(password),
+            "{err}"
+        );
+    }
+    // User and password from the environment.
+    let mut running = Running(
+        cdc.command_into(&format!("nats:{}", with_user.url), &["--create-slot"])
+            .env("ROWID_CDC_NATS_USER", "cdc")
+            .env("ROWID_CDC_NATS_PASSWORD", password)
+            .spawn()
+            .unwrap(),
+    );
+    wait_streaming(&db, "nats_auth", &mut running);
+    db.run("INSERT INTO a VALUES (1);").unwrap();
+    let t = Instant::now();
+    while read_stream(&user_url, "ROWID_CDC").len() < 3 {
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "{}",
+            running.report()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let err = running.interrupt();
+    assert!(!err.contains(password), "{err}");
+    // A token from the environment, into the other server (a new slot and state).
+    wait_free(&db, "nats_auth");
+    db.run("SELECT pg_drop_replication_slot('nats_auth');")
+        .unwrap();
+    let _ = std::fs::remove_file(dir.file("cdc.state"));
+    let mut running = Running(
+        cdc.command_into(&format!("nats:{}", with_token.url), &["--create-slot"])
+            .env("ROWID_CDC_NATS_TOKEN", token)
+            .spawn()
+            .unwrap(),
+    );
+    wait_streaming(&db, "nats_auth", &mut running);
+    db.run("INSERT INTO a VALUES (2);").unwrap();
+    let t = Instant::now();
+    while read_stream(&token_url, "ROWID_CDC").len() < 3 {
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "{}",
+            running.report()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let err = running.interrupt();
+    assert!(!err.contains(token), "{err}");
+    // The password in the URL works, with a warning that does not repeat it.
+    wait_free(&db, "nats_auth");
+    let out = cdc
+        .command_into(&format!("nats:{user_url}"), &["--stop-after", "1"])
+        .spawn()
+        .unwrap();
+    let mut running = Running(out);
+    wait_streaming(&db, "nats_auth", &mut running);
+    let _ = db.run("INSERT INTO a VALUES (3);");
+    let (_, err) = running.finish(Duration::from_secs(30));
+    assert!(err.contains("a NATS URL carries user information"), "{err}");
+    assert!(!err.contains(password), "{err}");
+}
+
+/// TLS to the servers: verified against `--nats-tls-ca`, refused (at once, not retried)
+/// without it, since the server's certificate is not from a public authority.
+#[test]
+#[ignore = "needs a PostgreSQL server with wal_level=logical, the extension, nats-server and openssl: run through `cargo xtask test`"]
+fn tls_is_verified_against_the_given_root() {
+    let certs = Dir::new("nats-tls-certs");
+    let d = &certs.0;
+    let subj = |cn: &str| format!("/CN=rowid-cdc nats test {cn}");
+    openssl(
+        d,
+        &[
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "2",
+            "-subj",
+            &subj("ca"),
+            "-keyout",
+            "ca.key",
+            "-out",
+            "ca.crt",
+        ],
+    );
+    std::fs::write(d.join("san.cnf"), "subjectAltName=IP:127.0.0.1\n").unwrap();
+    openssl(
+        d,
+        &[
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-subj",
+            &subj("server"),
+            "-keyout",
+            "server.key",
+            "-out",
+            "server.csr",
+        ],
+    );
+    openssl(
+        d,
+        &[
+            "x509",
+            "-req",
+            "-in",
+            "server.csr",
+            "-CA",
+            "ca.crt",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-days",
+            "2",
+            "-extfile",
+            "san.cnf",
+            "-out",
+            "server.crt",
+        ],
+    );
+    let cert = d.join("server.crt").display().to_string();
+    let key = d.join("server.key").display().to_string();
+    let nats = NatsServer::start_with("tls", &["--tls", "--tlscert", &cert, "--tlskey", &key]);
+    let url = nats.url.replace("nats://", "tls://");
+    let db = database("rowid_cdc_nats_tls", "nats_tls");
+    db.run(
+        "CREATE EXTENSION pg_trickle_ext;
+         SELECT pgtrickle.enable_identity_messages();
+         CREATE TABLE s (id int8 PRIMARY KEY);
+         CREATE PUBLICATION nats_tls FOR TABLE s;",
+    )
+    .unwrap();
+    let dir = Dir::new("nats-tls");
+    let cdc = Cdc {
+        dsn: db.dsn(),
+        slot: "nats_tls",
+        publication: "nats_tls",
+        dir: &dir,
+    };
+    let _drop = DropSlot(&db, "nats_tls");
+    let started = Instant::now();
+    let out = cdc
+        .command_into(&format!("nats:{url}"), &["--create-slot"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(err.contains(&format!("NATS {url}")), "{err}");
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "not retried: {err}"
+    );
+    let ca = d.join("ca.crt").display().to_string();
+    let mut running = Running(
+        cdc.command_into(
+            &format!("nats:{url}"),
+            &["--create-slot", "--nats-tls-ca", &ca, "--stop-after", "1"],
+        )
+        .spawn()
+        .unwrap(),
+    );
+    wait_streaming(&db, "nats_tls", &mut running);
+    db.run("INSERT INTO s VALUES (1);").unwrap();
+    let (ok, err) = running.finish(Duration::from_secs(30));
+    assert!(ok, "the change went through TLS: {err}");
 }

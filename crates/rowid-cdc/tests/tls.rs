@@ -12,28 +12,18 @@
 // Test code: a failed expectation is a panic by design.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use common::openssl;
 use rowid_testkit::cluster::Cluster;
 use rowid_testkit::psql::Psql;
 
 /// The certificate's host name (resolved nowhere: the tests connect with `hostaddr`).
 const NAME: &str = "db.test";
-
-fn openssl(dir: &Path, args: &[&str]) {
-    let out = Command::new("openssl")
-        .current_dir(dir)
-        .args(args)
-        .output()
-        .expect("openssl (Debian's openssl package)");
-    assert!(
-        out.status.success(),
-        "openssl {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
 
 /// A CA (`{ca}.crt`, `{ca}.key`) in `dir`.
 fn ca(dir: &Path, ca: &str) {

@@ -9,10 +9,12 @@ use crate::state::State;
 /// yet, so the sink must hold nothing); `source_database`: the captured database
 /// (`system_identifier/database OID`, when readable), so a sink writing into it skips its own
 /// tables' changes.
+/// `counters`: where a sink reports what it awaits (`--metrics`).
 pub fn open(
     opts: &Options,
     state: Option<&State>,
     source_database: Option<&str>,
+    counters: Option<&crate::counters::SharedCounters>,
 ) -> Result<Box<dyn Sink>, CdcError> {
     Ok(match &opts.sink {
         SinkSpec::Stdout => Box::new(JsonlStdout::new()),
@@ -36,6 +38,7 @@ pub fn open(
             stream,
             replicas,
             prefix,
+            auth,
         } => Box::new(
             nats::NatsSink::open(nats::NatsTarget {
                 urls: urls.clone(),
@@ -45,6 +48,8 @@ pub fn open(
                 slot: opts.slot.clone(),
                 database: opts.dsn.dbname.clone(),
                 fresh: state.is_none(),
+                auth: auth.clone(),
+                acks_pending: counters.map(|c| c.acks_pending()),
             })
             .map_err(CdcError::Sink)?,
         ),

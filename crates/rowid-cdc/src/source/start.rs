@@ -128,7 +128,7 @@ pub(crate) async fn start(
     // A buffer in the database being captured is not captured itself: its writes would come
     // back through the slot forever.
     let source_database = net::database_id(&client).await;
-    let sink = sink::factory::open(opts, saved.as_ref(), source_database.as_deref())?;
+    let sink = sink::factory::open(opts, saved.as_ref(), source_database.as_deref(), counters)?;
     let ignored: BTreeSet<u32> = match (&opts.sink, sink.own_tables()) {
         (
             SinkSpec::Postgres { dsn, .. } | SinkSpec::Replica { dsn, .. },

@@ -234,6 +234,21 @@ pub fn hex(db: &Psql, expr: &str) -> String {
     one(db, &format!("SELECT encode({expr}, 'hex');"))
 }
 
+/// Runs `openssl` with `args` in `dir` (Debian's openssl package: `cargo xtask test` installs
+/// it), failing with its output.
+pub fn openssl(dir: &std::path::Path, args: &[&str]) {
+    let out = Command::new("openssl")
+        .current_dir(dir)
+        .args(args)
+        .output()
+        .expect("openssl (Debian's openssl package)");
+    assert!(
+        out.status.success(),
+        "openssl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// Drops slot `.1` of `.0`'s server when dropped (declared before the consumer, so it runs
 /// after the consumer was killed): a test leaves no slot behind for the next to run out of.
 pub struct DropSlot<'a>(pub &'a Psql, pub &'a str);

@@ -48,6 +48,114 @@ pub const DUPLICATE_WINDOW: Duration = Duration::from_secs(120);
 /// How long an acknowledgement may take before the connection is taken as lost.
 const ACK_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// How long opening is tried again while the servers do not answer or elect their leaders.
+const OPEN_RETRY: Duration = Duration::from_secs(120);
+
+/// How the sink authenticates and protects its connection. Secrets come from the environment,
+/// never from the command line; `Debug` never shows them.
+#[derive(Clone, Default)]
+pub struct NatsAuth {
+    /// A credentials file (JWT and NKey seed).
+    pub creds: Option<std::path::PathBuf>,
+    /// A token (`ROWID_CDC_NATS_TOKEN`).
+    pub token: Option<String>,
+    /// User and password (`ROWID_CDC_NATS_USER`, `ROWID_CDC_NATS_PASSWORD`).
+    pub user: Option<(String, String)>,
+    /// Require TLS (also implied by `tls://` URLs and the files below).
+    pub tls: bool,
+    /// Root certificates to verify the servers with (PEM).
+    pub tls_ca: Option<std::path::PathBuf>,
+    /// A client certificate and its key (PEM).
+    pub tls_cert: Option<(std::path::PathBuf, std::path::PathBuf)>,
+}
+
+impl std::fmt::Debug for NatsAuth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NatsAuth")
+            .field("creds", &self.creds)
+            .field("token", &self.token.as_ref().map(|_| "<hidden>"))
+            .field("user", &self.user.as_ref().map(|(u, _)| (u, "<hidden>")))
+            .field("tls", &self.tls)
+            .field("tls_ca", &self.tls_ca)
+            .field("tls_cert", &self.tls_cert)
+            .finish()
+    }
+}
+
+/// `text` with every secret of `target` (passwords in its URLs, its password and token)
+/// replaced, whatever a library put into an error message.
+fn hide_secrets(text: &str, target: &NatsTarget) -> String {
+    let mut secrets: Vec<String> = Vec::new();
+    for u in target.urls.split(',') {
+        if let (Some(scheme), Some(at)) = (u.find("://"), u.rfind('@'))
+            && at > scheme
+        {
+            secrets.push(u[scheme + 3..at].to_string());
+        }
+    }
+    secrets.extend(target.auth.token.clone());
+    secrets.extend(target.auth.user.as_ref().map(|(_, p)| p.clone()));
+    let mut out = text.to_string();
+    for s in secrets.iter().filter(|s| !s.is_empty()) {
+        out = out.replace(s.as_str(), "<hidden>");
+    }
+    out
+}
+
+/// The user information of the first of `urls` that carries one: `user:password` or a token,
+/// percent-decoded (the client does not read it from the URL itself).
+fn url_credentials(urls: &str) -> Option<(String, Option<String>)> {
+    urls.split(',').find_map(|u| {
+        let u = u.trim();
+        let scheme = u.find("://")?;
+        let at = u.rfind('@').filter(|at| *at > scheme)?;
+        let info = &u[scheme + 3..at];
+        Some(match info.split_once(':') {
+            Some((user, password)) => (percent_decode(user), Some(percent_decode(password))),
+            None => (percent_decode(info), None),
+        })
+    })
+}
+
+fn percent_decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = bytes
+            .get(i + 1..i + 3)
+            .and_then(|h| std::str::from_utf8(h).ok())
+            .and_then(|h| u8::from_str_radix(h, 16).ok());
+        match (bytes[i], hex) {
+            (b'%', Some(b)) => {
+                out.push(b);
+                i += 3;
+            }
+            (b, _) => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// `urls` without the user information any of them carries (for messages).
+pub fn describe_urls(urls: &str) -> String {
+    urls.split(',')
+        .map(|u| {
+            let u = u.trim();
+            match (u.find("://"), u.rfind('@')) {
+                (Some(scheme), Some(at)) if at > scheme => {
+                    format!("{}://{}", &u[..scheme], &u[at + 1..])
+                }
+                _ => u.to_string(),
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
 /// Where and how the sink publishes.
 #[derive(Clone, Debug)]
 pub struct NatsTarget {
@@ -65,6 +173,10 @@ pub struct NatsTarget {
     pub database: String,
     /// No state file yet: the stream must hold nothing of this slot.
     pub fresh: bool,
+    /// Credentials and TLS.
+    pub auth: NatsAuth,
+    /// Where the publications awaiting acknowledgement are counted (`--metrics`).
+    pub acks_pending: Option<std::sync::Arc<std::sync::atomic::AtomicU64>>,
 }
 
 /// One publication for the sink's thread.
@@ -258,7 +370,7 @@ fn serve(
             return;
         }
     };
-    let js = match runtime.block_on(connect(&target)) {
+    let js = match runtime.block_on(connect_retrying(&target)) {
         Ok((js, last)) => {
             let _ = opened.send(Ok(last));
             js
@@ -277,6 +389,11 @@ fn serve(
             .map(|_| ())
             .map_err(|e| lost(&target.stream, format!("publish not acknowledged: {e}")))
     };
+    let count = |pending: &std::collections::VecDeque<PublishAckFuture>| {
+        if let Some(gauge) = &target.acks_pending {
+            gauge.store(pending.len() as u64, std::sync::atomic::Ordering::Relaxed);
+        }
+    };
     while let Ok(cmd) = cmds.recv() {
         let result = match cmd {
             Cmd::Publish {
@@ -293,16 +410,19 @@ fn serve(
                 match runtime.block_on(js.publish_with_headers(subject, map, body)) {
                     Ok(f) => {
                         pending.push_back(f);
-                        match pending.len() > PENDING_ACKS {
+                        let oldest = match pending.len() > PENDING_ACKS {
                             true => pending.pop_front().map_or(Ok(()), &ack),
                             false => Ok(()),
-                        }
+                        };
+                        count(&pending);
+                        oldest
                     }
                     Err(e) => Err(lost(&target.stream, format!("publish failed: {e}"))),
                 }
             }
             Cmd::Flush => {
                 let all = pending.drain(..).try_for_each(&ack);
+                count(&pending);
                 let answer = all.as_ref().map(|_| ()).map_err(clone_error);
                 if replies.send(answer).is_err() {
                     return;
@@ -322,18 +442,104 @@ fn clone_error(e: &io::Error) -> io::Error {
     io::Error::new(e.kind(), e.to_string())
 }
 
+/// [`connect`], tried again with backoff (250 ms doubling to 5 s, a line on stderr each time)
+/// for up to [`OPEN_RETRY`] while the failure is one a server coming back or a cluster
+/// electing its leaders cures.
+async fn connect_retrying(
+    target: &NatsTarget,
+) -> io::Result<(async_nats::jetstream::Context, Option<ReadMarker>)> {
+    let started = std::time::Instant::now();
+    let mut backoff = Duration::from_millis(250);
+    loop {
+        match connect(target).await {
+            Err(e)
+                if e.kind() == io::ErrorKind::ConnectionAborted
+                    && started.elapsed() < OPEN_RETRY =>
+            {
+                eprintln!(
+                    "rowid-cdc: {e}; trying again in {:.2} s",
+                    backoff.as_secs_f64()
+                );
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(5));
+            }
+            other => return other,
+        }
+    }
+}
+
+/// Whether a failure to get or create the stream is one a retry can cure: no answer in time,
+/// JetStream not answering, or its cluster temporarily unavailable (error 10008).
+fn transient(e: &async_nats::jetstream::context::CreateStreamError) -> bool {
+    use async_nats::jetstream::context::CreateStreamErrorKind as K;
+    match e.kind() {
+        K::TimedOut | K::JetStreamUnavailable | K::Response => true,
+        K::JetStream(js) => {
+            js.error_code() == async_nats::jetstream::ErrorCode::CLUSTER_NOT_AVAILABLE
+        }
+        _ => false,
+    }
+}
+
 /// Connects to the servers, gets or creates the stream and checks it, and reads the slot's
 /// last marker.
 async fn connect(
     target: &NatsTarget,
 ) -> io::Result<(async_nats::jetstream::Context, Option<ReadMarker>)> {
     let name = &target.stream;
-    let urls: Vec<&str> = target.urls.split(',').map(str::trim).collect();
-    let client = async_nats::ConnectOptions::new()
+    let described = describe_urls(&target.urls);
+    let urls: Vec<&str> = described.split(',').collect();
+    let auth = &target.auth;
+    let mut options = match &auth.creds {
+        Some(path) => async_nats::ConnectOptions::with_credentials_file(path)
+            .await
+            .map_err(|e| {
+                io::Error::other(format!(
+                    "NATS credentials file {}: cannot be read: {e}",
+                    path.display()
+                ))
+            })?,
+        None => async_nats::ConnectOptions::new(),
+    };
+    if let Some(token) = &auth.token {
+        options = options.token(token.clone());
+    }
+    if let Some((user, password)) = &auth.user {
+        options = options.user_and_password(user.clone(), password.clone());
+    } else if auth.token.is_none() {
+        match url_credentials(&target.urls) {
+            Some((user, Some(password))) => options = options.user_and_password(user, password),
+            Some((token, None)) => options = options.token(token),
+            None => {}
+        }
+    }
+    if let Some(ca) = &auth.tls_ca {
+        options = options.add_root_certificates(ca.clone());
+    }
+    if let Some((cert, key)) = &auth.tls_cert {
+        options = options.add_client_certificate(cert.clone(), key.clone());
+    }
+    let tls = auth.tls || auth.tls_ca.is_some() || auth.tls_cert.is_some();
+    let client = options
         .name("rowid-cdc")
+        .require_tls(tls)
         .connect(urls.as_slice())
         .await
-        .map_err(|e| lost(name, format!("cannot connect to {}: {e}", target.urls)))?;
+        .map_err(|e| {
+            // Refused credentials or TLS settings are not cured by trying again.
+            use async_nats::ConnectErrorKind as K;
+            let text = hide_secrets(&e.to_string(), target);
+            match e.kind() {
+                K::Authentication | K::AuthorizationViolation | K::Tls | K::ServerParse => {
+                    io::Error::other(format!("NATS {described}: {text}"))
+                }
+                // A certificate the roots do not verify arrives as an I/O error.
+                K::Io if text.contains("invalid peer certificate") => {
+                    io::Error::other(format!("NATS {described}: {text}"))
+                }
+                _ => lost(name, format!("cannot connect to {described}: {text}")),
+            }
+        })?;
     let js = async_nats::jetstream::new(client);
     let filter = subject::stream_filter(&target.prefix);
     let stream = js
@@ -346,7 +552,10 @@ async fn connect(
             ..Default::default()
         })
         .await
-        .map_err(|e| io::Error::other(format!("NATS stream {name}: cannot create it: {e}")))?;
+        .map_err(|e| match transient(&e) {
+            true => lost(name, format!("cannot get or create it: {e}")),
+            false => io::Error::other(format!("NATS stream {name}: cannot create it: {e}")),
+        })?;
     let config = &stream.cached_info().config;
     if !config.subjects.iter().any(|s| *s == filter || s == ">") {
         return Err(io::Error::other(format!(
@@ -428,4 +637,46 @@ async fn connect(
         )));
     }
     Ok((js, Some(marker)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Credentials in a URL are found and decoded, and gone from what messages show; secrets
+    /// in a library's message are hidden.
+    #[test]
+    fn urls_give_their_credentials_and_messages_drop_them() {
+        let urls = "nats://a:4222, nats://cdc:p%40ss@b:4222";
+        assert_eq!(
+            url_credentials(urls),
+            Some(("cdc".into(), Some("p@ss".into())))
+        );
+        assert_eq!(
+            url_credentials("tls://tok3n@c:4222"),
+            Some(("tok3n".into(), None))
+        );
+        assert_eq!(url_credentials("nats://a:4222"), None);
+        assert_eq!(describe_urls(urls), "nats://a:4222,nats://b:4222");
+        let target = NatsTarget {
+            urls: urls.into(),
+            stream: "S".into(),
+            replicas: 1,
+            prefix: "p".into(),
+            slot: "s".into(),
+            database: "d".into(),
+            fresh: false,
+            auth: NatsAuth {
+                token: Some("t0ken".into()),
+                ..NatsAuth::default()
+            },
+            acks_pending: None,
+        };
+        assert_eq!(
+            hide_secrets("failed for nats://cdc:p%40ss@b:4222 with t0ken", &target),
+            "failed for nats://<hidden>@b:4222 with <hidden>"
+        );
+        let shown = format!("{target:?}");
+        assert!(!shown.contains("t0ken"), "{shown}");
+    }
 }
