@@ -73,8 +73,11 @@ fn storage_table(
 }
 
 pub fn run() -> Result<(), String> {
-    step("setup: cargo-pgrx, PostgreSQL 15 and its build packages (skipped when present)");
+    step(
+        "setup: cargo-pgrx, PostgreSQL 15 and its build packages, nats-server (skipped when present)",
+    );
     setup::pgrx(&[])?;
+    setup::apt(&["nats-server"])?;
     step("build and install the extension into the system PostgreSQL 15");
     let mut install = cargo();
     install
@@ -211,6 +214,7 @@ pub fn run() -> Result<(), String> {
     capture_by_trigger(&cluster)?;
     follow_with_rowid_cdc(&cluster)?;
     keep_a_replica(&cluster)?;
+    publish_to_nats(&cluster)?;
     drop(cluster);
     println!("\ndemo finished; the cluster under target/demo is stopped.");
     Ok(())
@@ -541,5 +545,114 @@ fn keep_a_replica(cluster: &Cluster) -> Result<(), String> {
         WHERE c.relnamespace = 'public'::regnamespace ORDER BY 1",
     )?;
     psql(cluster, "SELECT pg_drop_replication_slot('demo_replica')")?;
+    Ok(())
+}
+
+/// `rowid-cdc --sink nats:URL` into a JetStream stream of a `nats-server` the demo starts, and
+/// the messages read back (the crate's `nats_read` example).
+fn publish_to_nats(cluster: &Cluster) -> Result<(), String> {
+    step("rowid-cdc --sink nats: the changes in a NATS JetStream stream, exactly once");
+    exec(cargo().args(["build", "-p", "rowid-cdc", "--example", "nats_read"]))?;
+    let dir = root().join("target").join("demo");
+    let store = dir.join("nats");
+    let state = dir.join("nats.state");
+    let _ = std::fs::remove_dir_all(&store);
+    let _ = std::fs::remove_file(&state);
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map_err(|e| e.to_string())?
+        .port();
+    let url = format!("nats://127.0.0.1:{port}");
+    println!("\n$ nats-server -js -a 127.0.0.1 -p {port} -sd target/demo/nats");
+    let mut server = std::process::Command::new("nats-server")
+        .args(["-js", "-a", "127.0.0.1", "-p", &port.to_string(), "-sd"])
+        .arg(&store)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .map_err(|e| format!("nats-server: {e}"))?;
+    let result = publish_and_read(cluster, &url, &state);
+    let _ = server.kill();
+    let _ = server.wait();
+    result
+}
+
+fn publish_and_read(cluster: &Cluster, url: &str, state: &std::path::Path) -> Result<(), String> {
+    let started = std::time::Instant::now();
+    while std::net::TcpStream::connect(url.trim_start_matches("nats://")).is_err() {
+        if started.elapsed() > std::time::Duration::from_secs(30) {
+            return Err("nats-server did not listen".into());
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    show(
+        cluster,
+        "a table to publish",
+        "
+        CREATE TABLE orders (id int8 PRIMARY KEY, item text);
+        CREATE PUBLICATION demo_nats FOR TABLE orders;
+        SELECT 'ready' AS source",
+    )?;
+    let binary = root().join("target").join("debug").join("rowid-cdc");
+    let dsn = cluster.dsn("postgres");
+    println!(
+        "\n$ rowid-cdc --dsn '{dsn}' --slot demo_nats --publication demo_nats --create-slot \\\n    \
+         --state target/demo/nats.state --sink nats:{url} --stop-after 3"
+    );
+    let mut child = std::process::Command::new(&binary)
+        .args([
+            "--dsn",
+            &dsn,
+            "--slot",
+            "demo_nats",
+            "--publication",
+            "demo_nats",
+        ])
+        .args(["--create-slot", "--stop-after", "3", "--state"])
+        .arg(state)
+        .args(["--sink", &format!("nats:{url}")])
+        .spawn()
+        .map_err(|e| format!("{}: {e}", binary.display()))?;
+    while !psql(
+        cluster,
+        "SELECT count(*) FROM pg_replication_slots WHERE slot_name = 'demo_nats' AND active",
+    )?
+    .contains(" 1\n")
+    {
+        if started.elapsed() > std::time::Duration::from_secs(60) {
+            let _ = child.kill();
+            return Err("rowid-cdc did not start streaming into NATS".into());
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    show(
+        cluster,
+        "three changes: an insert, a key change, a delete",
+        "
+        INSERT INTO orders VALUES (1, 'tea');
+        UPDATE orders SET id = 2 WHERE id = 1;
+        DELETE FROM orders WHERE id = 2;
+        SELECT 'done' AS workload",
+    )?;
+    let status = child.wait().map_err(|e| e.to_string())?;
+    if !status.success() {
+        return Err(format!("rowid-cdc into NATS ended with {status}"));
+    }
+    println!(
+        "\n$ cargo run -p rowid-cdc --example nats_read -- {url} ROWID_CDC rowid_cdc\n\
+         (each change on subject rowid_cdc.<database>.<schema>.<table>; the headers carry the \
+         message id, relation, operation, commit LSN and identity)"
+    );
+    exec(
+        std::process::Command::new(
+            root()
+                .join("target")
+                .join("debug")
+                .join("examples")
+                .join("nats_read"),
+        )
+        .args([url, "ROWID_CDC", "rowid_cdc"]),
+    )?;
+    psql(cluster, "SELECT pg_drop_replication_slot('demo_nats')")?;
     Ok(())
 }
