@@ -589,8 +589,8 @@ fn publish_and_read(cluster: &Cluster, url: &str, state: &std::path::Path) -> Re
         cluster,
         "a table to publish",
         "
-        CREATE TABLE orders (id int8 PRIMARY KEY, item text);
-        CREATE PUBLICATION demo_nats FOR TABLE orders;
+        CREATE TABLE shipments (id int8 PRIMARY KEY, item text);
+        CREATE PUBLICATION demo_nats FOR TABLE shipments;
         SELECT 'ready' AS source",
     )?;
     let binary = root().join("target").join("debug").join("rowid-cdc");
@@ -629,9 +629,9 @@ fn publish_and_read(cluster: &Cluster, url: &str, state: &std::path::Path) -> Re
         cluster,
         "three changes: an insert, a key change, a delete",
         "
-        INSERT INTO orders VALUES (1, 'tea');
-        UPDATE orders SET id = 2 WHERE id = 1;
-        DELETE FROM orders WHERE id = 2;
+        INSERT INTO shipments VALUES (1, 'tea');
+        UPDATE shipments SET id = 2 WHERE id = 1;
+        DELETE FROM shipments WHERE id = 2;
         SELECT 'done' AS workload",
     )?;
     let status = child.wait().map_err(|e| e.to_string())?;
