@@ -16,6 +16,7 @@
 mod common;
 mod nats_kit;
 
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use common::{
@@ -26,11 +27,19 @@ use nats_kit::{
     wait_changes, workload,
 };
 
+/// The tests share the server's WAL and the machine's ports: one at a time.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 /// Exactly once, in commit order, equal to the audit: a workload with the consumer killed 5
 /// times.
 #[test]
 #[ignore = "needs a PostgreSQL server with wal_level=logical, the extension and nats-server: run through `cargo xtask test`"]
 fn every_change_reaches_the_stream_exactly_once_through_kills() {
+    let _serial = serial();
     let nats = NatsServer::start("once");
     let db = database("rowid_cdc_nats", "nats_once");
     audited_table(&db, "nats_once");
@@ -107,6 +116,7 @@ fn every_change_reaches_the_stream_exactly_once_through_kills() {
 #[test]
 #[ignore = "needs a PostgreSQL server with wal_level=logical, the extension and nats-server: run through `cargo xtask test`"]
 fn what_the_stream_could_not_keep_exactly_is_refused() {
+    let _serial = serial();
     let nats = NatsServer::start("refusals");
     let db = database("rowid_cdc_nats_refusals", "nats_gap");
     db.run(
@@ -189,6 +199,7 @@ fn what_the_stream_could_not_keep_exactly_is_refused() {
 #[test]
 #[ignore = "needs a PostgreSQL server with wal_level=logical, the extension and nats-server: run through `cargo xtask test`"]
 fn credentials_come_from_the_environment_and_never_show() {
+    let _serial = serial();
     let password = "pw-7f3a9c-secret";
     let token = "tok-51be0d-secret";
     let with_user = NatsServer::start_with("user", &["--user", "cdc", "--pass", password]);
@@ -295,6 +306,7 @@ fn credentials_come_from_the_environment_and_never_show() {
 #[test]
 #[ignore = "needs a PostgreSQL server with wal_level=logical, the extension, nats-server and openssl: run through `cargo xtask test`"]
 fn tls_is_verified_against_the_given_root() {
+    let _serial = serial();
     let certs = Dir::new("nats-tls-certs");
     let d = &certs.0;
     let subj = |cn: &str| format!("/CN=rowid-cdc nats test {cn}");
@@ -397,4 +409,47 @@ fn tls_is_verified_against_the_given_root() {
     db.run("INSERT INTO s VALUES (1);").unwrap();
     let (ok, err) = running.finish(Duration::from_secs(30));
     assert!(ok, "the change went through TLS: {err}");
+}
+
+/// A change larger than the servers take stops the run, naming the table and the limit (it is
+/// not retried forever as if the connection were lost).
+#[test]
+#[ignore = "needs a PostgreSQL server with wal_level=logical, the extension and nats-server: run through `cargo xtask test`"]
+fn a_change_larger_than_the_servers_take_is_refused_by_name() {
+    let _serial = serial();
+    let config = Dir::new("nats-payload-config");
+    let file = config.file("small.conf");
+    std::fs::write(&file, "max_payload: 4096\n").unwrap();
+    let nats = NatsServer::start_with("payload", &["-c", &file.display().to_string()]);
+    let db = database("rowid_cdc_nats_payload", "nats_payload");
+    db.run(
+        "CREATE EXTENSION pg_trickle_ext;
+         SELECT pgtrickle.enable_identity_messages();
+         CREATE TABLE big (id int8 PRIMARY KEY, body text);
+         CREATE PUBLICATION nats_payload FOR TABLE big;",
+    )
+    .unwrap();
+    let dir = Dir::new("nats-payload");
+    let cdc = Cdc {
+        dsn: db.dsn(),
+        slot: "nats_payload",
+        publication: "nats_payload",
+        dir: &dir,
+    };
+    let _drop = DropSlot(&db, "nats_payload");
+    let mut running = Running(
+        cdc.command_into(&format!("nats:{}", nats.url), &["--create-slot"])
+            .spawn()
+            .unwrap(),
+    );
+    wait_streaming(&db, "nats_payload", &mut running);
+    db.run("INSERT INTO big VALUES (1, repeat('x', 10000));")
+        .unwrap();
+    let (ok, err) = running.finish(Duration::from_secs(30));
+    assert!(!ok, "{err}");
+    assert!(
+        err.contains("a change of public.big")
+            && err.contains("more than the servers' max_payload (4096 bytes)"),
+        "{err}"
+    );
 }

@@ -72,7 +72,7 @@ impl NatsServer {
     }
 
     fn with(name: &str, port: u16, extra: Vec<String>) -> NatsServer {
-        let dir = Dir::new(&format!("nats-{name}"));
+        let dir = Dir::new(&format!("nats-server-{name}"));
         let mut args = vec![
             "-js".to_string(),
             "-a".into(),

@@ -370,10 +370,12 @@ fn serve(
             return;
         }
     };
-    let js = match runtime.block_on(connect_retrying(&target)) {
-        Ok((js, last)) => {
-            let _ = opened.send(Ok(last));
-            js
+    let Connected {
+        js, max_payload, ..
+    } = match runtime.block_on(connect_retrying(&target)) {
+        Ok(connected) => {
+            let _ = opened.send(Ok(connected.last.clone()));
+            connected
         }
         Err(e) => {
             let _ = opened.send(Err(e));
@@ -396,6 +398,24 @@ fn serve(
     };
     while let Ok(cmd) = cmds.recv() {
         let result = match cmd {
+            Cmd::Publish {
+                subject,
+                id,
+                headers,
+                body,
+            } if body.len() > max_payload => {
+                let relation = headers
+                    .iter()
+                    .find(|(n, _)| *n == "Rowid-Relation")
+                    .map_or(subject.as_str(), |(_, v)| v.as_str());
+                Err(io::Error::other(format!(
+                    "NATS stream {}: a change of {relation} (message {id}) is {} bytes, more \
+                     than the servers' max_payload ({max_payload} bytes); raise max_payload \
+                     in the servers' configuration",
+                    target.stream,
+                    body.len()
+                )))
+            }
             Cmd::Publish {
                 subject,
                 id,
@@ -442,12 +462,18 @@ fn clone_error(e: &io::Error) -> io::Error {
     io::Error::new(e.kind(), e.to_string())
 }
 
+/// A connection to the servers, checked: the stream's context, the slot's last marker, and
+/// the largest message the servers take.
+struct Connected {
+    js: async_nats::jetstream::Context,
+    last: Option<ReadMarker>,
+    max_payload: usize,
+}
+
 /// [`connect`], tried again with backoff (250 ms doubling to 5 s, a line on stderr each time)
 /// for up to [`OPEN_RETRY`] while the failure is one a server coming back or a cluster
 /// electing its leaders cures.
-async fn connect_retrying(
-    target: &NatsTarget,
-) -> io::Result<(async_nats::jetstream::Context, Option<ReadMarker>)> {
+async fn connect_retrying(target: &NatsTarget) -> io::Result<Connected> {
     let started = std::time::Instant::now();
     let mut backoff = Duration::from_millis(250);
     loop {
@@ -483,9 +509,7 @@ fn transient(e: &async_nats::jetstream::context::CreateStreamError) -> bool {
 
 /// Connects to the servers, gets or creates the stream and checks it, and reads the slot's
 /// last marker.
-async fn connect(
-    target: &NatsTarget,
-) -> io::Result<(async_nats::jetstream::Context, Option<ReadMarker>)> {
+async fn connect(target: &NatsTarget) -> io::Result<Connected> {
     let name = &target.stream;
     let described = describe_urls(&target.urls);
     let urls: Vec<&str> = described.split(',').collect();
@@ -540,6 +564,7 @@ async fn connect(
                 _ => lost(name, format!("cannot connect to {described}: {text}")),
             }
         })?;
+    let max_payload = client.server_info().max_payload;
     let js = async_nats::jetstream::new(client);
     let filter = subject::stream_filter(&target.prefix);
     let stream = js
@@ -606,7 +631,11 @@ async fn connect(
         Err(e) => return Err(lost(name, format!("cannot read {markers}: {e}"))),
     };
     let Some((marker, sequence, published)) = last else {
-        return Ok((js, None));
+        return Ok(Connected {
+            js,
+            last: None,
+            max_payload,
+        });
     };
     if target.fresh {
         return Err(io::Error::other(format!(
@@ -636,7 +665,11 @@ async fn connect(
             window.as_secs()
         )));
     }
-    Ok((js, Some(marker)))
+    Ok(Connected {
+        js,
+        last: Some(marker),
+        max_payload,
+    })
 }
 
 #[cfg(test)]
