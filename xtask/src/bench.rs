@@ -665,8 +665,9 @@ fn wal_capture(
 
 /// Runs the benchmarks (`only`: one part, `codec`, `sql` or `wal`).
 pub fn run(quick: bool, only: Option<&str>) -> Result<(), String> {
-    const PARTS: [&str; 9] = [
+    const PARTS: [&str; 10] = [
         "codec", "sql", "per-row", "physical", "probe", "wal", "capture", "replica", "locality",
+        "nats",
     ];
     if let Some(part) = only
         && !PARTS.contains(&part)
@@ -702,7 +703,7 @@ pub fn run(quick: bool, only: Option<&str>) -> Result<(), String> {
         codec(quick, &mut report)?;
     }
     if ![
-        "per-row", "physical", "probe", "wal", "capture", "replica", "locality",
+        "per-row", "physical", "probe", "wal", "capture", "replica", "locality", "nats",
     ]
     .iter()
     .any(|p| wanted(p))
@@ -760,6 +761,12 @@ pub fn run(quick: bool, only: Option<&str>) -> Result<(), String> {
         };
         let binary = rowid_cdc_binary(quick)?;
         crate::bench_replica::replica(&cluster, &binary, &work, &mut report)?;
+    }
+    // Not in the quick run inside `cargo xtask test`: the NATS tests cover the sink there,
+    // and three servers would be started for 10^4 changes.
+    if wanted("nats") && !quick {
+        let binary = rowid_cdc_binary(quick)?;
+        crate::bench_nats::nats(&cluster, &binary, sizes.rows, &mut report)?;
     }
     if wanted("locality") {
         let work = if quick {

@@ -9,12 +9,13 @@
 //! cargo xtask fuzz [--seconds N] fuzz the identity and pgoutput decoders (nightly)
 //! cargo xtask bench [--quick]    benchmarks with their baselines (report in target/bench);
 //!   [--only PART]                 one part: codec, per-row, physical, probe, capture, replica,
-//!                                 locality,
+//!                                 locality, nats,
 //!                                 wal, or sql (per-row, physical and probe)
 //! ```
 
 mod bench;
 mod bench_locality;
+mod bench_nats;
 mod bench_replica;
 mod demo;
 mod fuzz;
