@@ -134,7 +134,8 @@ pub fn nats(
         .args(extra);
         c
     };
-    // (slot, sink, extra arguments) per reader and run.
+    // (slot, sink, extra arguments) per reader and run; a run's streams have subjects of their
+    // own (two streams of one server cannot share subjects).
     let readers: Vec<(String, String, Vec<String>)> = (1..=2)
         .flat_map(|run| {
             [
@@ -149,7 +150,12 @@ pub fn nats(
                 (
                     format!("nb_r1_{run}"),
                     format!("nats:nats://127.0.0.1:{single}"),
-                    vec!["--nats-stream".into(), format!("R1_{run}")],
+                    vec![
+                        "--nats-stream".into(),
+                        format!("R1_{run}"),
+                        "--nats-subject-prefix".into(),
+                        format!("bench{run}"),
+                    ],
                 ),
                 (
                     format!("nb_r3_{run}"),
@@ -159,6 +165,8 @@ pub fn nats(
                         format!("R3_{run}"),
                         "--nats-replicas".into(),
                         "3".into(),
+                        "--nats-subject-prefix".into(),
+                        format!("bench{run}"),
                     ],
                 ),
             ]
