@@ -380,6 +380,43 @@ fn rowid_cdc_binary(quick: bool) -> Result<std::path::PathBuf, String> {
         .join("rowid-cdc"))
 }
 
+/// `rowid-cdc` at `binary` following `slot` of publication `p` of `dsn` into `sink`, its state
+/// file in `dir`, with `extra` arguments.
+pub(crate) fn cdc_command(
+    binary: &Path,
+    dsn: &str,
+    dir: &Path,
+    slot: &str,
+    sink: &str,
+    extra: &[&str],
+) -> std::process::Command {
+    let mut c = std::process::Command::new(binary);
+    c.args([
+        "--dsn",
+        dsn,
+        "--slot",
+        slot,
+        "--publication",
+        "p",
+        "--sink",
+        sink,
+    ])
+    .arg("--state")
+    .arg(dir.join(format!("{slot}.state")))
+    .args(extra);
+    c
+}
+
+/// The peak RSS in MB that rowid-cdc's last progress line gives in `stderr`, or `-`.
+pub(crate) fn rss(stderr: &str) -> String {
+    stderr
+        .lines()
+        .rev()
+        .find_map(|l| l.split("peak RSS ").nth(1))
+        .and_then(|v| v.trim_end_matches(" KiB").trim().parse::<f64>().ok())
+        .map_or("-".to_string(), |k| format!("{:.1}", k / 1024.0))
+}
+
 /// Rounds of COPY and `--snapshot` (null sink) in bench 5a, alternating.
 const SNAPSHOT_ROUNDS: usize = 5;
 
@@ -420,28 +457,7 @@ fn wal_capture(
     ))?;
     let dsn = cluster.dsn("cdcbench");
     let cdc = |slot: &str, sink: &str, extra: &[&str]| {
-        let mut c = std::process::Command::new(&binary);
-        c.args([
-            "--dsn",
-            &dsn,
-            "--slot",
-            slot,
-            "--publication",
-            "p",
-            "--sink",
-            sink,
-        ])
-        .arg("--state")
-        .arg(dir.join(format!("{slot}.state")))
-        .args(extra);
-        c
-    };
-    let rss = |err: &str| {
-        err.lines()
-            .rev()
-            .find_map(|l| l.split("peak RSS ").nth(1))
-            .and_then(|v| v.trim_end_matches(" KiB").trim().parse::<f64>().ok())
-            .map_or("-".to_string(), |k| format!("{:.1}", k / 1024.0))
+        cdc_command(&binary, &dsn, &dir, slot, sink, extra)
     };
     // The initial snapshot of t against binary COPY of the same rows into /dev/null.
     let copy = || -> Result<f64, String> {

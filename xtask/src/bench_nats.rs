@@ -118,21 +118,7 @@ pub fn nats(
     std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     let dsn = cluster.dsn("natsbench");
     let cdc = |slot: &str, sink: &str, extra: &[&str]| {
-        let mut c = Command::new(binary);
-        c.args([
-            "--dsn",
-            &dsn,
-            "--slot",
-            slot,
-            "--publication",
-            "p",
-            "--sink",
-            sink,
-        ])
-        .arg("--state")
-        .arg(dir.join(format!("{slot}.state")))
-        .args(extra);
-        c
+        crate::bench::cdc_command(binary, &dsn, &dir, slot, sink, extra)
     };
     // (slot, sink, extra arguments) per reader and run; a run's streams have subjects of their
     // own (two streams of one server cannot share subjects).
@@ -202,13 +188,7 @@ pub fn nats(
     else {
         return Err("a reader did not run".into());
     };
-    let rss = |err: &str| {
-        err.lines()
-            .rev()
-            .find_map(|l| l.split("peak RSS ").nth(1))
-            .and_then(|v| v.trim_end_matches(" KiB").trim().parse::<f64>().ok())
-            .map_or("-".to_string(), |k| format!("{:.1}", k / 1024.0))
-    };
+    let rss = crate::bench::rss;
     report.push_str(&format!(
         "## 9. NATS JetStream sink (one UPDATE of {n} rows, one transaction)\n\n\
          Each reader has two slots of its own made before the UPDATE and reads the \

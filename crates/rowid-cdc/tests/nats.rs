@@ -20,7 +20,8 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use common::{
-    Cdc, Dir, DropSlot, Running, database, openssl, wait_active, wait_free, wait_streaming,
+    Cdc, Dir, DropSlot, Running, ca, database, signed_certificate, wait_active, wait_free,
+    wait_streaming,
 };
 use nats_kit::{
     NatsServer, assert_equals_audit, audit, audited_table, create_stream, publish, read_stream,
@@ -242,51 +243,50 @@ fn credentials_come_from_the_environment_and_never_show() {
             "{err}"
         );
     }
+    // One change through the consumer started with `env`, read back from `read_url`; nothing
+    // of `secret` in what it printed.
+    let one_change =
+        |server: &NatsServer, env: &[(&str, &str)], read_url: &str, id: u32, secret: &str| {
+            let mut command = cdc.command_into(&format!("nats:{}", server.url), &["--create-slot"]);
+            command.envs(env.iter().copied());
+            let mut running = Running(command.spawn().unwrap());
+            wait_streaming(&db, "nats_auth", &mut running);
+            db.run(&format!("INSERT INTO a VALUES ({id});")).unwrap();
+            let t = Instant::now();
+            while read_stream(read_url, "ROWID_CDC").len() < 3 {
+                assert!(
+                    t.elapsed() < Duration::from_secs(30),
+                    "{}",
+                    running.report()
+                );
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let err = running.interrupt();
+            assert!(!err.contains(secret), "{err}");
+        };
     // User and password from the environment.
-    let mut running = Running(
-        cdc.command_into(&format!("nats:{}", with_user.url), &["--create-slot"])
-            .env("ROWID_CDC_NATS_USER", "cdc")
-            .env("ROWID_CDC_NATS_PASSWORD", password)
-            .spawn()
-            .unwrap(),
+    one_change(
+        &with_user,
+        &[
+            ("ROWID_CDC_NATS_USER", "cdc"),
+            ("ROWID_CDC_NATS_PASSWORD", password),
+        ],
+        &user_url,
+        1,
+        password,
     );
-    wait_streaming(&db, "nats_auth", &mut running);
-    db.run("INSERT INTO a VALUES (1);").unwrap();
-    let t = Instant::now();
-    while read_stream(&user_url, "ROWID_CDC").len() < 3 {
-        assert!(
-            t.elapsed() < Duration::from_secs(30),
-            "{}",
-            running.report()
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let err = running.interrupt();
-    assert!(!err.contains(password), "{err}");
     // A token from the environment, into the other server (a new slot and state).
     wait_free(&db, "nats_auth");
     db.run("SELECT pg_drop_replication_slot('nats_auth');")
         .unwrap();
     let _ = std::fs::remove_file(dir.file("cdc.state"));
-    let mut running = Running(
-        cdc.command_into(&format!("nats:{}", with_token.url), &["--create-slot"])
-            .env("ROWID_CDC_NATS_TOKEN", token)
-            .spawn()
-            .unwrap(),
+    one_change(
+        &with_token,
+        &[("ROWID_CDC_NATS_TOKEN", token)],
+        &token_url,
+        2,
+        token,
     );
-    wait_streaming(&db, "nats_auth", &mut running);
-    db.run("INSERT INTO a VALUES (2);").unwrap();
-    let t = Instant::now();
-    while read_stream(&token_url, "ROWID_CDC").len() < 3 {
-        assert!(
-            t.elapsed() < Duration::from_secs(30),
-            "{}",
-            running.report()
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let err = running.interrupt();
-    assert!(!err.contains(token), "{err}");
     // The password in the URL works, with a warning that does not repeat it.
     wait_free(&db, "nats_auth");
     let out = cdc
@@ -309,61 +309,8 @@ fn tls_is_verified_against_the_given_root() {
     let _serial = serial();
     let certs = Dir::new("nats-tls-certs");
     let d = &certs.0;
-    let subj = |cn: &str| format!("/CN=rowid-cdc nats test {cn}");
-    openssl(
-        d,
-        &[
-            "req",
-            "-x509",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-days",
-            "2",
-            "-subj",
-            &subj("ca"),
-            "-keyout",
-            "ca.key",
-            "-out",
-            "ca.crt",
-        ],
-    );
-    std::fs::write(d.join("san.cnf"), "subjectAltName=IP:127.0.0.1\n").unwrap();
-    openssl(
-        d,
-        &[
-            "req",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-subj",
-            &subj("server"),
-            "-keyout",
-            "server.key",
-            "-out",
-            "server.csr",
-        ],
-    );
-    openssl(
-        d,
-        &[
-            "x509",
-            "-req",
-            "-in",
-            "server.csr",
-            "-CA",
-            "ca.crt",
-            "-CAkey",
-            "ca.key",
-            "-CAcreateserial",
-            "-days",
-            "2",
-            "-extfile",
-            "san.cnf",
-            "-out",
-            "server.crt",
-        ],
-    );
+    ca(d, "ca");
+    signed_certificate(d, "ca", "IP:127.0.0.1");
     let cert = d.join("server.crt").display().to_string();
     let key = d.join("server.key").display().to_string();
     let nats = NatsServer::start_with("tls", &["--tls", "--tlscert", &cert, "--tlskey", &key]);

@@ -18,73 +18,16 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use common::openssl;
+use common::{ca, signed_certificate};
 use rowid_testkit::cluster::Cluster;
 use rowid_testkit::psql::Psql;
 
 /// The certificate's host name (resolved nowhere: the tests connect with `hostaddr`).
 const NAME: &str = "db.test";
 
-/// A CA (`{ca}.crt`, `{ca}.key`) in `dir`.
-fn ca(dir: &Path, ca: &str) {
-    openssl(
-        dir,
-        &[
-            "req",
-            "-x509",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-days",
-            "2",
-            "-subj",
-            &format!("/CN=rowid-cdc test {ca}"),
-            "-keyout",
-            &format!("{ca}.key"),
-            "-out",
-            &format!("{ca}.crt"),
-        ],
-    );
-}
-
 /// `server.crt` / `server.key` for `NAME`, signed by `ca`.
 fn server_certificate(dir: &Path, ca: &str) {
-    std::fs::write(dir.join("san.cnf"), format!("subjectAltName=DNS:{NAME}\n")).unwrap();
-    openssl(
-        dir,
-        &[
-            "req",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-subj",
-            &format!("/CN={NAME}"),
-            "-keyout",
-            "server.key",
-            "-out",
-            "server.csr",
-        ],
-    );
-    openssl(
-        dir,
-        &[
-            "x509",
-            "-req",
-            "-in",
-            "server.csr",
-            "-CA",
-            &format!("{ca}.crt"),
-            "-CAkey",
-            &format!("{ca}.key"),
-            "-CAcreateserial",
-            "-days",
-            "2",
-            "-extfile",
-            "san.cnf",
-            "-out",
-            "server.crt",
-        ],
-    );
+    signed_certificate(dir, ca, &format!("DNS:{NAME}"));
 }
 
 fn bindir() -> PathBuf {

@@ -249,6 +249,73 @@ pub fn openssl(dir: &std::path::Path, args: &[&str]) {
     );
 }
 
+/// A CA (`{ca}.crt`, `{ca}.key`) in `dir`.
+pub fn ca(dir: &std::path::Path, ca: &str) {
+    openssl(
+        dir,
+        &[
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "2",
+            "-subj",
+            &format!("/CN=rowid-cdc test {ca}"),
+            "-keyout",
+            &format!("{ca}.key"),
+            "-out",
+            &format!("{ca}.crt"),
+        ],
+    );
+}
+
+/// `server.crt` / `server.key` in `dir` for `subject_alt_name` (`DNS:name`, `IP:address`),
+/// signed by CA `ca` of [`ca`].
+pub fn signed_certificate(dir: &std::path::Path, ca: &str, subject_alt_name: &str) {
+    std::fs::write(
+        dir.join("san.cnf"),
+        format!("subjectAltName={subject_alt_name}\n"),
+    )
+    .unwrap();
+    openssl(
+        dir,
+        &[
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-subj",
+            &format!("/CN=rowid-cdc test server of {ca}"),
+            "-keyout",
+            "server.key",
+            "-out",
+            "server.csr",
+        ],
+    );
+    openssl(
+        dir,
+        &[
+            "x509",
+            "-req",
+            "-in",
+            "server.csr",
+            "-CA",
+            &format!("{ca}.crt"),
+            "-CAkey",
+            &format!("{ca}.key"),
+            "-CAcreateserial",
+            "-days",
+            "2",
+            "-extfile",
+            "san.cnf",
+            "-out",
+            "server.crt",
+        ],
+    );
+}
+
 /// Drops slot `.1` of `.0`'s server when dropped (declared before the consumer, so it runs
 /// after the consumer was killed): a test leaves no slot behind for the next to run out of.
 pub struct DropSlot<'a>(pub &'a Psql, pub &'a str);
