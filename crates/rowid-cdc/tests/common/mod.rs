@@ -127,6 +127,31 @@ impl Cdc<'_> {
         c
     }
 
+    /// Waits until the state file says the copy under the slot's exported snapshot is done
+    /// (`"snapshot": "done"`): before that a kill leaves a snapshot no restart can resume
+    /// (refused by design), so a test that kills at random must wait for this first. Fails
+    /// with `running`'s stderr as soon as it ended.
+    pub fn wait_snapshot_copied(&self, running: &mut Running) {
+        let t = Instant::now();
+        loop {
+            let state: Value = std::fs::read_to_string(self.dir.file("cdc.state"))
+                .ok()
+                .and_then(|s| serde_json::from_str(&s).ok())
+                .unwrap_or(Value::Null);
+            if state["snapshot"] == "done" {
+                return;
+            }
+            if running.0.try_wait().unwrap().is_some() {
+                panic!("the consumer ended: {}", running.report());
+            }
+            assert!(
+                t.elapsed() < Duration::from_secs(120),
+                "the snapshot is not done after 120 s: {state}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
     pub fn spawn(&self, extra: &[&str]) -> Running {
         Running(self.command(extra).spawn().unwrap())
     }
