@@ -214,13 +214,19 @@ pub fn relation_facts(rel: pg_sys::Oid) -> Option<RelationFacts> {
 }
 
 /// The leaf partitions of partitioned table `rel` whose replica identity setting is not
-/// `replica_identity`, by name.
+/// `replica_identity`, by name. Read from `pg_inherits`: `pg_partition_tree()` locks every
+/// partition, and this runs in the event triggers, at the end of any DDL.
 pub fn leaves_with_other_replica_identity(rel: pg_sys::Oid, replica_identity: u8) -> Vec<String> {
     let query = format!(
-        "SELECT c.oid::pg_catalog.regclass::pg_catalog.text \
-         FROM pg_catalog.pg_partition_tree({}::pg_catalog.regclass) t \
+        "WITH RECURSIVE tree(relid) AS ( \
+           SELECT {}::pg_catalog.oid \
+           UNION \
+           SELECT i.inhrelid FROM tree t \
+           JOIN pg_catalog.pg_inherits i ON i.inhparent OPERATOR(pg_catalog.=) t.relid) \
+         SELECT c.oid::pg_catalog.regclass::pg_catalog.text FROM tree t \
          JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) t.relid \
-         WHERE t.isleaf AND c.relreplident::pg_catalog.text OPERATOR(pg_catalog.<>) $1 ORDER BY 1",
+         WHERE c.relkind OPERATOR(pg_catalog.<>) 'p' \
+           AND c.relreplident::pg_catalog.text OPERATOR(pg_catalog.<>) $1 ORDER BY 1",
         u32::from(rel)
     );
     let ri = char::from(replica_identity).to_string();

@@ -255,17 +255,94 @@ CREATE PUBLICATION pgtrickle_identity FOR TABLE pgtrickle.identity_schemas;
 REVOKE EXECUTE ON FUNCTION pgtrickle.write_identity_schemas(pg_catalog.oid[]) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION pgtrickle.note_table_rewrite(pg_catalog.oid, integer) FROM PUBLIC;
 
+-- The tables publication `pubid` carries, the set pg_get_publication_tables() gives, read
+-- from the catalogs alone. That function opens every table it lists (PostgreSQL 16 on, for
+-- the column lists), so an event trigger calling it would queue behind any lock waiting on
+-- any published table: every DDL of the database would wait for it, and a client holding a
+-- published table while its own DDL waits deadlocks (rowid-cdc's snapshot with a replica in
+-- the same database did). The rules, as PostgreSQL's pg_publication.c applies them:
+-- publishable = table or partitioned table, permanent, not a system object; FOR ALL TABLES =
+-- publishable tables, and under publish_via_partition_root the partitioned roots instead of
+-- their partitions; a listed or schema-published partitioned table stands for its leaves,
+-- or for itself via the root, where a partition whose ancestor is also carried goes.
+-- The test `publication_relids_equal_the_servers` compares it with pg_publication_tables.
+CREATE FUNCTION pgtrickle.publication_relids(pubid pg_catalog.oid) RETURNS SETOF pg_catalog.oid
+LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $fn$
+  WITH RECURSIVE
+  pub AS (
+    SELECT p.puballtables AS alltables, p.pubviaroot AS viaroot
+    FROM pg_catalog.pg_publication p WHERE p.oid OPERATOR(pg_catalog.=) pubid
+  ),
+  publishable AS (
+    SELECT c.oid, c.relkind, c.relispartition, c.relnamespace FROM pg_catalog.pg_class c
+    WHERE c.relkind OPERATOR(pg_catalog.=) ANY (ARRAY['r', 'p']::pg_catalog."char"[])
+      AND c.relpersistence OPERATOR(pg_catalog.=) 'p'
+      AND c.oid OPERATOR(pg_catalog.>=) 16384::pg_catalog.oid
+  ),
+  named(relid) AS (
+    SELECT pr.prrelid FROM pg_catalog.pg_publication_rel pr
+    WHERE pr.prpubid OPERATOR(pg_catalog.=) pubid
+    UNION
+    SELECT t.oid FROM pg_catalog.pg_publication_namespace pn
+    JOIN publishable t ON t.relnamespace OPERATOR(pg_catalog.=) pn.pnnspid
+    WHERE pn.pnpubid OPERATOR(pg_catalog.=) pubid
+  ),
+  -- without publish_via_partition_root, a named partitioned table's partitions, all levels
+  below(relid, relkind) AS (
+    SELECT c.oid, c.relkind FROM named n
+    JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) n.relid
+    CROSS JOIN pub WHERE NOT pub.viaroot AND c.relkind OPERATOR(pg_catalog.=) 'p'
+    UNION
+    SELECT c.oid, c.relkind FROM below b
+    JOIN pg_catalog.pg_inherits i ON i.inhparent OPERATOR(pg_catalog.=) b.relid
+    JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) i.inhrelid
+  ),
+  carried(relid) AS (
+    SELECT n.relid FROM named n
+    JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) n.relid
+    CROSS JOIN pub WHERE pub.viaroot OR c.relkind OPERATOR(pg_catalog.<>) 'p'
+    UNION
+    SELECT b.relid FROM below b WHERE b.relkind OPERATOR(pg_catalog.<>) 'p'
+  ),
+  -- under publish_via_partition_root, each carried partition's ancestors
+  above(relid, ancestor) AS (
+    SELECT c.relid, i.inhparent FROM carried c
+    JOIN pg_catalog.pg_inherits i ON i.inhrelid OPERATOR(pg_catalog.=) c.relid
+    CROSS JOIN pub WHERE pub.viaroot
+    UNION
+    SELECT a.relid, i.inhparent FROM above a
+    JOIN pg_catalog.pg_class p ON p.oid OPERATOR(pg_catalog.=) a.ancestor AND p.relispartition
+    JOIN pg_catalog.pg_inherits i ON i.inhrelid OPERATOR(pg_catalog.=) a.ancestor
+  )
+  SELECT t.oid FROM publishable t CROSS JOIN pub
+  WHERE pub.alltables
+    AND ((t.relkind OPERATOR(pg_catalog.=) 'r' AND NOT (t.relispartition AND pub.viaroot))
+         OR (t.relkind OPERATOR(pg_catalog.=) 'p' AND pub.viaroot AND NOT t.relispartition))
+  UNION
+  SELECT c.relid FROM carried c CROSS JOIN pub
+  WHERE NOT pub.alltables
+    AND NOT EXISTS (
+      SELECT 1 FROM above a
+      JOIN pg_catalog.pg_class r ON r.oid OPERATOR(pg_catalog.=) a.relid AND r.relispartition
+      JOIN carried o ON o.relid OPERATOR(pg_catalog.=) a.ancestor
+      WHERE a.relid OPERATOR(pg_catalog.=) c.relid)
+$fn$;
+COMMENT ON FUNCTION pgtrickle.publication_relids(pg_catalog.oid) IS
+  'The tables a publication carries (as pg_get_publication_tables), from the catalogs alone: no lock on any table';
+
 -- The event-trigger functions run as the extension's owner, with a fixed search path and
 -- every name qualified: any role's DDL must be able to write the schema, and none may steer
 -- what is written. They run at the end of every DDL, so JIT is off for them: the catalog
--- queries are tiny, but pg_publication_tables' estimate (a function scan of 1000 rows per
+-- queries are tiny, but a set-returning function's estimate (1000 rows per call, per
 -- publication) passes jit_above_cost, and compiling them cost every DDL about a second on a
--- server built with LLVM (measured on PostgreSQL 15).
+-- server built with LLVM (measured on PostgreSQL 15, with pg_publication_tables). They take
+-- no lock on a table the DDL did not lock itself (pgtrickle.publication_relids).
 CREATE FUNCTION pgtrickle.identity_messages_on_ddl() RETURNS event_trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp SET jit = off AS $fn$
 BEGIN
   PERFORM pgtrickle.write_identity_schemas(ARRAY(
-    WITH cmd AS (SELECT classid, objid FROM pg_catalog.pg_event_trigger_ddl_commands()),
+    WITH RECURSIVE
+    cmd AS (SELECT classid, objid FROM pg_catalog.pg_event_trigger_ddl_commands()),
     touched(relid) AS (
       -- tables, and the table of an index (CREATE INDEX [CONCURRENTLY], ALTER INDEX)
       SELECT CASE WHEN c.relkind OPERATOR(pg_catalog.=) ANY (ARRAY['i', 'I']::pg_catalog."char"[])
@@ -285,7 +362,7 @@ BEGIN
       JOIN pg_catalog.pg_publication p
         ON cmd.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_publication'::pg_catalog.regclass
        AND p.oid OPERATOR(pg_catalog.=) cmd.objid
-      CROSS JOIN LATERAL pg_catalog.pg_get_publication_tables(p.pubname::pg_catalog.text) pt
+      CROSS JOIN LATERAL pgtrickle.publication_relids(p.oid) pt(relid)
       UNION
       -- ALTER PUBLICATION ... ADD TABLE
       SELECT pr.prrelid FROM cmd JOIN pg_catalog.pg_publication_rel pr
@@ -313,18 +390,26 @@ BEGIN
     ),
     -- a partitioned table stands for its whole tree (a key added to it reaches every leaf,
     -- ATTACH and DETACH change its leaves); a partition for its ancestors (a leaf's replica
-    -- identity decides whether the root's identity holds)
-    expanded(relid) AS (
+    -- identity decides whether the root's identity holds). Read from pg_inherits, not with
+    -- pg_partition_tree(), which locks every partition: see pgtrickle.publication_relids.
+    down(relid) AS (
       SELECT relid FROM tables
       UNION
-      SELECT p.relid FROM tables t CROSS JOIN LATERAL pg_catalog.pg_partition_tree(t.relid) p
-      UNION
-      SELECT a.relid FROM tables t CROSS JOIN LATERAL pg_catalog.pg_partition_ancestors(t.relid) a
+      SELECT i.inhrelid FROM down d
+      JOIN pg_catalog.pg_inherits i ON i.inhparent OPERATOR(pg_catalog.=) d.relid
+      JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) i.inhrelid AND c.relispartition
     ),
+    up(relid) AS (
+      SELECT relid FROM tables
+      UNION
+      SELECT i.inhparent FROM up u
+      JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) u.relid AND c.relispartition
+      JOIN pg_catalog.pg_inherits i ON i.inhrelid OPERATOR(pg_catalog.=) u.relid
+    ),
+    expanded(relid) AS (SELECT relid FROM down UNION SELECT relid FROM up),
     published(relid) AS (
-      SELECT DISTINCT pg_catalog.format('%I.%I', p.schemaname, p.tablename)
-                      ::pg_catalog.regclass::pg_catalog.oid
-      FROM pg_catalog.pg_publication_tables p
+      SELECT DISTINCT r.relid FROM pg_catalog.pg_publication p
+      CROSS JOIN LATERAL pgtrickle.publication_relids(p.oid) r(relid)
     )
     SELECT e.relid FROM expanded e JOIN published p ON p.relid OPERATOR(pg_catalog.=) e.relid
     UNION
@@ -401,9 +486,8 @@ BEGIN
   END IF;
   -- Every table published now gets its row (or has it brought up to date).
   PERFORM pgtrickle.write_identity_schemas(ARRAY(
-    SELECT DISTINCT pg_catalog.format('%I.%I', p.schemaname, p.tablename)
-                    ::pg_catalog.regclass::pg_catalog.oid
-    FROM pg_catalog.pg_publication_tables p ORDER BY 1));
+    SELECT DISTINCT r.relid FROM pg_catalog.pg_publication p
+    CROSS JOIN LATERAL pgtrickle.publication_relids(p.oid) r(relid) ORDER BY 1));
 END
 $fn$;
 COMMENT ON FUNCTION pgtrickle.enable_identity_messages() IS

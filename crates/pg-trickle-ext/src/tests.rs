@@ -917,8 +917,9 @@ fn extension_functions(filter: &str) -> Option<String> {
 }
 
 /// Every event-trigger function of the extension runs with JIT off: they run at the end of
-/// every DDL, and the planner's estimate for `pg_publication_tables` passes `jit_above_cost`,
-/// so on a server built with LLVM each DDL paid about a second of compilation.
+/// every DDL, and the planner's estimate for a set-returning function (there:
+/// `pg_publication_tables`) passes `jit_above_cost`, so on a server built with LLVM each DDL
+/// paid about a second of compilation.
 #[pg_test]
 fn event_trigger_functions_run_without_jit() {
     let event_trigger = "p.prorettype = 'event_trigger'::regtype";
@@ -936,6 +937,103 @@ fn event_trigger_functions_run_without_jit() {
              pgtrickle.identity_messages_on_drop(), pgtrickle.identity_messages_on_rewrite()"
         ),
         "the functions checked"
+    );
+}
+
+/// `pgtrickle.publication_relids` (the event triggers' lock-free reading of what a
+/// publication carries) gives, for every publication, the tables the server's
+/// `pg_publication_tables` gives: FOR ALL TABLES, FOR TABLE and FOR TABLES IN SCHEMA, each
+/// with and without publish_via_partition_root, over partitions in two levels and two
+/// schemas, a partition listed with its root, regular inheritance, and unlogged and temporary
+/// tables (never published).
+#[pg_test]
+fn publication_relids_equal_the_servers() {
+    Spi::run(
+        "CREATE SCHEMA pr_a; CREATE SCHEMA pr_b;
+         CREATE TABLE pr_a.plain (id int);
+         CREATE UNLOGGED TABLE pr_a.unlogged (id int);
+         CREATE TEMP TABLE pr_temp (id int);
+         CREATE TABLE pr_a.inh_parent (id int);
+         CREATE TABLE pr_a.inh_child () INHERITS (pr_a.inh_parent);
+         CREATE TABLE pr_a.root (id int) PARTITION BY RANGE (id);
+         CREATE TABLE pr_a.leaf1 PARTITION OF pr_a.root FOR VALUES FROM (0) TO (10);
+         CREATE TABLE pr_b.leaf2 PARTITION OF pr_a.root FOR VALUES FROM (10) TO (20);
+         CREATE TABLE pr_a.mid PARTITION OF pr_a.root FOR VALUES FROM (20) TO (40)
+           PARTITION BY RANGE (id);
+         CREATE TABLE pr_b.leaf3 PARTITION OF pr_a.mid FOR VALUES FROM (20) TO (30);
+         CREATE TABLE pr_a.leaf4 PARTITION OF pr_a.mid FOR VALUES FROM (30) TO (40);
+         CREATE TABLE pr_b.root2 (id int) PARTITION BY LIST (id);
+         CREATE TABLE pr_a.leaf5 PARTITION OF pr_b.root2 FOR VALUES IN (1);
+         CREATE PUBLICATION pr_all FOR ALL TABLES;
+         CREATE PUBLICATION pr_all_root FOR ALL TABLES WITH (publish_via_partition_root);
+         CREATE PUBLICATION pr_tables FOR TABLE pr_a.plain, pr_a.root, pr_a.inh_parent;
+         CREATE PUBLICATION pr_tables_root FOR TABLE pr_a.plain, pr_a.root
+           WITH (publish_via_partition_root);
+         CREATE PUBLICATION pr_leaf_and_root FOR TABLE pr_a.root, pr_a.leaf1, pr_a.mid;
+         CREATE PUBLICATION pr_leaf_and_root_via FOR TABLE pr_a.leaf1, pr_a.mid, pr_b.leaf3,
+           pr_b.root2 WITH (publish_via_partition_root);
+         CREATE PUBLICATION pr_mid_via FOR TABLE pr_a.mid WITH (publish_via_partition_root);
+         CREATE PUBLICATION pr_schema FOR TABLES IN SCHEMA pr_a;
+         CREATE PUBLICATION pr_schema_root FOR TABLES IN SCHEMA pr_a
+           WITH (publish_via_partition_root);
+         CREATE PUBLICATION pr_schema_b_root FOR TABLES IN SCHEMA pr_b
+           WITH (publish_via_partition_root);
+         CREATE PUBLICATION pr_mixed FOR TABLE pr_a.root, TABLES IN SCHEMA pr_b;
+         CREATE PUBLICATION pr_mixed_root FOR TABLE pr_a.leaf4, TABLES IN SCHEMA pr_b
+           WITH (publish_via_partition_root);
+         CREATE PUBLICATION pr_empty;",
+    )
+    .expect("the publications");
+    let sets = |query: &str| -> Vec<(String, String)> {
+        Spi::connect(|client| {
+            client
+                .select(query, None, &[])
+                .expect("runs")
+                .map(|row| {
+                    let text = |n: usize| {
+                        row.get::<String>(n)
+                            .expect("text")
+                            .unwrap_or_default()
+                    };
+                    (text(1), text(2))
+                })
+                .collect()
+        })
+    };
+    let ours = sets(
+        "SELECT p.pubname::text, coalesce(string_agg(r.relid::regclass::text, ', '
+                 ORDER BY r.relid::regclass::text), '')
+         FROM pg_publication p LEFT JOIN LATERAL pgtrickle.publication_relids(p.oid) r(relid)
+           ON true
+         WHERE p.pubname LIKE 'pr\\_%' GROUP BY 1 ORDER BY 1",
+    );
+    let servers = sets(
+        "SELECT p.pubname::text, coalesce(string_agg(t.relid::regclass::text, ', '
+                 ORDER BY t.relid::regclass::text), '')
+         FROM pg_publication p LEFT JOIN LATERAL (
+           SELECT (quote_ident(schemaname) || '.' || quote_ident(tablename))::regclass AS relid
+           FROM pg_publication_tables WHERE pubname = p.pubname) t ON true
+         WHERE p.pubname LIKE 'pr\\_%' GROUP BY 1 ORDER BY 1",
+    );
+    assert_eq!(servers.len(), 13, "{servers:?}");
+    assert_eq!(ours, servers);
+    // The cases above cover what they claim: the root stands for its leaves, or for itself.
+    let of = |name: &str| {
+        servers
+            .iter()
+            .find(|(p, _)| p == name)
+            .map(|(_, t)| t.clone())
+            .unwrap_or_default()
+    };
+    assert_eq!(
+        of("pr_leaf_and_root_via"),
+        "pr_a.leaf1, pr_a.mid, pr_b.root2"
+    );
+    // (FOR TABLE without ONLY adds the inheritance children too.)
+    assert_eq!(
+        of("pr_tables"),
+        "pr_a.inh_child, pr_a.inh_parent, pr_a.leaf1, pr_a.leaf4, pr_a.plain, pr_b.leaf2, \
+         pr_b.leaf3"
     );
 }
 
