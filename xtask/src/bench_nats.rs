@@ -4,12 +4,16 @@
 //! Each reader has slots of its own made before the UPDATE and reads it twice, in turn with
 //! the others; its faster run counts. A run ends once the n changes are durable (for NATS:
 //! every publication acknowledged by JetStream, which is when rowid-cdc acknowledges the slot).
+//! The ceiling beside them: `async-nats` alone (the `nats_ceiling` example) publishing n
+//! messages of the same shape (JSON body, the sink's headers and message ids, the same
+//! acknowledgement window) into fresh streams on the same servers, no PostgreSQL: what any
+//! client built on it gets from these servers on this machine.
 
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::pg::Cluster;
-use crate::shell::{root, step, timed};
+use crate::shell::{cargo, exec, root, step, timed};
 
 /// `nats-server` processes, killed when dropped.
 struct Servers(Vec<Child>);
@@ -179,7 +183,46 @@ pub fn nats(
         "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots \
          WHERE database = 'natsbench';",
     )?;
+    // The ceiling, also twice each, its faster run.
+    let mut build = cargo();
+    build.args([
+        "build",
+        "--release",
+        "-p",
+        "rowid-cdc",
+        "--example",
+        "nats_ceiling",
+    ]);
+    exec(&mut build)?;
+    let ceiling = root()
+        .join("target")
+        .join("release")
+        .join("examples")
+        .join("nats_ceiling");
+    let mut ceilings = [f64::MAX, f64::MAX];
+    for run in 1..=2 {
+        for (i, (urls, replicas)) in [
+            (format!("nats://127.0.0.1:{single}"), 1),
+            (three.clone(), 3),
+        ]
+        .iter()
+        .enumerate()
+        {
+            let stream = format!("CEIL{replicas}_{run}");
+            let subject = format!("ceiling{run}.x");
+            let (s, _) = timed(Command::new(&ceiling).args([
+                urls.as_str(),
+                &stream,
+                &subject,
+                &replicas.to_string(),
+                &n.to_string(),
+                "4096",
+            ]))?;
+            ceilings[i] = ceilings[i].min(s);
+        }
+    }
     drop(servers);
+    let [c1, c3] = ceilings;
     let [
         Some((file_s, file_err)),
         Some((r1, r1_err)),
@@ -199,9 +242,11 @@ pub fn nats(
          | reader | seconds | changes/s | / JSON lines | peak RSS MB |\n|---|---|---|---|---|\n\
          | rowid-cdc, JSON lines file (fsync per commit) | {file_s:.2} | {:.0} | 1.00 | {} |\n\
          | rowid-cdc, NATS, 1 replica | {r1:.2} | {:.0} | {:.2} | {} |\n\
-         | rowid-cdc, NATS, 3 replicas | {r3:.2} | {:.0} | {:.2} | {} |\n\n\
-         Target: 3 replicas / JSON lines >= 0.5 (seconds of the file sink / seconds of NATS); \
-         peak RSS flat.\n\n",
+         | rowid-cdc, NATS, 3 replicas | {r3:.2} | {:.0} | {:.2} | {} |\n\
+         | async-nats alone (the ceiling), 1 replica | {c1:.2} | {:.0} | {:.2} | - |\n\
+         | async-nats alone (the ceiling), 3 replicas | {c3:.2} | {:.0} | {:.2} | - |\n\n\
+         rowid-cdc / ceiling: {:.2} with 1 replica, {:.2} with 3. Target: 3 replicas / JSON \
+         lines >= 0.5 (seconds of the file sink / seconds of NATS); peak RSS flat.\n\n",
         n as f64 / file_s,
         rss(&file_err),
         n as f64 / r1,
@@ -210,6 +255,12 @@ pub fn nats(
         n as f64 / r3,
         file_s / r3,
         rss(&r3_err),
+        n as f64 / c1,
+        file_s / c1,
+        n as f64 / c3,
+        file_s / c3,
+        c1 / r1,
+        c3 / r3,
     ));
     Ok(())
 }

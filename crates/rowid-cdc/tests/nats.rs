@@ -5,7 +5,8 @@
 //! trigger recorded with `encode_row_id_v2`, each on its table's subject with its headers.
 //! A restart that finds an unfinished transaction older than the stream's de-duplication
 //! window allows is refused, naming the stream; so is a stream whose subjects do not hold
-//! the sink's.
+//! the sink's. A stream with limits or a retention that removes messages is reported by name,
+//! and one that refuses a message (full, `discard new`) stops the run, naming it.
 //!
 //! Needs a server with `wal_level = logical` and the extension, and `nats-server` on PATH:
 //! run through `cargo xtask test`.
@@ -19,14 +20,40 @@ mod nats_kit;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use async_nats::jetstream::stream::{Config, DiscardPolicy, RetentionPolicy};
 use common::{
     Cdc, Dir, DropSlot, Running, ca, database, signed_certificate, wait_active, wait_free,
     wait_streaming,
 };
 use nats_kit::{
-    NatsServer, assert_equals_audit, audit, audited_table, create_stream, publish, read_stream,
-    wait_changes, workload,
+    NatsServer, assert_equals_audit, audit, audited_table, create_stream, create_stream_with,
+    publish, read_stream, wait_changes, workload,
 };
+use rowid_testkit::psql::Psql;
+
+/// A fresh database `rowid_cdc_<name>` with identity messages on, table `table` (`columns`)
+/// published by publication `<name>`, and a scratch directory `<name>`.
+fn source(name: &str, table: &str, columns: &str) -> (Psql, Dir) {
+    let db = database(&format!("rowid_cdc_{name}"), name);
+    db.run(&format!(
+        "CREATE EXTENSION pg_trickle_ext;
+         SELECT pgtrickle.enable_identity_messages();
+         CREATE TABLE {table} ({columns});
+         CREATE PUBLICATION {name} FOR TABLE {table};"
+    ))
+    .unwrap();
+    (db, Dir::new(name))
+}
+
+/// rowid-cdc for `source(name, ..)`: slot and publication `name`.
+fn cdc<'a>(name: &'a str, db: &Psql, dir: &'a Dir) -> Cdc<'a> {
+    Cdc {
+        dsn: db.dsn(),
+        slot: name,
+        publication: name,
+        dir,
+    }
+}
 
 /// The tests share the server's WAL and the machine's ports: one at a time.
 static SERIAL: Mutex<()> = Mutex::new(());
@@ -119,21 +146,8 @@ fn every_change_reaches_the_stream_exactly_once_through_kills() {
 fn what_the_stream_could_not_keep_exactly_is_refused() {
     let _serial = serial();
     let nats = NatsServer::start("refusals");
-    let db = database("rowid_cdc_nats_refusals", "nats_gap");
-    db.run(
-        "CREATE EXTENSION pg_trickle_ext;
-         SELECT pgtrickle.enable_identity_messages();
-         CREATE TABLE g (id int8 PRIMARY KEY);
-         CREATE PUBLICATION nats_gap FOR TABLE g;",
-    )
-    .unwrap();
-    let dir = Dir::new("nats-gap");
-    let cdc = Cdc {
-        dsn: db.dsn(),
-        slot: "nats_gap",
-        publication: "nats_gap",
-        dir: &dir,
-    };
+    let (db, dir) = source("nats_gap", "g", "id int8 PRIMARY KEY");
+    let cdc = cdc("nats_gap", &db, &dir);
     let _drop = DropSlot(&db, "nats_gap");
     // A stream of other subjects.
     create_stream(
@@ -205,21 +219,8 @@ fn credentials_come_from_the_environment_and_never_show() {
     let token = "tok-51be0d-secret";
     let with_user = NatsServer::start_with("user", &["--user", "cdc", "--pass", password]);
     let with_token = NatsServer::start_with("token", &["--auth", token]);
-    let db = database("rowid_cdc_nats_auth", "nats_auth");
-    db.run(
-        "CREATE EXTENSION pg_trickle_ext;
-         SELECT pgtrickle.enable_identity_messages();
-         CREATE TABLE a (id int8 PRIMARY KEY);
-         CREATE PUBLICATION nats_auth FOR TABLE a;",
-    )
-    .unwrap();
-    let dir = Dir::new("nats-auth");
-    let cdc = Cdc {
-        dsn: db.dsn(),
-        slot: "nats_auth",
-        publication: "nats_auth",
-        dir: &dir,
-    };
+    let (db, dir) = source("nats_auth", "a", "id int8 PRIMARY KEY");
+    let cdc = cdc("nats_auth", &db, &dir);
     let _drop = DropSlot(&db, "nats_auth");
     let port = |s: &NatsServer| s.url.rsplit(':').next().unwrap().to_string();
     let user_url = format!("nats://cdc:{password}@127.0.0.1:{}", port(&with_user));
@@ -315,21 +316,8 @@ fn tls_is_verified_against_the_given_root() {
     let key = d.join("server.key").display().to_string();
     let nats = NatsServer::start_with("tls", &["--tls", "--tlscert", &cert, "--tlskey", &key]);
     let url = nats.url.replace("nats://", "tls://");
-    let db = database("rowid_cdc_nats_tls", "nats_tls");
-    db.run(
-        "CREATE EXTENSION pg_trickle_ext;
-         SELECT pgtrickle.enable_identity_messages();
-         CREATE TABLE s (id int8 PRIMARY KEY);
-         CREATE PUBLICATION nats_tls FOR TABLE s;",
-    )
-    .unwrap();
-    let dir = Dir::new("nats-tls");
-    let cdc = Cdc {
-        dsn: db.dsn(),
-        slot: "nats_tls",
-        publication: "nats_tls",
-        dir: &dir,
-    };
+    let (db, dir) = source("nats_tls", "s", "id int8 PRIMARY KEY");
+    let cdc = cdc("nats_tls", &db, &dir);
     let _drop = DropSlot(&db, "nats_tls");
     let started = Instant::now();
     let out = cdc
@@ -368,21 +356,8 @@ fn a_change_larger_than_the_servers_take_is_refused_by_name() {
     let file = config.file("small.conf");
     std::fs::write(&file, "max_payload: 4096\n").unwrap();
     let nats = NatsServer::start_with("payload", &["-c", &file.display().to_string()]);
-    let db = database("rowid_cdc_nats_payload", "nats_payload");
-    db.run(
-        "CREATE EXTENSION pg_trickle_ext;
-         SELECT pgtrickle.enable_identity_messages();
-         CREATE TABLE big (id int8 PRIMARY KEY, body text);
-         CREATE PUBLICATION nats_payload FOR TABLE big;",
-    )
-    .unwrap();
-    let dir = Dir::new("nats-payload");
-    let cdc = Cdc {
-        dsn: db.dsn(),
-        slot: "nats_payload",
-        publication: "nats_payload",
-        dir: &dir,
-    };
+    let (db, dir) = source("nats_payload", "big", "id int8 PRIMARY KEY, body text");
+    let cdc = cdc("nats_payload", &db, &dir);
     let _drop = DropSlot(&db, "nats_payload");
     let mut running = Running(
         cdc.command_into(&format!("nats:{}", nats.url), &["--create-slot"])
@@ -399,4 +374,98 @@ fn a_change_larger_than_the_servers_take_is_refused_by_name() {
             && err.contains("more than the servers' max_payload (4096 bytes)"),
         "{err}"
     );
+}
+
+/// A stream whose limits or retention would lose messages is named on stderr at start; one
+/// full under `discard new` refuses the next message, and the run stops there naming the
+/// stream and the server's reason (it is not a lost connection to retry for ever), with the
+/// slot not acknowledged past what the stream holds.
+#[test]
+#[ignore = "needs a PostgreSQL server with wal_level=logical, the extension and nats-server: run through `cargo xtask test`"]
+fn a_stream_that_would_lose_messages_is_named_and_a_full_one_stops_the_run() {
+    let _serial = serial();
+    let nats = NatsServer::start("limits");
+    let (db, dir) = source("nats_limits", "l", "id int8 PRIMARY KEY");
+    let cdc = cdc("nats_limits", &db, &dir);
+    let _drop = DropSlot(&db, "nats_limits");
+    let sink = format!("nats:{}", nats.url);
+    // A work queue: messages go once consumed. Reported, and the changes go through.
+    create_stream_with(
+        &nats.url,
+        Config {
+            name: "QUEUE".into(),
+            subjects: vec!["wq.>".into()],
+            retention: RetentionPolicy::WorkQueue,
+            ..Default::default()
+        },
+    );
+    let mut running = Running(
+        cdc.command_into(
+            &sink,
+            &[
+                "--nats-stream",
+                "QUEUE",
+                "--nats-subject-prefix",
+                "wq",
+                "--create-slot",
+                "--stop-after",
+                "1",
+            ],
+        )
+        .spawn()
+        .unwrap(),
+    );
+    wait_streaming(&db, "nats_limits", &mut running);
+    db.run("INSERT INTO l VALUES (1);").unwrap();
+    let (ok, err) = running.finish(Duration::from_secs(30));
+    assert!(ok, "{err}");
+    assert!(
+        err.contains("NATS stream QUEUE has retention WorkQueue"),
+        "{err}"
+    );
+    // Room for one transaction (open marker, a change, commit marker) and no more.
+    create_stream_with(
+        &nats.url,
+        Config {
+            name: "FULL".into(),
+            subjects: vec!["full.>".into()],
+            max_messages: 3,
+            discard: DiscardPolicy::New,
+            ..Default::default()
+        },
+    );
+    let _ = std::fs::remove_file(dir.file("cdc.state"));
+    wait_free(&db, "nats_limits");
+    db.run("SELECT pg_drop_replication_slot('nats_limits');")
+        .unwrap();
+    let args = |extra: &'static [&'static str]| {
+        let mut all = vec!["--nats-stream", "FULL", "--nats-subject-prefix", "full"];
+        all.extend_from_slice(extra);
+        all
+    };
+    let mut running = Running(
+        cdc.command_into(&sink, &args(&["--create-slot"]))
+            .spawn()
+            .unwrap(),
+    );
+    wait_streaming(&db, "nats_limits", &mut running);
+    db.run("INSERT INTO l VALUES (2);").unwrap();
+    db.run("INSERT INTO l VALUES (3);").unwrap();
+    let (ok, err) = running.finish(Duration::from_secs(60));
+    assert!(!ok, "{err}");
+    assert!(
+        err.contains("NATS stream FULL has limits (max messages 3")
+            && err.contains("once full it refuses new messages"),
+        "{err}"
+    );
+    assert!(
+        err.contains("NATS stream FULL refused a message") && err.contains("maximum messages"),
+        "{err}"
+    );
+    assert_eq!(read_stream(&nats.url, "FULL").len(), 3);
+    // The second transaction was not acknowledged: a restart resends it and is refused again.
+    let out = cdc.command_into(&sink, &args(&[])).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(err.contains("NATS stream FULL refused a message"), "{err}");
 }

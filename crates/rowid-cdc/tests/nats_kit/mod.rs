@@ -228,19 +228,28 @@ pub fn stream_messages(url: &str, name: &str) -> u64 {
 /// Creates stream `name` with `subjects`, a de-duplication window of `window` and `replicas`
 /// replicas, asking again for up to a minute while a cluster elects its leaders.
 pub fn create_stream(url: &str, name: &str, subjects: &[&str], window: Duration, replicas: usize) {
+    create_stream_with(
+        url,
+        Config {
+            name: name.to_string(),
+            subjects: subjects.iter().map(|s| s.to_string()).collect(),
+            duplicate_window: window,
+            num_replicas: replicas,
+            ..Default::default()
+        },
+    );
+}
+
+/// Creates the stream `config` describes, asking again for up to a minute while a cluster
+/// elects its leaders.
+pub fn create_stream_with(url: &str, config: Config) {
     runtime().block_on(async {
         let t = Instant::now();
         loop {
             let created = async {
                 let client = async_nats::connect(url).await.map_err(|e| e.to_string())?;
                 async_nats::jetstream::new(client)
-                    .create_stream(Config {
-                        name: name.to_string(),
-                        subjects: subjects.iter().map(|s| s.to_string()).collect(),
-                        duplicate_window: window,
-                        num_replicas: replicas,
-                        ..Default::default()
-                    })
+                    .create_stream(config.clone())
                     .await
                     .map(|_| ())
                     .map_err(|e| e.to_string())
@@ -252,7 +261,7 @@ pub fn create_stream(url: &str, name: &str, subjects: &[&str], window: Duration,
                     let _ = e;
                     tokio::time::sleep(Duration::from_millis(500)).await;
                 }
-                Err(e) => panic!("stream {name} not created: {e}"),
+                Err(e) => panic!("stream {} not created: {e}", config.name),
             }
         }
     });

@@ -5,10 +5,12 @@
 //!
 //! Data flow: [`NatsSink`] (the [`Sink`] the pipeline calls, on the stream's thread) writes
 //! each event's JSON line and headers and sends it through a bounded channel to the sink's
-//! thread, which publishes it with `async-nats` (its connection on a one-worker runtime of its
-//! own) and keeps the acknowledgement's future; at the transaction's commit it publishes the
-//! slot's commit marker and waits for every acknowledgement of the transaction. Publishing is
-//! pipelined: no message waits for the one before it to be acknowledged.
+//! thread, which runs one task on a single-threaded runtime of its own: it takes what the
+//! channel holds, publishes it with `async-nats` (whose connection runs on that same thread:
+//! no hop between threads per message) and keeps the acknowledgements' futures; at the
+//! transaction's commit it publishes the slot's commit marker and waits for every
+//! acknowledgement of the transaction. Publishing is pipelined: no message waits for the one
+//! before it to be acknowledged.
 //!
 //! Invariants: every message carries `Nats-Msg-Id` = slot, commit LSN and its sequence in the
 //! transaction, so a transaction sent again after a crash is dropped by the server's
@@ -22,14 +24,17 @@
 
 pub mod subject;
 
+use std::collections::VecDeque;
 use std::io;
-use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
+use std::sync::Arc;
+use std::sync::mpsc::{Receiver, SyncSender, TryRecvError, sync_channel};
 use std::thread::JoinHandle;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_nats::jetstream::context::PublishAckFuture;
 use async_nats::jetstream::stream::{Config, DiscardPolicy, RetentionPolicy, StorageType};
 use bytes::Bytes;
+use tokio::sync::Notify;
 
 use self::subject::{Marker, ReadMarker};
 use crate::event::ChangeEvent;
@@ -196,7 +201,7 @@ enum Cmd {
 #[derive(Debug)]
 pub struct NatsSink {
     target: NatsTarget,
-    cmds: Option<SyncSender<Cmd>>,
+    cmds: Option<Outbox>,
     replies: Receiver<io::Result<()>>,
     thread: Option<JoinHandle<()>>,
     /// The last transaction the stream held whole when the sink was opened.
@@ -218,13 +223,13 @@ impl NatsSink {
                 target.prefix
             )));
         }
-        let (cmds, from_sink) = sync_channel::<Cmd>(CHANNEL_MESSAGES);
+        let (cmds, inbox) = channel();
         let (to_sink, replies) = sync_channel::<io::Result<()>>(1);
         let (opened, on_open) = sync_channel::<io::Result<Option<ReadMarker>>>(1);
         let for_thread = target.clone();
         let thread = std::thread::Builder::new()
             .name("nats-sink".into())
-            .spawn(move || serve(for_thread, from_sink, to_sink, opened))?;
+            .spawn(move || serve(for_thread, inbox, to_sink, opened))?;
         let last = on_open
             .recv()
             .map_err(|_| io::Error::other("the NATS sink's thread ended while opening"))??;
@@ -351,16 +356,78 @@ fn lost(stream: &str, what: impl std::fmt::Display) -> io::Error {
     )
 }
 
+/// The stream's end of the channel to the sink's thread.
+#[derive(Debug)]
+struct Outbox {
+    /// `None` only while dropping.
+    sender: Option<SyncSender<Cmd>>,
+    wake: Arc<Notify>,
+}
+
+impl Outbox {
+    /// Sends `cmd`, waiting while the channel is full; fails once the sink's thread ended.
+    fn send(&self, cmd: Cmd) -> Result<(), ()> {
+        let sender = self.sender.as_ref().ok_or(())?;
+        sender.send(cmd).map_err(|_| ())?;
+        self.wake.notify_one();
+        Ok(())
+    }
+}
+
+impl Drop for Outbox {
+    fn drop(&mut self) {
+        // Closed first, then woken: the task's next look finds the channel closed. (Woken
+        // first, it could look before the close, find it empty and wait for good.)
+        drop(self.sender.take());
+        self.wake.notify_one();
+    }
+}
+
+/// The sink's thread's end: a `std` channel (the stream's thread sends from inside its own
+/// runtime, where a tokio channel's blocking send is not allowed) and a [`Notify`] that wakes
+/// the sink's task when the channel had been empty.
+struct Inbox {
+    receiver: Receiver<Cmd>,
+    wake: Arc<Notify>,
+}
+
+impl Inbox {
+    /// The next command, or `None` once the stream's end is dropped.
+    async fn next(&self) -> Option<Cmd> {
+        loop {
+            match self.receiver.try_recv() {
+                Ok(cmd) => return Some(cmd),
+                Err(TryRecvError::Disconnected) => return None,
+                // A send after this look leaves a permit: `notified` then returns at once.
+                Err(TryRecvError::Empty) => self.wake.notified().await,
+            }
+        }
+    }
+}
+
+/// A channel of [`CHANNEL_MESSAGES`] commands from the stream's thread to the sink's.
+fn channel() -> (Outbox, Inbox) {
+    let (sender, receiver) = sync_channel::<Cmd>(CHANNEL_MESSAGES);
+    let wake = Arc::new(Notify::new());
+    (
+        Outbox {
+            sender: Some(sender),
+            wake: wake.clone(),
+        },
+        Inbox { receiver, wake },
+    )
+}
+
 /// The sink's thread: connects and checks (the answer on `opened`), then publishes what the
-/// stream's thread sends until the channel closes.
+/// stream's thread sends until the channel closes; a failure is left on `replies` for the
+/// stream's thread to find at its next send or commit.
 fn serve(
     target: NatsTarget,
-    cmds: Receiver<Cmd>,
+    inbox: Inbox,
     replies: SyncSender<io::Result<()>>,
     opened: SyncSender<io::Result<Option<ReadMarker>>>,
 ) {
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
+    let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
     {
@@ -370,92 +437,148 @@ fn serve(
             return;
         }
     };
-    let Connected {
-        js, max_payload, ..
-    } = match runtime.block_on(connect_retrying(&target)) {
-        Ok(connected) => {
-            let _ = opened.send(Ok(connected.last.clone()));
-            connected
+    runtime.block_on(async {
+        let connected = match connect_retrying(&target).await {
+            Ok(connected) => {
+                let _ = opened.send(Ok(connected.last.clone()));
+                connected
+            }
+            Err(e) => {
+                let _ = opened.send(Err(e));
+                return;
+            }
+        };
+        if let Err(e) = publish_all(&target, &connected, &inbox, &replies).await {
+            let _ = replies.try_send(Err(e));
         }
-        Err(e) => {
-            let _ = opened.send(Err(e));
-            return;
-        }
-    };
-    let mut pending: std::collections::VecDeque<PublishAckFuture> =
-        std::collections::VecDeque::new();
-    let ack = |f: PublishAckFuture| -> io::Result<()> {
-        runtime
-            .block_on(async { tokio::time::timeout(ACK_TIMEOUT, f).await })
-            .map_err(|_| lost(&target.stream, "no acknowledgement within 10 s"))?
-            .map(|_| ())
-            .map_err(|e| lost(&target.stream, format!("publish not acknowledged: {e}")))
-    };
-    let count = |pending: &std::collections::VecDeque<PublishAckFuture>| {
+    });
+}
+
+/// Publishes every command of `inbox` (acknowledgements pipelined, at most [`PENDING_ACKS`]
+/// awaited at once) and answers each flush on `replies` once all before it are acknowledged.
+async fn publish_all(
+    target: &NatsTarget,
+    connected: &Connected,
+    inbox: &Inbox,
+    replies: &SyncSender<io::Result<()>>,
+) -> io::Result<()> {
+    let mut pending: VecDeque<PublishAckFuture> = VecDeque::new();
+    let count = |pending: &VecDeque<PublishAckFuture>| {
         if let Some(gauge) = &target.acks_pending {
             gauge.store(pending.len() as u64, std::sync::atomic::Ordering::Relaxed);
         }
     };
-    while let Ok(cmd) = cmds.recv() {
-        let result = match cmd {
-            Cmd::Publish {
-                subject,
-                id,
-                headers,
-                body,
-            } if body.len() > max_payload => {
-                let relation = headers
-                    .iter()
-                    .find(|(n, _)| *n == "Rowid-Relation")
-                    .map_or(subject.as_str(), |(_, v)| v.as_str());
-                Err(io::Error::other(format!(
-                    "NATS stream {}: a change of {relation} (message {id}) is {} bytes, more \
-                     than the servers' max_payload ({max_payload} bytes); raise max_payload \
-                     in the servers' configuration",
-                    target.stream,
-                    body.len()
-                )))
-            }
+    while let Some(cmd) = inbox.next().await {
+        match cmd {
             Cmd::Publish {
                 subject,
                 id,
                 headers,
                 body,
             } => {
+                if body.len() > connected.max_payload {
+                    return Err(too_large(target, connected, &subject, &id, &headers, &body));
+                }
                 let mut map = async_nats::HeaderMap::new();
                 map.insert("Nats-Msg-Id", id.as_str());
                 for (name, value) in &headers {
                     map.insert(*name, value.as_str());
                 }
-                match runtime.block_on(js.publish_with_headers(subject, map, body)) {
-                    Ok(f) => {
-                        pending.push_back(f);
-                        let oldest = match pending.len() > PENDING_ACKS {
-                            true => pending.pop_front().map_or(Ok(()), &ack),
-                            false => Ok(()),
-                        };
-                        count(&pending);
-                        oldest
-                    }
-                    Err(e) => Err(lost(&target.stream, format!("publish failed: {e}"))),
+                let ack = connected
+                    .js
+                    .publish_with_headers(subject, map, body)
+                    .await
+                    .map_err(|e| lost(&target.stream, format!("publish failed: {e}")))?;
+                pending.push_back(ack);
+                if pending.len() > PENDING_ACKS
+                    && let Some(oldest) = pending.pop_front()
+                {
+                    acknowledged(target, oldest).await?;
                 }
+                count(&pending);
             }
             Cmd::Flush => {
-                let all = pending.drain(..).try_for_each(&ack);
+                let mut all = Ok(());
+                while let Some(ack) = pending.pop_front() {
+                    all = acknowledged(target, ack).await;
+                    if all.is_err() {
+                        break;
+                    }
+                }
                 count(&pending);
                 let answer = all.as_ref().map(|_| ()).map_err(clone_error);
                 if replies.send(answer).is_err() {
-                    return;
+                    return Ok(());
                 }
-                all
+                all?;
             }
-        };
-        if let Err(e) = result {
-            // The stream's thread learns it at its next send or commit.
-            let _ = replies.try_send(Err(e));
-            return;
         }
     }
+    Ok(())
+}
+
+/// Waits for one publication's acknowledgement (up to [`ACK_TIMEOUT`]).
+/// A refusal stops the run; any other failure is a lost connection, retried.
+async fn acknowledged(target: &NatsTarget, ack: PublishAckFuture) -> io::Result<()> {
+    let answer = tokio::time::timeout(ACK_TIMEOUT, ack)
+        .await
+        .map_err(|_| lost(&target.stream, "no acknowledgement within 10 s"))?;
+    match answer {
+        Ok(_) => Ok(()),
+        Err(e) => match refusal(&e) {
+            Some(reason) => Err(io::Error::other(format!(
+                "NATS stream {} refused a message: {reason}; make room in the stream or raise \
+                 its limits, then start again (the slot stands before the refused transaction)",
+                target.stream
+            ))),
+            None => Err(lost(
+                &target.stream,
+                format!("publish not acknowledged: {e}"),
+            )),
+        },
+    }
+}
+
+/// The server's answer when the stream refused the message for good: its limits under
+/// `discard new` (maximum messages, bytes or messages per subject: error 10077), its largest
+/// message or headers (10054, 10097), or the account's storage (10047, 10028). Sending it
+/// again gets the same answer, so it is not a lost connection.
+fn refusal(
+    e: &async_nats::jetstream::context::PublishError,
+) -> Option<&async_nats::jetstream::Error> {
+    use async_nats::jetstream::ErrorCode as C;
+    let refused = [
+        C::STREAM_STORE_FAILED,
+        C::STREAM_MESSAGE_EXCEEDS_MAXIMUM,
+        C::STREAM_HEADER_EXCEEDS_MAXIMUM,
+        C::STORAGE_RESOURCES_EXCEEDED,
+        C::MEMORY_RESOURCES_EXCEEDED,
+    ];
+    std::error::Error::source(e)?
+        .downcast_ref::<async_nats::jetstream::Error>()
+        .filter(|js| refused.contains(&js.error_code()))
+}
+
+/// The error of a change larger than the servers' `max_payload`, naming its relation.
+fn too_large(
+    target: &NatsTarget,
+    connected: &Connected,
+    subject: &str,
+    id: &str,
+    headers: &[(&'static str, String)],
+    body: &[u8],
+) -> io::Error {
+    let relation = headers
+        .iter()
+        .find(|(n, _)| *n == "Rowid-Relation")
+        .map_or(subject, |(_, v)| v.as_str());
+    io::Error::other(format!(
+        "NATS stream {}: a change of {relation} (message {id}) is {} bytes, more than the \
+         servers' max_payload ({} bytes); raise max_payload in the servers' configuration",
+        target.stream,
+        body.len(),
+        connected.max_payload
+    ))
 }
 
 fn clone_error(e: &io::Error) -> io::Error {
@@ -675,6 +798,36 @@ async fn connect(target: &NatsTarget) -> io::Result<Connected> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The sink's task, waiting on an empty channel, ends once the stream's end is dropped:
+    /// the drop must close the channel before it wakes the task, or the task can look in the
+    /// gap, find the channel empty and open, and wait forever (a clean stop then hangs joining
+    /// the sink's thread). The gap is narrow, so the drop is raced many times.
+    #[test]
+    fn the_task_ends_when_the_stream_drops_its_end() {
+        for round in 0..2000 {
+            let (outbox, inbox) = channel();
+            let (waiting, is_waiting) = sync_channel::<()>(1);
+            let (ended, has_ended) = sync_channel::<Option<Cmd>>(1);
+            std::thread::spawn(move || {
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .build()
+                    .unwrap();
+                let _ = waiting.send(());
+                let _ = ended.send(runtime.block_on(inbox.next()));
+            });
+            is_waiting.recv().unwrap();
+            if round % 2 == 0 {
+                std::thread::yield_now();
+            }
+            drop(outbox);
+            let next = has_ended.recv_timeout(Duration::from_secs(5));
+            assert!(
+                matches!(next, Ok(None)),
+                "round {round}: the task still waits on a closed channel"
+            );
+        }
+    }
 
     /// Credentials in a URL are found and decoded, and gone from what messages show; secrets
     /// in a library's message are hidden.
