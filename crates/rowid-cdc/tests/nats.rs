@@ -6,7 +6,8 @@
 //! A restart that finds an unfinished transaction older than the stream's de-duplication
 //! window allows is refused, naming the stream; so is a stream whose subjects do not hold
 //! the sink's. A stream with limits or a retention that removes messages is reported by name,
-//! and one that refuses a message (full, `discard new`) stops the run, naming it.
+//! and one that refuses a message (full, `discard new`) stops the run, naming it. A
+//! credentials file authenticates under an operator; a stranger's is refused.
 //!
 //! Needs a server with `wal_level = logical` and the extension, and `nats-server` on PATH:
 //! run through `cargo xtask test`.
@@ -27,7 +28,7 @@ use common::{
 };
 use nats_kit::{
     NatsServer, assert_equals_audit, audit, audited_table, create_stream, create_stream_with,
-    publish, read_stream, wait_changes, workload,
+    creds, publish, read_stream, wait_changes, workload,
 };
 use rowid_testkit::psql::Psql;
 
@@ -468,4 +469,51 @@ fn a_stream_that_would_lose_messages_is_named_and_a_full_one_stops_the_run() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "{err}");
     assert!(err.contains("NATS stream FULL refused a message"), "{err}");
+}
+
+/// A credentials file (`--nats-creds`: a user's JWT and NKey seed, the operator's
+/// decentralized authentication): the changes go through; a user of an account the operator
+/// never issued is refused at once, naming the servers; the seed never shows.
+#[test]
+#[ignore = "needs a PostgreSQL server with wal_level=logical, the extension and nats-server: run through `cargo xtask test`"]
+fn a_creds_file_authenticates_and_a_strangers_is_refused() {
+    let _serial = serial();
+    let keys = Dir::new("nats-operator");
+    let operator = creds::operator(&keys.0);
+    let config = operator.config.display().to_string();
+    let nats = NatsServer::start_with("operator", &["-c", &config]);
+    let (db, dir) = source("nats_creds", "c", "id int8 PRIMARY KEY");
+    let cdc = cdc("nats_creds", &db, &dir);
+    let _drop = DropSlot(&db, "nats_creds");
+    let sink = format!("nats:{}", nats.url);
+    let stranger = operator.stranger_creds.display().to_string();
+    let started = Instant::now();
+    let out = cdc
+        .command_into(&sink, &["--create-slot", "--nats-creds", &stranger])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains(&format!("NATS {}", nats.url)) && err.contains("authoriz"),
+        "{err}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "not retried: {err}"
+    );
+    let user = operator.creds.display().to_string();
+    let mut running = Running(
+        cdc.command_into(
+            &sink,
+            &["--create-slot", "--nats-creds", &user, "--stop-after", "1"],
+        )
+        .spawn()
+        .unwrap(),
+    );
+    wait_streaming(&db, "nats_creds", &mut running);
+    db.run("INSERT INTO c VALUES (1);").unwrap();
+    let (ok, err) = running.finish(Duration::from_secs(30));
+    assert!(ok, "the change went through with the creds file: {err}");
+    assert!(!err.contains(&operator.seed), "{err}");
 }

@@ -4,6 +4,8 @@
 
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+pub mod creds;
+
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
