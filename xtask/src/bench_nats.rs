@@ -122,7 +122,7 @@ pub fn nats(
     std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     let dsn = cluster.dsn("natsbench");
     let cdc = |slot: &str, sink: &str, extra: &[&str]| {
-        crate::bench::cdc_command(binary, &dsn, &dir, slot, sink, extra)
+        crate::bench_cdc::cdc_command(binary, &dsn, &dir, slot, sink, extra)
     };
     // (slot, sink, extra arguments) per reader and run; a run's streams have subjects of their
     // own (two streams of one server cannot share subjects).
@@ -231,7 +231,7 @@ pub fn nats(
     else {
         return Err("a reader did not run".into());
     };
-    let rss = crate::bench::rss;
+    let rss = crate::bench_cdc::rss;
     report.push_str(&format!(
         "## 9. NATS JetStream sink (one UPDATE of {n} rows, one transaction)\n\n\
          Each reader has two slots of its own made before the UPDATE and reads the \

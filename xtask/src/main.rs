@@ -14,6 +14,7 @@
 //! ```
 
 mod bench;
+mod bench_cdc;
 mod bench_locality;
 mod bench_nats;
 mod bench_replica;
