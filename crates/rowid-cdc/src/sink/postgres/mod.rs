@@ -4,12 +4,12 @@
 //! to their sources ([`replica`], spec/replica.md).
 //!
 //! Data flow: [`PostgresSink`] (the [`Sink`] the pipeline calls, on the stream's thread) turns
-//! each event into a [`Row`], sends it with the relation's shape when that changed, in batches
+//! each event into a `Row`, sends it with the relation's shape when that changed, in batches
 //! (256 rows or 256 KiB; one channel message and at most one wake-up per batch) through a
 //! channel bounded in bytes ([`MAX_IN_FLIGHT_BYTES`]), not rows, to the connection's thread
 //! (tokio-postgres on a one-thread runtime, connected by [`crate::connect::net`]: TLS, no
-//! clear-text password), whose loop ([`serve`]) opens a database transaction per captured
-//! transaction and hands the rows to its [`Writer`]. Memory stays flat in transaction size
+//! clear-text password), whose loop (`serve`) opens a database transaction per captured
+//! transaction and hands the rows to its `Writer`. Memory stays flat in transaction size
 //! and in identity size, and the stream never waits on the sink except at a commit or when
 //! that budget is spent.
 //!
