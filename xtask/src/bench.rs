@@ -736,11 +736,9 @@ pub fn run(quick: bool, only: Option<&str>) -> Result<(), String> {
         let binary = rowid_cdc_binary(quick)?;
         crate::bench_replica::replica(&cluster, &binary, &work, &mut report)?;
     }
-    // Not in the quick run inside `cargo xtask test`: the NATS tests cover the sink there,
-    // and three servers would be started for 10^4 changes.
-    if wanted("nats") && !quick {
+    if wanted("nats") {
         let binary = rowid_cdc_binary(quick)?;
-        crate::bench_nats::nats(&cluster, &binary, sizes.rows, &mut report)?;
+        crate::bench_nats::nats(&cluster, &binary, sizes.rows, quick, &mut report)?;
     }
     if wanted("locality") {
         let work = if quick {

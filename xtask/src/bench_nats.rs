@@ -66,11 +66,13 @@ fn server(name: &str, port: u16, extra: &[String]) -> Result<Child, String> {
     Ok(child)
 }
 
-/// Bench 9 on `cluster` with the rowid-cdc `binary`: `n` rows.
+/// Bench 9 on `cluster` with the rowid-cdc `binary`: `n` rows; `quick`: the ceiling is the
+/// debug build, like the smoke test's rowid-cdc.
 pub fn nats(
     cluster: &Cluster,
     binary: &std::path::Path,
     n: u64,
+    quick: bool,
     report: &mut String,
 ) -> Result<(), String> {
     step(&format!(
@@ -185,18 +187,14 @@ pub fn nats(
     )?;
     // The ceiling, also twice each, its faster run.
     let mut build = cargo();
-    build.args([
-        "build",
-        "--release",
-        "-p",
-        "rowid-cdc",
-        "--example",
-        "nats_ceiling",
-    ]);
+    build.args(["build", "-p", "rowid-cdc", "--example", "nats_ceiling"]);
+    if !quick {
+        build.arg("--release");
+    }
     exec(&mut build)?;
     let ceiling = root()
         .join("target")
-        .join("release")
+        .join(if quick { "debug" } else { "release" })
         .join("examples")
         .join("nats_ceiling");
     let mut ceilings = [f64::MAX, f64::MAX];
