@@ -1,4 +1,7 @@
-//! The sink the command line names, opened and checked (the `cli` feature).
+//! The sink the command line names, opened and checked (the `cli` feature), and which of its
+//! tables are in the database being captured.
+
+use std::collections::BTreeSet;
 
 use super::{JsonlFile, JsonlStdout, Null, Sink, nats, postgres};
 use crate::config::{Options, SinkSpec};
@@ -65,4 +68,26 @@ pub fn open(
             .map_err(CdcError::Sink)?,
         ),
     })
+}
+
+/// The sink's own tables when they are in the database being captured (`source_database`):
+/// they are not captured, or their writes would come back through the slot for ever.
+pub fn own_tables_in_source(
+    opts: &Options,
+    sink: &dyn Sink,
+    source_database: Option<&str>,
+) -> BTreeSet<u32> {
+    match (&opts.sink, sink.own_tables()) {
+        (
+            SinkSpec::Postgres { dsn, .. } | SinkSpec::Replica { dsn, .. },
+            Some((database, tables)),
+        ) if dsn.is_none() || (database.is_some() && database.as_deref() == source_database) => {
+            eprintln!(
+                "rowid-cdc: the sink's own tables (OIDs {tables:?}) are in the captured database: \
+                 their changes are not captured"
+            );
+            tables.into_iter().collect()
+        }
+        _ => BTreeSet::new(),
+    }
 }

@@ -23,6 +23,7 @@ use rowid_registry::schema_message::RelationSchema;
 use rowid_registry::sql::{QualifiedName, quote_ident};
 use tokio_postgres::Client;
 
+use crate::config::Options;
 use crate::error::{CdcError, setup};
 use crate::event::SendRow;
 use crate::lsn::Lsn;
@@ -34,6 +35,69 @@ const SIGNATURE: &[u8; 11] = b"PGCOPY\n\xff\r\n\0";
 
 /// Seconds between 1970-01-01 and 2000-01-01.
 const PG_EPOCH_UNIX_SECS: i64 = 946_684_800;
+
+/// What the initial copy reads under: the slot's exported snapshot, its consistent point,
+/// and the identity schema table the copy's checks trust.
+pub struct Exported<'a> {
+    /// The snapshot's name (`pg_export_snapshot`'s form).
+    pub snapshot: &'a str,
+    /// The slot's consistent point.
+    pub consistent: Lsn,
+    /// The OID of the identity schema table.
+    pub identity_table: u32,
+}
+
+/// The initial snapshot into `pipe` (`--snapshot`) through `client`, under the exported
+/// snapshot `at`: the `whole` tables, then those `in_key_order` ([`copy`]), with a second
+/// connection that sees the latest catalog.
+pub async fn initial(
+    opts: &Options,
+    client: &mut Client,
+    at: &Exported<'_>,
+    whole: &[RelationSchema],
+    in_key_order: &[RelationSchema],
+    pipe: &mut Pipeline<Box<dyn Sink>>,
+) -> Result<(), CdcError> {
+    pipe.snapshot_begin(whole.len())
+        .map_err(CdcError::Pipeline)?;
+    pause_before_copy().await;
+    let (latest, _) = super::checks::connect(&opts.dsn).await?;
+    let latest = Latest {
+        client: &latest,
+        identity_table: at.identity_table,
+        slot: &opts.slot,
+        state: &opts.state,
+    };
+    copy(
+        client,
+        at.snapshot,
+        &opts.publication,
+        at.consistent,
+        whole,
+        in_key_order,
+        &latest,
+        pipe,
+        opts.progress,
+        opts.snapshot_checkpoint,
+    )
+    .await?;
+    for notice in pipe.take_notices() {
+        eprintln!("rowid-cdc: notice: {notice}");
+    }
+    Ok(())
+}
+
+/// For tests: `ROWID_CDC_TEST_PAUSE_BEFORE_COPY_MS` milliseconds between the slot's creation
+/// and the initial copy, so that a test can commit a DDL in that window deterministically
+/// (`tests/snapshot.rs`). Unset in any real run: no pause.
+async fn pause_before_copy() {
+    let pause = std::env::var("ROWID_CDC_TEST_PAUSE_BEFORE_COPY_MS")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok());
+    if let Some(ms) = pause {
+        tokio::time::sleep(std::time::Duration::from_millis(ms.min(60_000))).await;
+    }
+}
 
 /// Copies every table of `keyless` and then of `keyed` into `pipe` under the exported snapshot
 /// `snapshot`, locked against DDL (`ACCESS SHARE`) for the copy; returns the number of rows.
