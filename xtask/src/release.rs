@@ -1,5 +1,6 @@
 //! Release readiness of the library crates, without publishing: documentation builds without
-//! warnings, and `cargo package --list` ships only sources, README and licenses.
+//! warnings (theirs and rowid-cdc's, whose library docs hold the command's data flow and
+//! invariants), and `cargo package --list` ships only sources, README and licenses.
 
 use crate::shell::{cargo, exec};
 
@@ -15,12 +16,13 @@ fn shippable(path: &str) -> bool {
         || (path.ends_with(".rs") && (path.starts_with("src/") || path.starts_with("examples/")))
 }
 
-/// `cargo doc --no-deps` with warnings as errors, and a clean `cargo package --list`.
+/// `cargo doc --no-deps` with warnings as errors (the libraries and rowid-cdc), and a clean
+/// `cargo package --list` (the libraries).
 pub fn check() -> Result<(), String> {
     let mut doc = cargo();
     doc.args(["doc", "--no-deps", "--all-features"])
         .env("RUSTDOCFLAGS", "-D warnings");
-    for krate in LIBRARIES {
+    for krate in LIBRARIES.iter().chain(&["rowid-cdc"]) {
         doc.args(["-p", krate]);
     }
     exec(&mut doc)?;

@@ -169,7 +169,9 @@ pub fn run() -> Result<(), String> {
     step("tests (x86_64)");
     counts.add(run_tests(cargo().args(["test", "--release"]))?);
 
-    step("release readiness: docs without warnings, crates ship only sources, README, licenses");
+    step(
+        "release readiness: docs without warnings (the libraries, rowid-cdc), crates ship only sources, README, licenses",
+    );
     release::check()?;
 
     // The extension is built, tested and installed on every supported major: 15 from Debian,
