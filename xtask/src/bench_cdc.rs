@@ -7,16 +7,31 @@ use crate::shell::{cargo, exec, root};
 
 /// Builds `rowid-cdc` (a release build, a debug one for the smoke test) and returns its path.
 pub(crate) fn rowid_cdc_binary(quick: bool) -> Result<std::path::PathBuf, String> {
+    rowid_cdc_build(quick, None)
+}
+
+/// Builds `rowid-cdc`, or its `example` when given, in the profile [`rowid_cdc_binary`] uses,
+/// and returns the executable's path.
+pub(crate) fn rowid_cdc_build(
+    quick: bool,
+    example: Option<&str>,
+) -> Result<std::path::PathBuf, String> {
     let mut build = cargo();
     build.args(["build", "-p", "rowid-cdc"]);
+    if let Some(example) = example {
+        build.args(["--example", example]);
+    }
     if !quick {
         build.arg("--release");
     }
     exec(&mut build)?;
-    Ok(root()
+    let dir = root()
         .join("target")
-        .join(if quick { "debug" } else { "release" })
-        .join("rowid-cdc"))
+        .join(if quick { "debug" } else { "release" });
+    Ok(match example {
+        Some(example) => dir.join("examples").join(example),
+        None => dir.join("rowid-cdc"),
+    })
 }
 
 /// `rowid-cdc` at `binary` following `slot` of publication `p` of `dsn` into `sink`, its state

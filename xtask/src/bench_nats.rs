@@ -13,7 +13,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::pg::Cluster;
-use crate::shell::{cargo, exec, root, step, timed};
+use crate::shell::{root, step, timed};
 
 /// `nats-server` processes, killed when dropped.
 struct Servers(Vec<Child>);
@@ -186,17 +186,7 @@ pub fn nats(
          WHERE database = 'natsbench';",
     )?;
     // The ceiling, also twice each, its faster run.
-    let mut build = cargo();
-    build.args(["build", "-p", "rowid-cdc", "--example", "nats_ceiling"]);
-    if !quick {
-        build.arg("--release");
-    }
-    exec(&mut build)?;
-    let ceiling = root()
-        .join("target")
-        .join(if quick { "debug" } else { "release" })
-        .join("examples")
-        .join("nats_ceiling");
+    let ceiling = crate::bench_cdc::rowid_cdc_build(quick, Some("nats_ceiling"))?;
     let mut ceilings = [f64::MAX, f64::MAX];
     for run in 1..=2 {
         for (i, (urls, replicas)) in [

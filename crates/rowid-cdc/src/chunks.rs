@@ -100,6 +100,17 @@ pub struct ChunkCursor {
     pub done: bool,
 }
 
+impl ChunkCursor {
+    /// A cursor before the first row of table `relid`: its chunks start from the beginning.
+    pub fn from_start(relid: u32) -> Self {
+        ChunkCursor {
+            relid,
+            after: None,
+            done: false,
+        }
+    }
+}
+
 /// The last row a chunk delivered.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct After {

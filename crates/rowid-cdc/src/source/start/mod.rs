@@ -73,13 +73,17 @@ pub(crate) async fn start(
         None => position::create(opts, &mut client, &seen, identity_table, info, &ignored).await?,
     };
     let mut state = position.state;
+    let (gated, exported) = match position.created {
+        Some(new) => (Some(new.replication), Some(new.exported)),
+        None => (None, None),
+    };
     let captured: Vec<_> = state
         .schemas
         .iter()
         .filter(|s| !ignored.contains(&s.relid))
         .cloned()
         .collect();
-    let initial = if opts.snapshot && position.exported.is_some() {
+    let initial = if opts.snapshot && exported.is_some() {
         plan::initial_copy(opts, &client, &captured, &mut state).await?
     } else {
         plan::InitialCopy::default()
@@ -97,7 +101,7 @@ pub(crate) async fn start(
     if let Some(counters) = counters {
         pipe.report_to(counters.clone());
     }
-    if let (true, Some(exported)) = (opts.snapshot, position.exported) {
+    if let (true, Some(exported)) = (opts.snapshot, exported) {
         let at = snapshot::Exported {
             snapshot: &exported,
             consistent,
@@ -115,7 +119,7 @@ pub(crate) async fn start(
     }
     drop(client);
     Ok(Started {
-        gated: position.gated,
+        gated,
         pipe,
         ignored,
         source_database,

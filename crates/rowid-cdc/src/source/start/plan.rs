@@ -35,11 +35,7 @@ pub(super) async fn initial_copy(
     for s in captured {
         match chunk_reader::chunkable(client, s, &opts.publication).await {
             Ok(()) => {
-                state.chunks.push(ChunkCursor {
-                    relid: s.relid,
-                    after: None,
-                    done: false,
-                });
+                state.chunks.push(ChunkCursor::from_start(s.relid));
                 plan.in_key_order.push(s.clone());
             }
             Err(why) => {
@@ -89,11 +85,7 @@ pub(super) async fn chunks_again(
             )));
         }
         state.chunks.retain(|c| c.relid != s.relid);
-        state.chunks.push(ChunkCursor {
-            relid: s.relid,
-            after: None,
-            done: false,
-        });
+        state.chunks.push(ChunkCursor::from_start(s.relid));
     }
     Ok(())
 }

@@ -14,15 +14,20 @@ use crate::lsn::Lsn;
 use crate::source::{checks, replication, slot};
 use crate::state::State;
 
-/// Where following starts: the state, and for a slot this run created, its replication
-/// connection (not streaming yet) and the snapshot it exported.
+/// Where following starts: the state, and the slot if this run created it.
 pub(super) struct Position {
-    /// The replication connection that created the slot (a new slot), not streaming yet.
-    pub(super) gated: Option<ReplicationClient>,
     /// The state following starts from.
     pub(super) state: State,
-    /// The snapshot a slot created by this run exported.
-    pub(super) exported: Option<String>,
+    /// `None` when the slot was resumed.
+    pub(super) created: Option<NewSlot>,
+}
+
+/// A slot this run created.
+pub(super) struct NewSlot {
+    /// The replication connection that created it, not streaming yet.
+    pub(super) replication: ReplicationClient,
+    /// The snapshot it exported, valid until that connection's next command.
+    pub(super) exported: String,
 }
 
 /// The saved `state` against the slot as the server has it (`info`): it must exist and not
@@ -44,9 +49,8 @@ pub(super) fn resume(
     checks::slot_position(&opts.slot, info.confirmed, state.end_lsn)?;
     checks::report(&state.schemas, ignored, opts.strict)?;
     Ok(Position {
-        gated: None,
         state,
-        exported: None,
+        created: None,
     })
 }
 
@@ -104,8 +108,10 @@ pub(super) async fn create(
         chunks: Vec::new(),
     };
     Ok(Position {
-        gated: Some(created.replication),
         state,
-        exported: Some(created.snapshot),
+        created: Some(NewSlot {
+            replication: created.replication,
+            exported: created.snapshot,
+        }),
     })
 }
