@@ -89,7 +89,8 @@ pub struct Options {
     /// Write a heartbeat into the database this often (for a database that is itself idle).
     pub heartbeat: Option<Duration>,
     /// How long to wait at start for a slot another process holds (the server process of a
-    /// consumer that has just ended holds it until it notices).
+    /// consumer that has just ended holds it until it notices), and in a PostgreSQL sink's
+    /// database for the session that last wrote the position (that consumer's last COMMIT).
     pub slot_wait: Duration,
     /// Serve the counters in the Prometheus text format at `http://ADDR/metrics`.
     pub metrics: Option<std::net::SocketAddr>,

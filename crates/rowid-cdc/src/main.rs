@@ -129,7 +129,9 @@ struct Args {
     #[arg(long, value_name = "SECS")]
     heartbeat: Option<u64>,
     /// Seconds to wait at start for a slot that another process holds to be released, before
-    /// refusing: the server process of a consumer that has just ended holds it until it notices
+    /// refusing: the server process of a consumer that has just ended holds it until it notices.
+    /// A PostgreSQL sink waits as long for the session that last wrote its position (that
+    /// consumer's, finishing its last COMMIT)
     #[arg(long, value_name = "SECS", default_value_t = 10)]
     slot_wait: u64,
     /// Serve the run's counters in the Prometheus text format at http://ADDR/metrics (for

@@ -35,6 +35,7 @@ fn target(psql: &Psql, buffer: &QualifiedName, fresh: bool) -> Target {
         fresh,
         source_database: None,
         in_source: false,
+        wait: std::time::Duration::from_secs(10),
     }
 }
 

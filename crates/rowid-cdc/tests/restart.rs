@@ -250,6 +250,7 @@ impl Fixture for BufferSink {
             fresh: state.is_none(),
             source_database: None,
             in_source: false,
+            wait: std::time::Duration::from_secs(10),
         });
         Box::new(sink.unwrap())
     }

@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{ca, signed_certificate};
+use common::{ca, server_bindir, signed_certificate};
 use rowid_testkit::cluster::Cluster;
 use rowid_testkit::psql::Psql;
 
@@ -28,16 +28,6 @@ const NAME: &str = "db.test";
 /// `server.crt` / `server.key` for `NAME`, signed by `ca`.
 fn server_certificate(dir: &Path, ca: &str) {
     signed_certificate(dir, ca, &format!("DNS:{NAME}"));
-}
-
-fn bindir() -> PathBuf {
-    let out = Command::new("sh")
-        .args(["-c", "command -v pg_ctl"])
-        .output()
-        .unwrap();
-    let pg_ctl = String::from_utf8_lossy(&out.stdout).trim().to_string();
-    assert!(!pg_ctl.is_empty(), "pg_ctl is not on PATH");
-    Path::new(&pg_ctl).parent().unwrap().to_path_buf()
 }
 
 struct Server {
@@ -54,7 +44,7 @@ impl Server {
         ca(&dir, "other_ca");
         server_certificate(&dir, "ca");
         let port = 56_000 + (std::process::id() % 1000) as u16;
-        let cluster = Cluster::start(&bindir(), &dir.join("cluster"), port).unwrap();
+        let cluster = Cluster::start(&server_bindir(), &dir.join("cluster"), port).unwrap();
         for f in ["server.crt", "server.key"] {
             cluster
                 .write_file(f, &std::fs::read(dir.join(f)).unwrap())

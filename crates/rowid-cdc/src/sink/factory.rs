@@ -33,6 +33,7 @@ pub fn open(
                 fresh: state.is_none(),
                 source_database: source_database.map(str::to_string),
                 in_source: dsn.is_none(),
+                wait: opts.slot_wait,
             })
             .map_err(CdcError::Sink)?,
         ),
@@ -64,6 +65,7 @@ pub fn open(
                 source_database: source_database.map(str::to_string),
                 in_source: dsn.is_none(),
                 schema: schema.clone(),
+                wait: opts.slot_wait,
             })
             .map_err(CdcError::Sink)?,
         ),

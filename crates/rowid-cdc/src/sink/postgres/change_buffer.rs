@@ -65,6 +65,7 @@ impl PostgresSink {
             config: target.config.clone(),
             source_database: target.source_database.clone(),
             in_source: target.in_source,
+            wait: target.wait,
         };
         let table = target.buffer.quoted();
         let writer = BufferWriter {
@@ -151,6 +152,15 @@ impl Writer for BufferWriter {
     fn target(&self) -> String {
         format!("{}_*", self.target.buffer.quoted())
     }
+
+    fn position_key(&self) -> String {
+        format!(
+            "rowid-cdc change buffer position {} buffer {} slot {}",
+            position_table(&self.target.buffer).quoted(),
+            self.target.buffer.quoted(),
+            self.target.slot
+        )
+    }
 }
 
 /// Where to write and for which slot.
@@ -171,6 +181,9 @@ pub struct Target {
     pub source_database: Option<String>,
     /// The sink writes into the captured database.
     pub in_source: bool,
+    /// How long to wait at open for another session writing this buffer's position for the
+    /// slot to end (a killed consumer's, finishing its last COMMIT): `--slot-wait`.
+    pub wait: std::time::Duration,
 }
 
 fn position_table(buffer: &QualifiedName) -> QualifiedName {

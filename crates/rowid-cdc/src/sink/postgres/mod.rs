@@ -19,6 +19,9 @@
 //! the server answered is on disk. The position and the rows commit atomically, so the sink
 //! can be ahead of the state file, never behind it: a restart replays the transactions
 //! between the two without writing them again ([`crate::capture::Capture::with_delivered`]).
+//! One session at a time writes a position: the sink takes its advisory lock before reading
+//! it ([`writer_lock`]), so a killed consumer's `COMMIT` the server finishes late is never
+//! written again by the next one.
 //! Consecutive captured transactions may share one database transaction (group commit,
 //! [`Sink::end_transaction`]): applying them in one transaction is applying them in order,
 //! the position recorded is the last one's, and none of them is reported durable before
@@ -30,7 +33,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, Sender, SyncSender, channel, sync_channel};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use std::collections::{HashMap, HashSet};
 
@@ -49,6 +52,7 @@ use crate::sink::{Durable, Sink};
 
 pub mod change_buffer;
 pub mod replica;
+mod writer_lock;
 
 pub use change_buffer::{POSITION_TABLE, Target, buffer_of, default_buffer};
 pub use replica::ReplicaTarget;
@@ -618,7 +622,8 @@ fn db_error(what: &str, e: &tokio_postgres::Error) -> Failure {
     }
 }
 
-/// Connects, sets up the session, then lets the writer create or check its tables; returns
+/// Connects, sets up the session, takes the writer lock of the position (waiting for a
+/// session that holds it to end), then lets the writer create or check its tables; returns
 /// the client, the recorded position and what was found.
 async fn open_connection<W: Writer>(
     endpoint: &Endpoint,
@@ -641,6 +646,14 @@ async fn open_connection<W: Writer>(
              on: a commit could be lost in a crash after it was acknowledged"
         )));
     }
+    // One writer per position: a killed consumer's last COMMIT may still be running.
+    writer_lock::take(
+        &client,
+        &writer.position_key(),
+        endpoint.wait,
+        &writer.target(),
+    )
+    .await?;
     let database = net::database_id(&client).await;
     let same_database =
         endpoint.in_source || (database.is_some() && database == endpoint.source_database);
@@ -739,6 +752,8 @@ struct Endpoint {
     source_database: Option<String>,
     /// The sink writes into the captured database by definition (no DSN of its own).
     in_source: bool,
+    /// How long to wait at open for another session writing the same position to end.
+    wait: Duration,
 }
 
 /// A relation's columns (`images`: `None` when unknown at this position, no identity schema
@@ -782,6 +797,10 @@ trait Writer {
 
     /// What the writer writes, for messages (`"pgtrickle_changes"."rowid_cdc"_*`).
     fn target(&self) -> String;
+
+    /// What names the position the writer records (its table and row), for the writer lock
+    /// taken before it is read ([`writer_lock`]).
+    fn position_key(&self) -> String;
 }
 
 /// The connection's loop: one database transaction per captured transaction, committed once

@@ -64,6 +64,9 @@ pub struct ReplicaTarget {
     /// source table's own schema. The replica's own tables are in this schema, or in
     /// `pgtrickle_replica` when `None`.
     pub schema: Option<String>,
+    /// How long to wait at open for another session writing this replica's position for the
+    /// slot to end (a killed consumer's, finishing its last COMMIT): `--slot-wait`.
+    pub wait: std::time::Duration,
 }
 
 impl ReplicaTarget {
@@ -91,6 +94,7 @@ impl PostgresSink {
             config: target.config.clone(),
             source_database: target.source_database.clone(),
             in_source: target.in_source,
+            wait: target.wait,
         };
         let table = format!("the replica in {}", quote_ident(target.meta()));
         let writer = ReplicaWriter {
@@ -988,5 +992,13 @@ impl Writer for ReplicaWriter {
 
     fn target(&self) -> String {
         format!("the replica in {}", quote_ident(self.target.meta()))
+    }
+
+    fn position_key(&self) -> String {
+        format!(
+            "rowid-cdc replica position {} slot {}",
+            meta_table(self.target.meta(), replica::POSITION),
+            self.target.slot
+        )
     }
 }
