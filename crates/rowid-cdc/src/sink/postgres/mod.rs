@@ -20,7 +20,7 @@
 //! can be ahead of the state file, never behind it: a restart replays the transactions
 //! between the two without writing them again ([`crate::capture::Capture::with_delivered`]).
 //! One session at a time writes a position: the sink takes its advisory lock before reading
-//! it ([`writer_lock`]), so a killed consumer's `COMMIT` the server finishes late is never
+//! it (`writer_lock.rs`), so a killed consumer's `COMMIT` the server finishes late is never
 //! written again by the next one.
 //! Consecutive captured transactions may share one database transaction (group commit,
 //! [`Sink::end_transaction`]): applying them in one transaction is applying them in order,
