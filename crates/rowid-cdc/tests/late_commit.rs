@@ -87,6 +87,9 @@ fn late_commit(case: &Case) {
     let cluster = Cluster::start(&server_bindir(), &dir.file("sink"), port).unwrap();
     let target = cluster.psql();
     let _let_go = LetGo(&target);
+    // Only the sink commits there: no autovacuum transaction to be held too.
+    target.run("ALTER SYSTEM SET autovacuum = off;").unwrap();
+    target.run("SELECT pg_catalog.pg_reload_conf();").unwrap();
     src.run(
         "CREATE EXTENSION pg_trickle_ext;
          SELECT pgtrickle.enable_identity_messages();
