@@ -26,14 +26,10 @@ use common::{Cdc, Dir, DropSlot, Running, database, one, server_bindir, wait_act
 use rowid_testkit::cluster::Cluster;
 use rowid_testkit::psql::Psql;
 
-/// Commits in the sink's cluster wait for a standby named `names` (none: they do not wait).
-fn hold_commits(target: &Psql, names: &str) {
-    target
-        .run(&format!(
-            "ALTER SYSTEM SET synchronous_standby_names = '{names}';"
-        ))
-        .unwrap();
-    target.run("SELECT pg_catalog.pg_reload_conf();").unwrap();
+/// `ALTER SYSTEM <change>` in `db`'s cluster, in force at once (reloaded).
+fn alter_system(db: &Psql, change: &str) -> Result<(), String> {
+    db.run(&format!("ALTER SYSTEM {change};"))?;
+    db.run("SELECT pg_catalog.pg_reload_conf();").map(|_| ())
 }
 
 /// Lets every held commit go when dropped, whatever happened (a held one would keep the
@@ -42,8 +38,7 @@ struct LetGo<'a>(&'a Psql);
 
 impl Drop for LetGo<'_> {
     fn drop(&mut self) {
-        let _ = self.0.run("ALTER SYSTEM RESET synchronous_standby_names;");
-        let _ = self.0.run("SELECT pg_catalog.pg_reload_conf();");
+        let _ = alter_system(self.0, "RESET synchronous_standby_names");
     }
 }
 
@@ -51,11 +46,7 @@ impl Drop for LetGo<'_> {
 fn wait_for(db: &Psql, sql: &str, expected: &str, running: &mut Running, what: &str) {
     let t = Instant::now();
     while db.run(sql).map(|s| s.trim().to_string()).as_deref() != Ok(expected) {
-        let report = running.report();
-        assert!(
-            report == "rowid-cdc is still running" && t.elapsed() < Duration::from_secs(60),
-            "{what}: {report}"
-        );
+        running.still_within(t, Duration::from_secs(60), what);
         std::thread::sleep(Duration::from_millis(50));
     }
 }
@@ -79,7 +70,6 @@ struct Case {
 fn late_commit(case: &Case) {
     let Case { name, port, .. } = *case;
     let count = case.count;
-    let n = |inserts: usize| (case.before + inserts).to_string();
     let slot = format!("rowid_late_commit_{name}");
     let src = database(&format!("rowid_cdc_late_commit_{name}"), &slot);
     let _drop = DropSlot(&src, &slot);
@@ -88,8 +78,7 @@ fn late_commit(case: &Case) {
     let target = cluster.psql();
     let _let_go = LetGo(&target);
     // Only the sink commits there: no autovacuum transaction to be held too.
-    target.run("ALTER SYSTEM SET autovacuum = off;").unwrap();
-    target.run("SELECT pg_catalog.pg_reload_conf();").unwrap();
+    alter_system(&target, "SET autovacuum = off").unwrap();
     src.run(
         "CREATE EXTENSION pg_trickle_ext;
          SELECT pgtrickle.enable_identity_messages();
@@ -115,12 +104,13 @@ fn late_commit(case: &Case) {
     wait_for(
         &target,
         &count(relid),
-        &n(1),
+        &(case.before + 1).to_string(),
         &mut running,
         "the first insert never arrived",
     );
 
-    hold_commits(&target, "nobody");
+    // Commits wait for a synchronous standby that never comes.
+    alter_system(&target, "SET synchronous_standby_names = 'nobody'").unwrap();
     src.run("INSERT INTO w VALUES (11, 11);").unwrap();
     let held = "SELECT pid FROM pg_catalog.pg_stat_activity WHERE wait_event = 'SyncRep'";
     wait_for(
@@ -148,40 +138,33 @@ fn late_commit(case: &Case) {
         if locked == "1" {
             break;
         }
-        let report = running.report();
-        assert!(
-            report == "rowid-cdc is still running" && t.elapsed() < Duration::from_secs(60),
-            "{name}: the new consumer never waited for the old session: {report}"
+        running.still_within(
+            t,
+            Duration::from_secs(60),
+            &format!("{name}: the new consumer never waited for the old session"),
         );
         std::thread::sleep(Duration::from_millis(50));
     }
-    hold_commits(&target, "");
+    alter_system(&target, "RESET synchronous_standby_names").unwrap();
 
     src.run("INSERT INTO w VALUES (12, 12);").unwrap();
     let t = Instant::now();
+    let written = case.before + 3;
     loop {
         let held: usize = one(&target, &count(relid)).parse().unwrap();
-        let report = running.report();
-        assert!(
-            held <= case.before + 3,
-            "{name}: the sink holds {held} where {} were written: {report}",
-            n(3)
-        );
-        if held == case.before + 3 {
+        let what = format!("{name}: the sink holds {held} where {written} were written");
+        assert!(held <= written, "{what}: {}", running.report());
+        if held == written {
             break;
         }
-        assert!(
-            report == "rowid-cdc is still running" && t.elapsed() < Duration::from_secs(60),
-            "{name}: the sink holds {held} where {} were written: {report}",
-            n(3)
-        );
+        running.still_within(t, Duration::from_secs(60), &what);
         std::thread::sleep(Duration::from_millis(50));
     }
     // Nothing more comes.
     std::thread::sleep(Duration::from_millis(500));
     assert_eq!(
         one(&target, &count(relid)),
-        n(3),
+        written.to_string(),
         "{name}: every change once, the late commit's too"
     );
 }

@@ -81,6 +81,17 @@ impl Running {
         }
     }
 
+    /// The guard of a wait loop started at `started`: fails the test with `what` and how the
+    /// process ended, as soon as it ended or `limit` passed.
+    pub fn still_within(&mut self, started: Instant, limit: Duration, what: &str) {
+        let ended = self.0.try_wait().unwrap().is_some();
+        assert!(
+            !ended && started.elapsed() < limit,
+            "{what}: {}",
+            self.report()
+        );
+    }
+
     /// What a failed wait should say about it: "still running", or how it ended and what
     /// it printed on stderr.
     pub fn report(&mut self) -> String {
