@@ -65,12 +65,20 @@ fn server_checks(major: u32, source: pg::Source) -> Result<Counts, String> {
         // keyless duplicates, TRUNCATE, a kill and restart, a divergence refused by name, a
         // changed key rebuilt, a missing type refused.
         tests.push(("rowid-cdc", "replica"));
+        // Issue 33's replica cases: spellings of equal keyless rows, a NOT NULL domain, a
+        // rename, a replica behind its state file, publications refused, another run's
+        // storage, two sinks starting together, a locked storage table.
+        tests.push(("rowid-cdc", "replica_exact"));
         // The proposal's final oracle for the replica: a random workload over many key types,
         // keyless duplicates, DDL, TRUNCATE, SIGKILLs and a server crash; EXCEPT ALL both ways.
         tests.push(("rowid-cdc", "replica_oracle"));
         // A killed consumer's last COMMIT finishing after the next one opened: neither
         // PostgreSQL sink writes that transaction again (clusters of its own, commits held).
         tests.push(("rowid-cdc", "late_commit"));
+        // The windows of a chunked snapshot made to happen (issue 33): a commit held by a
+        // synchronous standby, kills between a chunk's delivery and its watermark and between
+        // a sink's commit and the state file's, a key moved into the copied rows.
+        tests.push(("rowid-cdc", "windows"));
         // Row images read back into SQL against the row, and the TOAST matrix.
         tests.push(("rowid-cdc", "images"));
         // The initial snapshot replayed with the stream against the tables; a killed copy.

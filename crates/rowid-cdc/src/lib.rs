@@ -61,6 +61,7 @@ pub mod counters;
 #[cfg(feature = "cli")]
 pub mod error;
 pub mod event;
+pub mod fault;
 pub mod identity_rows;
 pub mod json_line;
 pub mod lsn;

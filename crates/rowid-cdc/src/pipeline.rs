@@ -27,9 +27,12 @@ use rowid_registry::schema_message::RelationSchema;
 
 use crate::capture::CaptureError;
 use crate::capture::{Capture, Output};
-use crate::chunks::{self, After, ChunkRead, ChunkRequest, Chunking, OpenChunk, Route};
+use crate::chunks::{
+    self, After, ChunkRead, ChunkRequest, ChunkState, Chunking, OpenChunk, Route, Unseen,
+};
 use crate::counters::{PendingChanges, SharedCounters};
 use crate::event::{ChangeEvent, SendRow};
+use crate::fault::{self, Point};
 use crate::lsn::Lsn;
 use crate::sink::{Durable, Sink};
 use crate::state::{SnapshotState, State, StateError};
@@ -68,6 +71,31 @@ fn key_forms(row: &rowid_pgoutput::Tuple, positions: &[usize]) -> Vec<Option<Byt
         .map(|&i| match row.get(i) {
             Some(rowid_pgoutput::Column::Binary(b)) => Some(b.clone()),
             _ => None,
+        })
+        .collect()
+}
+
+/// The key columns' send forms of the row `event` wrote (its identity's columns, in key
+/// order): how a pending key is read again.
+fn pending_key(event: &ChangeEvent) -> Result<Vec<Option<Bytes>>, PipelineError> {
+    let missing = |column: &str| {
+        PipelineError::Snapshot(format!(
+            "{}: a key moved into the rows delivered so far lacks its key column {column} in \
+             its new row, so it cannot be read again by key",
+            event.relation
+        ))
+    };
+    let image = event.new.as_ref().ok_or_else(|| missing("(no new row)"))?;
+    event
+        .key
+        .iter()
+        .map(|column| {
+            let i = image
+                .columns
+                .iter()
+                .position(|c| c.name == *column)
+                .ok_or_else(|| missing(column))?;
+            Ok(Some(image.binary(i).ok_or_else(|| missing(column))?))
         })
         .collect()
 }
@@ -157,6 +185,8 @@ pub struct Pipeline<S: Sink> {
     /// and whether any of them changed an identity schema. The state keeps the last durable
     /// transaction until [`Pipeline::flush`].
     staged: Option<Staged>,
+    /// A chunk was delivered in the open transaction.
+    chunk_in_txn: bool,
 }
 
 /// The transactions of an open group ([`Pipeline::staged`]).
@@ -174,12 +204,46 @@ impl<S: Sink> Pipeline<S> {
     /// commit, and once here, before anything reaches the sink: from the first change on,
     /// the state file accounts for everything the sink holds. The capture must have been
     /// created from the same state.
+    ///
+    /// A sink that records its own position must hold at least what the state file says it
+    /// made durable: one behind it lost transactions (a stream deleted and created again, or
+    /// purged; a database restored from an older backup; a server that lost acknowledged
+    /// writes), which are gone from the slot too, so it is refused. A sink ahead of the state
+    /// file (a kill between the sink's commit and the state's) also gives the chunked
+    /// snapshots' record it committed with its rows, which is then the one resumed from.
     pub fn new(
         capture: Capture,
         sink: S,
         mut state: State,
         state_path: Option<PathBuf>,
     ) -> Result<Self, PipelineError> {
+        if let Some(recorded) = Durable::position(state.sink.as_ref()) {
+            let holds = sink.delivered();
+            if holds < Some(recorded) {
+                return Err(PipelineError::Sink(io::Error::other(format!(
+                    "{} holds changes through commit {}, but the state file says it had made \
+                     durable those through commit {recorded}: what it held since was lost \
+                     (deleted and created again, purged, restored from an older backup, or a \
+                     server that lost acknowledged writes), and the slot no longer has those \
+                     changes. Nothing was written. Rebuild it from a new slot (a new state \
+                     file, --create-slot --snapshot), or give the state file that goes with \
+                     what it holds",
+                    sink.describe(),
+                    holds.map_or_else(|| "none (it is empty)".to_string(), |l| l.to_string())
+                ))));
+            }
+            if holds > Some(recorded)
+                && let Some(chunks) = sink.recorded_chunks()
+            {
+                state.chunks = ChunkState::from_json(&chunks).map_err(|e| {
+                    PipelineError::Snapshot(format!(
+                        "{} is ahead of the state file, and its record of the chunked \
+                         snapshots cannot be read: {e}",
+                        sink.describe()
+                    ))
+                })?;
+            }
+        }
         state.sink = sink.durable().record;
         if let Some(path) = &state_path {
             state.save(path).map_err(PipelineError::State)?;
@@ -191,6 +255,7 @@ impl<S: Sink> Pipeline<S> {
             chunk_keys: HashMap::new(),
             grouping: false,
             staged: None,
+            chunk_in_txn: false,
             capture,
             sink,
             state,
@@ -268,8 +333,23 @@ impl<S: Sink> Pipeline<S> {
         if self.staged.is_none() {
             return Ok(None);
         }
-        let durable = self.sink.commit().map_err(PipelineError::Sink)?;
+        let durable = self.sink_commit()?;
         self.settle(durable)
+    }
+
+    /// Gives the sink the chunked snapshots' record as of now (when any table was chunked),
+    /// to commit with what it holds ([`Sink::record_chunks`]).
+    fn record_chunks(&mut self) {
+        let state = self.chunking.state();
+        if !state.is_empty() {
+            self.sink.record_chunks(&state.to_json());
+        }
+    }
+
+    /// The sink's commit, with the chunked snapshots' record.
+    fn sink_commit(&mut self) -> Result<Durable, PipelineError> {
+        self.record_chunks();
+        self.sink.commit().map_err(PipelineError::Sink)
     }
 
     /// Publishes the counters into `shared` from now on: the changes, transactions and
@@ -327,10 +407,11 @@ impl<S: Sink> Pipeline<S> {
         let Some(staged) = self.staged.take() else {
             return Ok(None);
         };
+        fault::at(Point::AfterSinkCommit);
         self.state.commit_lsn = staged.commit_lsn;
         self.state.end_lsn = staged.end_lsn;
         self.state.sink = durable.record;
-        self.state.chunks = self.chunking.cursors().to_vec();
+        self.state.chunks = self.chunking.state();
         if staged.schemas_changed {
             self.state.schemas = self.capture.schemas().cloned().collect();
         }
@@ -349,6 +430,8 @@ impl<S: Sink> Pipeline<S> {
         let mut ack = None;
         // Taken out for the loop (the sink's calls borrow the pipeline), put back after it.
         let mut outputs = std::mem::take(&mut self.outputs);
+        // A chunk delivered at a change of this message (for a test's crash point).
+        let mut chunk_delivered = false;
         for output in outputs.drain(..) {
             match output {
                 Output::Begin { .. } => {}
@@ -358,12 +441,18 @@ impl<S: Sink> Pipeline<S> {
                         for row in self.chunking.deliver() {
                             self.deliver_event(&chunks::at(row, event.commit_lsn))?;
                         }
+                        self.chunk_in_txn = true;
                     }
+                    self.chunking.note(&event);
                     match self.chunking.route(&event) {
                         Route::Pass => self.deliver_event(&event)?,
                         Route::Drop => {}
                         Route::AsDelete => self.deliver_event(&chunks::as_delete(&event))?,
                         Route::AsInsert => self.deliver_event(&chunks::as_insert(&event))?,
+                        Route::Pend => {
+                            let key = pending_key(&event)?;
+                            self.chunking.pend(&event, key);
+                        }
                     }
                 }
                 Output::Watermark { lsn, content } => {
@@ -390,10 +479,12 @@ impl<S: Sink> Pipeline<S> {
                         for row in self.chunking.deliver() {
                             self.deliver_event(&chunks::at(row, commit_lsn))?;
                         }
+                        self.chunk_in_txn = true;
                     }
+                    chunk_delivered = std::mem::take(&mut self.chunk_in_txn);
                     self.check_chunk_keys(&schema_changes)?;
                     // Chunk cursors are recorded with each transaction: no group then.
-                    let group = self.grouping && self.chunking.cursors().iter().all(|c| c.done);
+                    let group = self.grouping && !self.chunking.active();
                     let durable = if delivered {
                         // Already in the sink: durable as soon as the group before it is.
                         if self.staged.is_some() {
@@ -411,6 +502,7 @@ impl<S: Sink> Pipeline<S> {
                                     .map_err(PipelineError::Sink)?;
                             }
                         }
+                        self.record_chunks();
                         if group {
                             self.sink.end_transaction().map_err(PipelineError::Sink)?
                         } else {
@@ -435,6 +527,9 @@ impl<S: Sink> Pipeline<S> {
             }
         }
         self.outputs = outputs;
+        if chunk_delivered && ack.is_some() {
+            fault::at(Point::AfterChunkDelivered);
+        }
         Ok(ack)
     }
 
@@ -449,11 +544,12 @@ impl<S: Sink> Pipeline<S> {
             for row in rows {
                 self.deliver_event(&chunks::at(row, lsn))?;
             }
-            let durable = self.sink.commit().map_err(PipelineError::Sink)?;
+            let durable = self.sink_commit()?;
+            fault::at(Point::AfterSinkCommit);
             self.state.sink = durable.record;
             self.tally.progress.transactions += 1;
         }
-        self.state.chunks = self.chunking.cursors().to_vec();
+        self.state.chunks = self.chunking.state();
         self.state.end_lsn = self.state.end_lsn.max(lsn);
         self.save()?;
         self.tally.progress.durable = self.state.end_lsn;
@@ -473,7 +569,7 @@ impl<S: Sink> Pipeline<S> {
                 .chunking
                 .cursors()
                 .iter()
-                .any(|c| c.relid == *relid && !c.done && c.after.is_some());
+                .any(|c| c.relid == *relid && !c.done && c.view.after.is_some());
             if !started {
                 continue;
             }
@@ -528,7 +624,8 @@ impl<S: Sink> Pipeline<S> {
                         relname: s.relname.clone(),
                         columns: s.columns.iter().map(|c| c.name.clone()).collect(),
                         key: def.fields.iter().map(|f| f.column.clone()).collect(),
-                        after: cursor.after.as_ref().map(|a| a.key.clone()),
+                        after: cursor.view.after.as_ref().map(|a| a.key.clone()),
+                        pending: cursor.view.pending.clone(),
                         schema: s.clone(),
                     })
                 });
@@ -540,19 +637,22 @@ impl<S: Sink> Pipeline<S> {
                 }
                 None => {
                     self.chunking.finish(cursor.relid);
-                    self.state.chunks = self.chunking.cursors().to_vec();
+                    self.state.chunks = self.chunking.state();
                 }
             }
         }
     }
 
     /// A chunk the source side read for `request`: its rows become snapshot events (the
-    /// stream's identity and image code) waiting for their place in the stream.
+    /// stream's identity and image code) waiting for their place in the stream. `Ok(Some)`
+    /// when its snapshot does not see a transaction the stream already delivered with a
+    /// change of the table: nothing was opened, and the chunk must be read again later
+    /// ([`Chunking::open`]).
     pub fn open_chunk(
         &mut self,
         request: &ChunkRequest,
         read: ChunkRead,
-    ) -> Result<(), PipelineError> {
+    ) -> Result<Option<Unseen>, PipelineError> {
         let positions: Vec<usize> = request
             .key
             .iter()
@@ -560,7 +660,7 @@ impl<S: Sink> Pipeline<S> {
             .collect();
         // The last row's key (the next chunk's lower bound), before the events take the rows.
         let last_key = read.rows.last().map(|row| key_forms(row, &positions));
-        let mut events = Vec::with_capacity(read.rows.len() + 1);
+        let mut events = Vec::with_capacity(read.rows.len() + read.pending_rows.len() + 1);
         if request.after.is_none() {
             // The table's first chunk: what the consumer holds of it is replaced.
             events.push(
@@ -594,15 +694,23 @@ impl<S: Sink> Pipeline<S> {
             },
             _ => None,
         };
-        self.chunking.open(OpenChunk {
+        // The pending keys' rows (those that still exist) after the range's.
+        events.extend(
+            self.capture
+                .snapshot_events(self.state.end_lsn, read.ts, read.relid, read.pending_rows)
+                .map_err(PipelineError::Capture)?,
+        );
+        let opened = self.chunking.open(OpenChunk {
             relid: read.relid,
             nonce: read.nonce,
             snapshot: read.snapshot,
             events,
             last,
+            pending_read: request.pending.iter().map(|p| p.identity.clone()).collect(),
             last_chunk: read.last_chunk,
         });
-        Ok(())
+        // What the check forgot is recorded with the next transaction or watermark.
+        Ok(opened.err())
     }
 
     /// How many of the tables snapshotted in chunks are done, of how many.
@@ -692,10 +800,11 @@ impl<S: Sink> Pipeline<S> {
         if done {
             self.capture.snapshot_rows_done();
         }
-        let durable = self.sink.commit().map_err(PipelineError::Sink)?;
-        self.state.sink = durable.record;
         self.chunking.advance(relid, after, done);
-        self.state.chunks = self.chunking.cursors().to_vec();
+        let durable = self.sink_commit()?;
+        fault::at(Point::AfterSinkCommit);
+        self.state.sink = durable.record;
+        self.state.chunks = self.chunking.state();
         self.save()?;
         self.publish(0);
         Ok(())
@@ -714,7 +823,7 @@ impl<S: Sink> Pipeline<S> {
     pub fn snapshot_end(&mut self) -> Result<(), PipelineError> {
         self.flush()?;
         self.capture.snapshot_rows_done();
-        let durable = self.sink.commit().map_err(PipelineError::Sink)?;
+        let durable = self.sink_commit()?;
         self.state.sink = durable.record;
         self.state.snapshot = Some(SnapshotState::Done);
         self.save()?;

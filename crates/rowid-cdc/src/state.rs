@@ -1,11 +1,11 @@
-//! The state file, format 3 (`spec/state-file.md`): where a restart resumes. It holds the
+//! The state file, format 5 (`spec/state-file.md`): where a restart resumes. It holds the
 //! slot, the last commit whose changes the sink made durable (its commit LSN, to skip it when
 //! the server sends it again), the position acknowledged to the server (that commit's end,
 //! or a later position the server reported while nothing was in flight), the sink's own
 //! record of where that commit left it (opaque here: [`crate::sink::Durable`]), the OID of
-//! the identity schema table whose rows it trusts, and the identity schemas as of that
-//! commit. No password, no DSN. A format 2 file (which kept a file sink's length as
-//! `sink_len`) is read too.
+//! the identity schema table whose rows it trusts, the identity schemas as of that commit,
+//! and where the chunked snapshots stand ([`ChunkState`]). No password, no DSN. Files of
+//! formats 4, 3 and 2 are read too.
 //!
 //! Written atomically: a temporary file beside it is written and fsynced, renamed over the
 //! state file, and the directory is fsynced, so a crash leaves the old state or the new one,
@@ -15,68 +15,14 @@ use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
-use rowid_codec::hex::{decode as from_hex, encode as to_hex};
 use rowid_registry::schema_message::{RelationSchema, SchemaMessage};
 use serde_json::{Value, json};
 
-use crate::chunks::{After, ChunkCursor};
+use crate::chunks::ChunkState;
 use crate::lsn::Lsn;
 
-fn cursor_json(c: &ChunkCursor) -> Value {
-    json!({
-        "relid": c.relid,
-        "after": c.after.as_ref().map(|a| json!({
-            "identity": to_hex(&a.identity),
-            "key": a.key.iter().map(|k| k.as_ref().map(|k| to_hex(k))).collect::<Vec<_>>(),
-        })),
-        "done": c.done,
-    })
-}
-
-fn cursor_from_json(v: &Value) -> Result<ChunkCursor, String> {
-    let bad = || format!("chunks: {v} is not a chunk cursor");
-    let o = v.as_object().ok_or_else(bad)?;
-    if o.keys()
-        .any(|k| !["relid", "after", "done"].contains(&k.as_str()))
-    {
-        return Err(bad());
-    }
-    let relid = o
-        .get("relid")
-        .and_then(Value::as_u64)
-        .and_then(|r| u32::try_from(r).ok())
-        .ok_or_else(bad)?;
-    let done = o.get("done").and_then(Value::as_bool).ok_or_else(bad)?;
-    let after = match o.get("after") {
-        None | Some(Value::Null) => None,
-        Some(Value::Object(a)) => {
-            let identity = a
-                .get("identity")
-                .and_then(Value::as_str)
-                .and_then(from_hex)
-                .ok_or_else(bad)?;
-            let key = a
-                .get("key")
-                .and_then(Value::as_array)
-                .ok_or_else(bad)?
-                .iter()
-                .map(|k| match k {
-                    Value::Null => Ok(None),
-                    Value::String(h) => from_hex(h)
-                        .map(|b| Some(bytes::Bytes::from(b)))
-                        .ok_or_else(bad),
-                    _ => Err(bad()),
-                })
-                .collect::<Result<Vec<_>, _>>()?;
-            Some(After { identity, key })
-        }
-        Some(_) => return Err(bad()),
-    };
-    Ok(ChunkCursor { relid, after, done })
-}
-
 /// The state file's format.
-pub const STATE_FORMAT: u64 = 4;
+pub const STATE_FORMAT: u64 = 5;
 
 /// Where capture stands.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -101,9 +47,9 @@ pub struct State {
     /// The copy under the slot's exported snapshot (`--snapshot` at slot creation: tables
     /// that are not read in chunks), if one was asked for.
     pub snapshot: Option<SnapshotState>,
-    /// The chunked snapshots of keyed tables: each table's cursor (spec/state-file.md §2,
-    /// [`crate::chunks`]).
-    pub chunks: Vec<ChunkCursor>,
+    /// The chunked snapshots of keyed tables: each table's cursor, and the chunk delivered
+    /// before its watermark (spec/state-file.md §2.2, [`crate::chunks`]).
+    pub chunks: ChunkState,
 }
 
 /// Where the initial snapshot stands.
@@ -172,7 +118,7 @@ impl State {
             "end_lsn": self.end_lsn.to_string(),
             "sink": self.sink,
             "snapshot": self.snapshot.map(SnapshotState::name),
-            "chunks": self.chunks.iter().map(cursor_json).collect::<Vec<_>>(),
+            "chunks": self.chunks.to_json(),
             "identity_table": self.identity_table,
             "schemas": self.schemas.iter()
                 .map(|s| SchemaMessage::Schema(s.clone()).to_json())
@@ -206,11 +152,15 @@ impl State {
         };
         let format = obj.get("format").and_then(Value::as_u64);
         let (sink_key, other_key) = match format {
-            Some(3 | STATE_FORMAT) => ("sink", "sink_len"),
+            Some(3..=STATE_FORMAT) => ("sink", "sink_len"),
             Some(2) => ("sink_len", "sink"),
-            other => return Err(format!("format {other:?} is not {STATE_FORMAT} (or 3, 2)")),
+            other => {
+                return Err(format!(
+                    "format {other:?} is not {STATE_FORMAT} (or 4, 3, 2)"
+                ));
+            }
         };
-        if format != Some(STATE_FORMAT) && obj.contains_key("chunks") {
+        if !matches!(format, Some(4 | STATE_FORMAT)) && obj.contains_key("chunks") {
             return Err(format!("unknown member \"chunks\" in format {format:?}"));
         }
         if obj.contains_key(other_key) {
@@ -219,7 +169,7 @@ impl State {
         let lsn_of = |k: &str| str_of(k)?.parse::<Lsn>().map_err(|e| format!("{k}: {e}"));
         let sink = match (obj.get(sink_key), format) {
             (None | Some(Value::Null), _) => None,
-            (Some(v @ Value::Object(_)), Some(3 | STATE_FORMAT)) => Some(v.clone()),
+            (Some(v @ Value::Object(_)), Some(3..=STATE_FORMAT)) => Some(v.clone()),
             // Format 2 kept only a file sink's length.
             (Some(v), Some(2)) => Some(json!({
                 "file_len": v.as_u64().ok_or("sink_len: not a length")?
@@ -248,13 +198,11 @@ impl State {
             Some(Value::String(s)) if s == "done" => Some(SnapshotState::Done),
             Some(other) => return Err(format!("snapshot: {other} is not pending, done or null")),
         };
-        let chunks = match obj.get("chunks") {
-            None => Vec::new(),
-            Some(Value::Array(list)) => list
-                .iter()
-                .map(cursor_from_json)
-                .collect::<Result<Vec<_>, _>>()?,
-            Some(_) => return Err("chunks: not an array".to_string()),
+        let chunks = match (obj.get("chunks"), format) {
+            (None, _) => ChunkState::default(),
+            (Some(Value::Array(list)), Some(4)) => ChunkState::from_format_4(list)?,
+            (Some(v), Some(STATE_FORMAT)) => ChunkState::from_json(v)?,
+            (Some(_), _) => return Err("chunks: not this format's".to_string()),
         };
         Ok(State {
             snapshot,
@@ -323,6 +271,7 @@ impl State {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::chunks::{After, ChunkCursor, View};
 
     fn dir() -> PathBuf {
         let d = std::env::temp_dir().join(format!(
@@ -349,21 +298,27 @@ mod tests {
             sink: Some(json!({"file_len": 1234})),
             schemas: vec![],
             snapshot: Some(SnapshotState::Pending),
-            chunks: vec![
-                ChunkCursor {
-                    relid: 16385,
-                    after: Some(After {
-                        identity: vec![0x02, 0x00, 0xff],
-                        key: vec![Some(bytes::Bytes::from_static(&[0, 0, 0, 7])), None],
-                    }),
-                    done: false,
-                },
-                ChunkCursor {
-                    relid: 16386,
-                    after: None,
-                    done: true,
-                },
-            ],
+            chunks: ChunkState {
+                cursors: vec![
+                    ChunkCursor {
+                        relid: 16385,
+                        view: View {
+                            after: Some(After {
+                                identity: vec![0x02, 0x00, 0xff],
+                                key: vec![Some(bytes::Bytes::from_static(&[0, 0, 0, 7])), None],
+                            }),
+                            pending: vec![],
+                        },
+                        unconfirmed: vec![77],
+                        done: false,
+                    },
+                    ChunkCursor {
+                        done: true,
+                        ..ChunkCursor::from_start(16386)
+                    },
+                ],
+                delivered: None,
+            },
         };
         s.save(&path).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(State::load(&path).ok().flatten(), Some(s.clone()));
@@ -399,7 +354,8 @@ mod tests {
             "[]",
             r#"{"format": 3}"#,
             r#"{"format": 3, "slot": "s", "publication": "p", "commit_lsn": "0/0", "end_lsn": "0/0", "identity_table": 1, "snapshot": "half", "schemas": []}"#,
-            r#"{"format": 5, "slot": "s", "publication": "p", "commit_lsn": "0/0", "end_lsn": "0/0", "identity_table": 1, "schemas": []}"#,
+            r#"{"format": 6, "slot": "s", "publication": "p", "commit_lsn": "0/0", "end_lsn": "0/0", "identity_table": 1, "schemas": []}"#,
+            r#"{"format": 5, "slot": "s", "publication": "p", "commit_lsn": "0/0", "end_lsn": "0/0", "identity_table": 1, "chunks": [], "schemas": []}"#,
             r#"{"format": 3, "slot": "s", "publication": "p", "commit_lsn": "0/0", "end_lsn": "0/0", "identity_table": 1, "chunks": [], "schemas": []}"#,
             r#"{"format": 4, "slot": "s", "publication": "p", "commit_lsn": "0/0", "end_lsn": "0/0", "identity_table": 1, "chunks": [{"relid": 1, "after": {"identity": "0g", "key": []}, "done": false}], "schemas": []}"#,
             r#"{"format": 4, "slot": "s", "publication": "p", "commit_lsn": "0/0", "end_lsn": "0/0", "identity_table": 1, "chunks": [{"relid": 1, "done": false, "extra": 1}], "schemas": []}"#,
@@ -439,7 +395,27 @@ mod tests {
         )
         .unwrap_or_default();
         let s = State::from_json(&v).unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!((s.snapshot, s.chunks.len()), (Some(SnapshotState::Done), 0));
-        assert_eq!(s.to_json()["format"], 4);
+        assert_eq!(
+            (s.snapshot, s.chunks.is_empty()),
+            (Some(SnapshotState::Done), true)
+        );
+        assert_eq!(s.to_json()["format"], STATE_FORMAT);
+    }
+
+    #[test]
+    fn format_4_files_are_read_with_their_cursors() {
+        let v: Value = serde_json::from_str(
+            r#"{"format": 4, "slot": "s", "publication": "p", "commit_lsn": "0/10", "end_lsn": "0/20", "sink": null, "snapshot": null, "identity_table": 9, "schemas": [], "chunks": [{"relid": 5, "after": {"identity": "02ff", "key": ["07"]}, "done": false}]}"#,
+        )
+        .unwrap_or_default();
+        let s = State::from_json(&v).unwrap_or_else(|e| panic!("{e}"));
+        let c = &s.chunks.cursors[0];
+        assert_eq!((c.relid, c.done), (5, false));
+        assert_eq!(
+            c.view.after.as_ref().map(|a| a.identity.clone()),
+            Some(vec![2, 0xff])
+        );
+        assert!(c.view.pending.is_empty() && c.unconfirmed.is_empty());
+        assert_eq!(s.to_json()["format"], STATE_FORMAT);
     }
 }

@@ -17,6 +17,7 @@ use pipeline_kit::{IDENTITY_TABLE, Stream, T, insert, int8, schema, state, updat
 use rowid_cdc::chunks::{ChunkCursor, ChunkRead, TxnSnapshot, WATERMARK_PREFIX};
 use rowid_cdc::sink::{Durable, Sink};
 use rowid_cdc::{ChangeEvent, Lsn, Op, identity_rows};
+use rowid_pgoutput::{Column, OldTuple};
 use rowid_pgoutput::{CommitInfo, Message, encode};
 
 /// The events the pipeline delivered, in order, as (op, old id, new id, new v).
@@ -50,12 +51,7 @@ fn key_of(id: &Option<Vec<u8>>) -> Option<i64> {
 impl Stream<Collect> {
     /// A pipeline into `sink` whose state has `t` to snapshot in chunks, nothing delivered.
     fn new(sink: &Collect) -> Stream<Collect> {
-        let state = state(vec![ChunkCursor {
-            relid: T,
-            after: None,
-            done: false,
-        }]);
-        Stream::start(sink.clone(), state, None)
+        Stream::start(sink.clone(), state(vec![ChunkCursor::from_start(T)]), None)
     }
 
     fn watermark(&mut self, nonce: &str) -> Option<Lsn> {
@@ -79,7 +75,22 @@ impl Stream<Collect> {
     /// Reads the chunk the pipeline asks for as `rows` (ids) under `snapshot`, watermark
     /// `nonce`.
     fn open(&mut self, nonce: &str, snapshot: &str, rows: &[i64], last_chunk: bool) {
+        let opened = self.try_open(nonce, snapshot, rows, &[], last_chunk);
+        assert_eq!(opened, None, "the chunk opens");
+    }
+
+    /// As [`Stream::open`], the pending keys' rows the read found being `pending` (ids);
+    /// the transaction the snapshot does not see when the chunk is not opened.
+    fn try_open(
+        &mut self,
+        nonce: &str,
+        snapshot: &str,
+        rows: &[i64],
+        pending: &[i64],
+        last_chunk: bool,
+    ) -> Option<u32> {
         let request = self.pipe.chunk_request().expect("a chunk to read");
+        let row = |&id: &i64| vec![int8(id), int8(id)];
         self.pipe
             .open_chunk(
                 &request,
@@ -88,11 +99,13 @@ impl Stream<Collect> {
                     nonce: nonce.into(),
                     snapshot: TxnSnapshot::parse(snapshot).unwrap(),
                     ts: 0,
-                    rows: rows.iter().map(|&id| vec![int8(id), int8(id)]).collect(),
+                    rows: rows.iter().map(row).collect(),
+                    pending_rows: pending.iter().map(row).collect(),
                     last_chunk,
                 },
             )
-            .unwrap();
+            .unwrap()
+            .map(|unseen| unseen.xid)
     }
 }
 
@@ -117,6 +130,7 @@ fn a_chunk_lands_where_its_snapshot_falls_and_changes_arrive_as_their_effect() {
                 snapshot: TxnSnapshot::parse("100:103:101").unwrap(),
                 ts: 0,
                 rows: (1..=5).map(|id| vec![int8(id), int8(id * 100)]).collect(),
+                pending_rows: vec![],
                 last_chunk: false,
             },
         )
@@ -189,7 +203,8 @@ fn a_chunk_lands_where_its_snapshot_falls_and_changes_arrive_as_their_effect() {
         Some(vec![Some(Bytes::copy_from_slice(&5i64.to_be_bytes()))])
     );
     assert_eq!(
-        s.pipe.state().chunks[0]
+        s.pipe.state().chunks.cursors[0]
+            .view
             .after
             .as_ref()
             .map(|a| a.identity.clone()),
@@ -232,7 +247,7 @@ fn only_a_tables_first_chunk_opens_with_a_truncate() {
     let ack = s.watermark("c").unwrap();
     assert_eq!(ops(&empty), vec![(Op::Truncate, None)]);
     assert_eq!(s.pipe.state().end_lsn, ack);
-    assert!(s.pipe.state().chunks[0].done);
+    assert!(s.pipe.state().chunks.cursors[0].done);
 }
 
 #[test]
@@ -246,7 +261,7 @@ fn a_chunk_nobody_missed_is_delivered_at_its_watermark() {
     assert_eq!(sink.0.lock().unwrap().len(), 2, "the truncate and the row");
     assert_eq!(s.pipe.state().end_lsn, ack);
     assert!(
-        s.pipe.state().chunks[0].done,
+        s.pipe.state().chunks.cursors[0].done,
         "the last chunk ends the table's snapshot"
     );
     assert!(s.pipe.chunk_request().is_none());
@@ -323,4 +338,130 @@ fn a_key_changed_during_the_chunks_stops_naming_the_table() {
         delivered,
         "nothing more delivered"
     );
+}
+
+/// The events the sink got, as (op, old key, new key).
+fn keys(sink: &Collect) -> Vec<(Op, Option<i64>, Option<i64>)> {
+    sink.0
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|e| (e.op, key_of(&e.old_id), key_of(&e.new_id)))
+        .collect()
+}
+
+/// Issue 33 item 1: a transaction the stream delivered (its insert above the cursor dropped,
+/// "the chunk will hold it") that the next chunk's snapshot does not see yet (its commit
+/// waiting for a synchronous standby keeps it among the running transactions) must not be
+/// lost: the chunk is not opened until a snapshot sees it.
+#[test]
+fn a_chunk_whose_snapshot_misses_a_delivered_transaction_is_read_again() {
+    let sink = Collect::default();
+    let mut s = Stream::new(&sink);
+    s.open("a", "100:100:", &[1, 2], false);
+    s.watermark("a").unwrap();
+    // Committed and decoded; its row is above the cursor: dropped.
+    s.txn(104, vec![insert(80, 1)]);
+    assert_eq!(keys(&sink).len(), 3, "the truncate and two rows, not 80");
+    // A snapshot that still counts 104 as running does not have row 80.
+    assert_eq!(s.try_open("b", "104:106:104", &[], &[], true), Some(104));
+    assert!(
+        s.watermark("b").is_none(),
+        "nothing was opened: its watermark is foreign"
+    );
+    // Once 104 is visible, the chunk holds row 80.
+    s.open("c", "106:106:", &[80], true);
+    s.watermark("c").unwrap();
+    assert_eq!(
+        keys(&sink).last(),
+        Some(&(Op::Snapshot, None, Some(80))),
+        "row 80 arrives once, with the chunk that sees it"
+    );
+    assert!(s.pipe.state().chunks.cursors[0].done);
+}
+
+/// Issue 33 item 2: under REPLICA IDENTITY DEFAULT an update that moves a row's key from
+/// above the cursor into the rows delivered, leaving its TOASTed value alone, carries no
+/// value for that column (`u`): it is not delivered as an insert without it; the key is
+/// read again by the next chunk, whose row has every value.
+#[test]
+fn a_key_moved_into_the_view_without_its_toasted_value_is_read_again_by_key() {
+    let sink = Collect::default();
+    let mut s = Stream::new(&sink);
+    s.open("a", "100:100:", &[10, 20], false);
+    s.watermark("a").unwrap();
+    let moved = Message::Update {
+        xid: None,
+        relid: T,
+        old: Some(OldTuple::Key(vec![int8(70), Column::Null])),
+        new: vec![int8(5), Column::UnchangedToast],
+    };
+    s.txn(110, vec![moved]);
+    assert_eq!(keys(&sink).len(), 3, "nothing delivered for the moved row");
+    let request = s.pipe.chunk_request().expect("the next chunk");
+    assert_eq!(request.pending.len(), 1, "key 5 is read again");
+    assert_eq!(
+        request.pending[0].key,
+        vec![Some(Bytes::copy_from_slice(&5i64.to_be_bytes()))]
+    );
+    // Changes of key 5 before the chunk are its effect: dropped.
+    s.txn(111, vec![update(5, 5, 9)]);
+    assert_eq!(keys(&sink).len(), 3);
+    assert_eq!(s.try_open("b", "112:112:", &[30], &[5], true), None);
+    s.watermark("b").unwrap();
+    let got = keys(&sink);
+    assert_eq!(
+        &got[3..],
+        &[
+            (Op::Snapshot, None, Some(30)),
+            (Op::Snapshot, None, Some(5))
+        ]
+    );
+    let events = sink.0.lock().unwrap().clone();
+    assert!(
+        events.iter().all(|e| e.unchanged_toast.is_empty()),
+        "no event lacks a value"
+    );
+    assert!(s.pipe.state().chunks.cursors[0].done);
+    // In the view now: its changes pass.
+    s.txn(113, vec![update(5, 5, 10)]);
+    assert_eq!(keys(&sink).last(), Some(&(Op::Update, Some(5), Some(5))));
+}
+
+/// Issue 33 item 7: a run killed after a chunk was delivered (at the first change its
+/// snapshot did not see) and before its watermark resumes routing as it would have gone on:
+/// a transaction the snapshot saw whose commit record arrives after that change is in the
+/// chunk, and is not delivered again.
+#[test]
+fn a_restart_between_a_chunks_delivery_and_its_watermark_keeps_its_snapshot() {
+    let dir = std::env::temp_dir().join(format!("rowid-cdc-chunks-{}", std::process::id()));
+    let _ = std::fs::create_dir_all(&dir);
+    let path = dir.join("cdc.state");
+    let sink = Collect::default();
+    let state = state(vec![ChunkCursor::from_start(T)]);
+    let mut s = Stream::start(sink.clone(), state, Some(path.clone()));
+    s.open("n", "100:103:101", &[1, 2, 3, 4, 5], false);
+    // 101 is not seen: the chunk is delivered before it, and recorded with it.
+    s.txn(101, vec![update(2, 2, 9)]);
+    let delivered = keys(&sink).len();
+    assert_eq!(delivered, 7, "truncate, five rows, the update");
+    // Killed here; the next run resumes from the state file.
+    let resumed = rowid_cdc::state::State::load(&path).unwrap().unwrap();
+    assert!(
+        resumed.chunks.delivered.is_some(),
+        "the delivered chunk is recorded"
+    );
+    let mut s = Stream::start(sink.clone(), resumed, Some(path.clone()));
+    s.lsn += 0x2000;
+    // 102 was seen by the chunk's snapshot (its row 4 is in it); its commit record comes
+    // after 101's. Delivering it again would hold row 4 twice for an insert.
+    s.txn(102, vec![insert(4, 4)]);
+    assert_eq!(keys(&sink).len(), delivered, "102 is in the chunk");
+    assert!(
+        s.watermark("n").is_some(),
+        "the recorded watermark closes the chunk"
+    );
+    s.txn(120, vec![update(3, 3, 1)]);
+    assert_eq!(keys(&sink).last(), Some(&(Op::Update, Some(3), Some(3))));
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -22,15 +22,11 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{Cdc, Dir, DropSlot, Running, database, one, server_bindir, wait_active};
+use common::{
+    Cdc, Dir, DropSlot, Running, alter_system, database, one, server_bindir, wait_active, wait_for,
+};
 use rowid_testkit::cluster::Cluster;
 use rowid_testkit::psql::Psql;
-
-/// `ALTER SYSTEM <change>` in `db`'s cluster, in force at once (reloaded).
-fn alter_system(db: &Psql, change: &str) -> Result<(), String> {
-    db.run(&format!("ALTER SYSTEM {change};"))?;
-    db.run("SELECT pg_catalog.pg_reload_conf();").map(|_| ())
-}
 
 /// Lets every held commit go when dropped, whatever happened (a held one would keep the
 /// cluster from stopping).
@@ -39,15 +35,6 @@ struct LetGo<'a>(&'a Psql);
 impl Drop for LetGo<'_> {
     fn drop(&mut self) {
         let _ = alter_system(self.0, "RESET synchronous_standby_names");
-    }
-}
-
-/// Waits until `sql` on `db` prints `expected`, while `running` runs.
-fn wait_for(db: &Psql, sql: &str, expected: &str, running: &mut Running, what: &str) {
-    let t = Instant::now();
-    while db.run(sql).map(|s| s.trim().to_string()).as_deref() != Ok(expected) {
-        running.still_within(t, Duration::from_secs(60), what);
-        std::thread::sleep(Duration::from_millis(50));
     }
 }
 

@@ -20,9 +20,9 @@
 
 mod common;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use common::{Cdc, Dir, DropSlot, Running, database, one, wait_active};
+use common::{Cdc, Dir, DropSlot, Running, database, one, wait_active, wait_for};
 use rowid_testkit::psql::Psql;
 
 const SLOT: &str = "rowid_replica";
@@ -90,12 +90,15 @@ fn rows(db: &Psql, relation: &str, columns: &str) -> String {
     .unwrap()
 }
 
-/// Waits until the storage of `k` holds the row with id `id`.
-fn wait_for_k(target: &Psql, id: i64) {
-    wait_until(
+/// Waits until the storage of `k` holds the row with id `id`, failing as soon as `running`
+/// ended (the fresh machine's failure waited out a minute for a consumer that had stopped).
+fn wait_for_k(target: &Psql, id: i64, running: &mut Running) {
+    wait_for(
         target,
         &format!("SELECT count(*) FROM public.k WHERE id = {id};"),
         "1",
+        running,
+        &format!("row {id} of k never arrived"),
     );
 }
 
@@ -140,7 +143,7 @@ fn a_replica_equals_its_sources_through_every_index_class() {
     let sink = format!("replica:{}", target.dsn());
     let run = |extra: &[&str]| Running(cdc.command_into(&sink, extra).spawn().unwrap());
 
-    let first = run(&["--create-slot", "--snapshot"]);
+    let mut first = run(&["--create-slot", "--snapshot"]);
     wait_active(&src, SLOT);
     let (half, rest) = WORKLOAD.split_at(4);
     for txn in half {
@@ -148,7 +151,7 @@ fn a_replica_equals_its_sources_through_every_index_class() {
     }
     src.run("INSERT INTO k VALUES (5000, 0, 'marker', 'ok');")
         .unwrap();
-    wait_for_k(&target, 5000);
+    wait_for_k(&target, 5000, &mut first);
     // Killed between transactions, and more written while it is down.
     drop(first);
     for txn in rest {
@@ -156,8 +159,8 @@ fn a_replica_equals_its_sources_through_every_index_class() {
     }
     src.run("INSERT INTO k VALUES (5001, 0, 'marker', 'ok');")
         .unwrap();
-    let second = run(&[]);
-    wait_for_k(&target, 5001);
+    let mut second = run(&[]);
+    wait_for_k(&target, 5001, &mut second);
     assert_equal(&src, &target);
 
     // The index plans, in the target's catalog.
@@ -217,21 +220,23 @@ fn a_replica_equals_its_sources_through_every_index_class() {
         .unwrap();
     src.run("UPDATE k SET v = v + 1 WHERE id BETWEEN 10 AND 12; INSERT INTO k VALUES (7001, 1, 'y', 'sad');")
         .unwrap();
-    let repairing = run(&["--repair", "public.k", "--snapshot-chunk", "7"]);
+    let mut repairing = run(&["--repair", "public.k", "--snapshot-chunk", "7"]);
     src.run("UPDATE k SET v = v + 1 WHERE id = 15; DELETE FROM k WHERE id = 16;")
         .unwrap();
     // Killed once its first chunk emptied the storage (the stray row is gone), restarted
     // without --repair: the chunks go on from the last one delivered.
-    wait_until(
+    wait_for(
         &target,
         "SELECT count(*) FROM public.k WHERE id = 9999;",
         "0",
+        &mut repairing,
+        "the repair never emptied the storage",
     );
     drop(repairing);
     src.run("UPDATE k SET doc = 'after the kill' WHERE id = 20; INSERT INTO k VALUES (5002, 0, 'marker', 'ok');")
         .unwrap();
-    let last = run(&["--snapshot-chunk", "7"]);
-    wait_for_k(&target, 5002);
+    let mut last = run(&["--snapshot-chunk", "7"]);
+    wait_for_k(&target, 5002, &mut last);
     assert_equal(&src, &target);
     assert_eq!(
         one(&target, "SELECT count(*) FROM public.k WHERE id = 9999;"),
@@ -389,21 +394,6 @@ fn a_seq_scan_is_found_outside_hashed_subplans_only() {
     ));
 }
 
-/// Waits until `sql` on `db` prints `expected` (an error, such as a storage table not created
-/// yet, is not yet).
-fn wait_until(db: &Psql, sql: &str, expected: &str) {
-    let t = Instant::now();
-    let now = || db.run(sql).map(|s| s.trim().to_string());
-    while now().as_deref() != Ok(expected) {
-        assert!(
-            t.elapsed() < Duration::from_secs(60),
-            "{sql} never printed {expected}: {:?}",
-            now()
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
 /// The index of storage `public.r`: unique, probe, replica identity; and the table's
 /// replica identity setting.
 fn r_index(target: &Psql) -> String {
@@ -439,17 +429,19 @@ fn a_changed_key_rebuilds_every_stored_identity_and_the_index() {
         dir: &dir,
     };
     let sink = format!("replica:{}", target.dsn());
-    let _running = Running(
+    let mut running = Running(
         cdc.command_into(&sink, &["--create-slot", "--snapshot"])
             .spawn()
             .unwrap(),
     );
     wait_active(&src, slot);
-    let applied = |v: i32| {
-        wait_until(
+    let applied = |v: i32, running: &mut Running| {
+        wait_for(
             &target,
             &format!("SELECT count(*) FROM public.r WHERE v = {v};"),
             "1",
+            running,
+            &format!("the change setting v = {v} never arrived"),
         )
     };
     let check = |identity: &str| {
@@ -470,7 +462,7 @@ fn a_changed_key_rebuilds_every_stored_identity_and_the_index() {
         );
     };
     src.run("UPDATE r SET v = 1001 WHERE id = 1;").unwrap();
-    applied(1001);
+    applied(1001, &mut running);
     assert_eq!(
         r_index(&target),
         "true|false|true|i",
@@ -485,7 +477,7 @@ fn a_changed_key_rebuilds_every_stored_identity_and_the_index() {
          UPDATE r SET v = 1002, id = 2000 WHERE code = 'code-2'; COMMIT;",
     )
     .unwrap();
-    applied(1002);
+    applied(1002, &mut running);
     assert_eq!(
         r_index(&target),
         "false|true|false|f",
@@ -500,10 +492,12 @@ fn a_changed_key_rebuilds_every_stored_identity_and_the_index() {
          DELETE FROM r WHERE ctid = (SELECT ctid FROM r WHERE code = 'dup' AND v = 1003 LIMIT 1);",
     )
     .unwrap();
-    wait_until(
+    wait_for(
         &target,
         "SELECT count(*) FROM public.r WHERE code = 'dup';",
         "2",
+        &mut running,
+        "the keyless rows",
     );
     assert_eq!(
         r_index(&target),
@@ -518,7 +512,7 @@ fn a_changed_key_rebuilds_every_stored_identity_and_the_index() {
          ALTER TABLE r REPLICA IDENTITY DEFAULT; UPDATE r SET v = 1005 WHERE id = 3;",
     )
     .unwrap();
-    applied(1005);
+    applied(1005, &mut running);
     assert_eq!(r_index(&target), "true|false|true|i");
     check("'SCAN_KEY', ROW(id)");
 }
@@ -575,7 +569,7 @@ struct ReplicaOfW {
     src: Psql,
     target: Psql,
     slot: String,
-    running: Option<Running>,
+    running: std::cell::RefCell<Option<Running>>,
     _dir: Dir,
 }
 
@@ -604,7 +598,7 @@ impl ReplicaOfW {
             publication: "p",
             dir: &dir,
         };
-        let running = Running(
+        let mut running = Running(
             cdc.command_into(
                 &format!("replica:{}", target.dsn()),
                 &["--create-slot", "--snapshot"],
@@ -613,25 +607,41 @@ impl ReplicaOfW {
             .unwrap(),
         );
         wait_active(&src, &slot);
-        wait_until(&target, "SELECT count(*) FROM public.w;", "10");
+        wait_for(
+            &target,
+            "SELECT count(*) FROM public.w;",
+            "10",
+            &mut running,
+            "the snapshot of w",
+        );
         ReplicaOfW {
             src,
             target,
             slot,
-            running: Some(running),
+            running: std::cell::RefCell::new(Some(running)),
             _dir: dir,
         }
     }
 
     /// Waits for the sink to stop: whether it succeeded, and its stderr.
     fn finish(&mut self) -> (bool, String) {
-        self.running.take().unwrap().finish(Duration::from_secs(60))
+        self.running
+            .borrow_mut()
+            .take()
+            .unwrap()
+            .finish(Duration::from_secs(60))
+    }
+
+    /// Waits until `sql` on the target prints `expected`, while the sink runs.
+    fn wait(&self, sql: &str, expected: &str, what: &str) {
+        let mut running = self.running.borrow_mut();
+        wait_for(&self.target, sql, expected, running.as_mut().unwrap(), what);
     }
 }
 
 impl Drop for ReplicaOfW {
     fn drop(&mut self) {
-        drop(self.running.take());
+        drop(self.running.borrow_mut().take());
         drop(DropSlot(&self.src, &self.slot));
     }
 }
@@ -706,10 +716,10 @@ fn a_column_added_to_rows_holds_the_value_they_hold_at_the_source() {
          INSERT INTO w (id) VALUES (5000);",
     )
     .unwrap();
-    wait_until(
-        target,
+    w.wait(
         "SELECT count(*) FROM public.w WHERE id = 5000;",
         "1",
+        "the rows after the DDL",
     );
     let columns = "id, v, c, t, n, at, m, p";
     assert_eq!(
@@ -768,7 +778,7 @@ fn user_types_inside_arrays_and_composites_cross_databases() {
         publication: "p",
         dir: &dir,
     };
-    let _running = Running(
+    let mut running = Running(
         cdc.command_into(
             &format!("replica:{}", target.dsn()),
             &["--create-slot", "--snapshot"],
@@ -779,7 +789,13 @@ fn user_types_inside_arrays_and_composites_cross_databases() {
     wait_active(&src, slot);
     src.run("INSERT INTO u VALUES (2, '{sad}', ROW(3, 'z'), NULL);")
         .unwrap();
-    wait_until(&target, "SELECT count(*) FROM public.u;", "2");
+    wait_for(
+        &target,
+        "SELECT count(*) FROM public.u;",
+        "2",
+        &mut running,
+        "the second row of u",
+    );
     assert_eq!(
         rows(&target, "public.u", "id, moods, p, ps"),
         rows(&src, "u", "id, moods, p, ps")

@@ -180,7 +180,7 @@ fn initial_state() -> State {
         sink: None,
         schemas: vec![schema(&["id"])],
         snapshot: None,
-        chunks: Vec::new(),
+        chunks: Default::default(),
     }
 }
 

@@ -280,7 +280,7 @@ fn wait_done_without_marker(dir: &Dir) -> Value {
             .ok()
             .and_then(|s| serde_json::from_str(&s).ok())
             .unwrap_or(Value::Null);
-        if state["chunks"]
+        if state["chunks"]["cursors"]
             .as_array()
             .is_some_and(|c| !c.is_empty() && c.iter().all(|c| c["done"] == true))
         {
@@ -359,8 +359,8 @@ fn chunked_snapshots_survive_kills_exactly() {
                 .ok()
                 .and_then(|s| serde_json::from_str(&s).ok())
                 .unwrap_or(Value::Null);
-            let after = state["chunks"][0]["after"]["identity"].to_string();
-            if state["chunks"][0]["after"].is_object() && after != last_after {
+            let after = state["chunks"]["cursors"][0]["view"]["after"]["identity"].to_string();
+            if state["chunks"]["cursors"][0]["view"]["after"].is_object() && after != last_after {
                 last_after = after;
                 break;
             }
@@ -383,11 +383,11 @@ fn chunked_snapshots_survive_kills_exactly() {
             // Killed during the copy in key order: the state says where it stands.
             assert_eq!(state["snapshot"], "done", "{state}");
             assert_eq!(
-                state["chunks"][0]["done"], false,
+                state["chunks"]["cursors"][0]["done"], false,
                 "copied before the kill: {state}"
             );
         }
-        if state["chunks"][0]["done"] == true {
+        if state["chunks"]["cursors"][0]["done"] == true {
             break;
         }
     }

@@ -25,18 +25,20 @@ use crate::plan::{IndexClass, Uniqueness};
 use crate::sql::{PROBE_FN, QualifiedName, ROW_ID, quote_ident};
 
 /// The format of spec/replica.md this module implements.
-pub const FORMAT: u32 = 1;
+pub const FORMAT: u32 = 2;
 
 /// The schema the replica's own tables live in (and, in the source database, its storage
 /// tables unless another is named).
 pub const DEFAULT_SCHEMA: &str = "pgtrickle_replica";
 
 /// The table recording each storage table: its source, the identity schema and index class
-/// it was built for, and the identity and probe versions its identities are in.
+/// it was built for, the identity and probe versions its identities are in, and the slot
+/// that keeps it.
 pub const TABLES: &str = "__pgt_replica_tables";
 
 /// The table recording each slot's apply position (the commit LSN of the last transaction
-/// applied), written in the transaction that applies it.
+/// applied, and where the slot's chunked snapshots stood then), written in the transaction
+/// that applies it.
 pub const POSITION: &str = "__pgt_replica_position";
 
 /// The delta table's change column: `I` insert, `U` update, `D` delete, `S` snapshot row.
@@ -304,7 +306,9 @@ pub fn check_shape(
 }
 
 /// `CREATE SCHEMA IF NOT EXISTS` for `schema`, then the tables recording storage tables
-/// ([`TABLES`]) and apply positions ([`POSITION`]) in it, when missing.
+/// ([`TABLES`]) and apply positions ([`POSITION`]) in it, when missing, and the columns
+/// format 2 added to format 1's tables (a storage table's slot, a position's chunk record;
+/// NULL in rows format 1 wrote).
 pub fn metadata_statements(schema: &str) -> Vec<String> {
     let s = quote_ident(schema);
     vec![
@@ -316,16 +320,34 @@ pub fn metadata_statements(schema: &str) -> Vec<String> {
              \"identity_schema\" text NOT NULL, \
              \"index_class\" text NOT NULL, \
              \"row_identity_version\" smallint NOT NULL, \
-             \"row_probe_version\" smallint NOT NULL)",
+             \"row_probe_version\" smallint NOT NULL, \
+             \"slot\" text)",
             quote_ident(TABLES)
         ),
         format!(
             "CREATE TABLE IF NOT EXISTS {s}.{} (\
              \"slot\" text PRIMARY KEY, \
-             \"commit_lsn\" pg_lsn NOT NULL)",
+             \"commit_lsn\" pg_lsn NOT NULL, \
+             \"chunks\" text)",
+            quote_ident(POSITION)
+        ),
+        format!(
+            "ALTER TABLE {s}.{} ADD COLUMN IF NOT EXISTS \"slot\" text",
+            quote_ident(TABLES)
+        ),
+        format!(
+            "ALTER TABLE {s}.{} ADD COLUMN IF NOT EXISTS \"chunks\" text",
             quote_ident(POSITION)
         ),
     ]
+}
+
+/// The session advisory-lock key text under which a replica creates (or checks) its own
+/// tables in `schema` and the schemas of its storage tables: two sinks starting at once into
+/// one database wait for each other instead of both creating the same schema or table
+/// (`pg_advisory_xact_lock(hashtextextended(text, 0))`).
+pub fn creation_lock(schema: &str) -> String {
+    format!("rowid-cdc replica tables in {}", quote_ident(schema))
 }
 
 /// The name [`TABLES`] stores for an index class.
@@ -350,28 +372,30 @@ pub fn class_from_name(name: &str) -> Option<IndexClass> {
 
 /// Records (or replaces) a storage table in [`TABLES`] of `schema`: parameters `$1` source
 /// relid (oid), `$2` storage table (text, quoted), `$3` identity schema (text, the schema
-/// message's JSON), `$4` index class ([`class_name`]); the versions are this library's.
+/// message's JSON), `$4` index class ([`class_name`]), `$5` the slot keeping it (text); the
+/// versions are this library's.
 pub fn record_storage(schema: &str) -> String {
     format!(
         "INSERT INTO {}.{} (\"source_relid\", \"storage\", \"identity_schema\", \"index_class\", \
-         \"row_identity_version\", \"row_probe_version\") \
-         VALUES ($1, $2, $3, $4, {ROW_IDENTITY_VERSION}, {ROW_PROBE_VERSION}) \
+         \"row_identity_version\", \"row_probe_version\", \"slot\") \
+         VALUES ($1, $2, $3, $4, {ROW_IDENTITY_VERSION}, {ROW_PROBE_VERSION}, $5) \
          ON CONFLICT (\"source_relid\") DO UPDATE SET \"storage\" = EXCLUDED.\"storage\", \
          \"identity_schema\" = EXCLUDED.\"identity_schema\", \
          \"index_class\" = EXCLUDED.\"index_class\", \
          \"row_identity_version\" = EXCLUDED.\"row_identity_version\", \
-         \"row_probe_version\" = EXCLUDED.\"row_probe_version\"",
+         \"row_probe_version\" = EXCLUDED.\"row_probe_version\", \
+         \"slot\" = EXCLUDED.\"slot\"",
         quote_ident(schema),
         quote_ident(TABLES)
     )
 }
 
 /// Every storage table [`TABLES`] of `schema` records: source relid, storage table, identity
-/// schema, index class, identity version, probe version.
+/// schema, index class, identity version, probe version, slot (NULL: recorded by format 1).
 pub fn recorded_storage(schema: &str) -> String {
     format!(
         "SELECT \"source_relid\", \"storage\", \"identity_schema\", \"index_class\", \
-         \"row_identity_version\", \"row_probe_version\" FROM {}.{}",
+         \"row_identity_version\", \"row_probe_version\", \"slot\" FROM {}.{}",
         quote_ident(schema),
         quote_ident(TABLES)
     )
@@ -393,20 +417,22 @@ pub fn check_versions(storage: &str, identity: i16, probe: i16) -> Result<(), No
     })
 }
 
-/// Records `$1` (slot, text) applied through `$2` (commit LSN, pg_lsn) in [`POSITION`].
+/// Records `$1` (slot, text) applied through `$2` (commit LSN, pg_lsn), with `$3` (text or
+/// NULL: where the slot's chunked snapshots stood, as rowid-cdc records it) in [`POSITION`].
 pub fn record_position(schema: &str) -> String {
     format!(
-        "INSERT INTO {}.{} (\"slot\", \"commit_lsn\") VALUES ($1, $2) \
-         ON CONFLICT (\"slot\") DO UPDATE SET \"commit_lsn\" = EXCLUDED.\"commit_lsn\"",
+        "INSERT INTO {}.{} (\"slot\", \"commit_lsn\", \"chunks\") VALUES ($1, $2, $3) \
+         ON CONFLICT (\"slot\") DO UPDATE SET \"commit_lsn\" = EXCLUDED.\"commit_lsn\", \
+         \"chunks\" = EXCLUDED.\"chunks\"",
         quote_ident(schema),
         quote_ident(POSITION)
     )
 }
 
-/// The commit LSN slot `$1` was applied through, if any.
+/// The commit LSN slot `$1` was applied through and its chunk record, if any.
 pub fn applied_position(schema: &str) -> String {
     format!(
-        "SELECT \"commit_lsn\" FROM {}.{} WHERE \"slot\" {EQ} $1",
+        "SELECT \"commit_lsn\", \"chunks\" FROM {}.{} WHERE \"slot\" {EQ} $1",
         quote_ident(schema),
         quote_ident(POSITION)
     )
@@ -438,15 +464,59 @@ pub struct Step {
 /// segment names appears once in it (as a removed or a written identity), so the statements
 /// commute; a multiset segment is applied by counting, so any order of its changes gives
 /// the same multiset.
+///
+/// The delta names its image columns by position (`__pgt_new_1` ... for the written row, and
+/// for a multiset `__pgt_old_1` ... for the removed one), so no source column name can
+/// collide with one of its own, and types them with the storage types of the caller's
+/// database ([`Apply::with_delta_types`]: a domain's base type), so that the NULL cells of a
+/// removed row or of an unchanged TOASTed value fit whatever the domain forbids; a value
+/// written into the storage is cast back to the column's type there, and the domain's
+/// constraints apply to it.
 #[derive(Clone, Debug)]
 pub struct Apply<'a> {
     storage: &'a Storage,
+    /// The delta's type of each storage column, in order.
+    delta_types: Vec<String>,
+}
+
+/// The delta's column holding storage column `i` (from 0) of the written row.
+fn new_column(i: usize) -> String {
+    quote_ident(&format!("__pgt_new_{}", i + 1))
+}
+
+/// The delta's column holding storage column `i` (from 0) of the removed row (multisets).
+fn old_column(i: usize) -> String {
+    quote_ident(&format!("__pgt_old_{}", i + 1))
 }
 
 impl<'a> Apply<'a> {
-    /// The statements for `storage`.
+    /// The statements for `storage`, its delta typed as the storage's columns.
     pub fn new(storage: &'a Storage) -> Apply<'a> {
-        Apply { storage }
+        let delta_types = storage.columns.iter().map(|c| c.sql_type.clone()).collect();
+        Apply {
+            storage,
+            delta_types,
+        }
+    }
+
+    /// The statements for `storage`, its delta typed `types` (one per storage column, in
+    /// order: the storage type of each column's type, a domain's base type, as
+    /// [`crate::buffer::STORAGE_TYPE_QUERY`] gives it). Fewer or more types than columns
+    /// fall back to the storage's own.
+    pub fn with_delta_types(storage: &'a Storage, types: &[String]) -> Apply<'a> {
+        if types.len() != storage.columns.len() {
+            return Apply::new(storage);
+        }
+        Apply {
+            storage,
+            delta_types: types.to_vec(),
+        }
+    }
+
+    /// Whether the delta carries the removed row's image (a multiset: a removed row is found
+    /// by its identity and its values' representation).
+    fn has_old_image(&self) -> bool {
+        self.storage.uniqueness == Uniqueness::Multiset
     }
 
     /// The temporary delta table of the storage (`pg_temp`, one per source relation, emptied
@@ -459,7 +529,8 @@ impl<'a> Apply<'a> {
     }
 
     /// `CREATE TEMPORARY TABLE` of the delta: the change's order and op, the removed identity,
-    /// the written identity, and the storage's columns (the written row).
+    /// the written identity, the written row's columns and, for a multiset, the removed
+    /// row's.
     pub fn delta_table(&self) -> String {
         let mut sql = format!(
             "CREATE TEMPORARY TABLE {} ({} integer NOT NULL, {} \"char\" NOT NULL, {} bytea, {} bytea",
@@ -469,8 +540,13 @@ impl<'a> Apply<'a> {
             quote_ident(OLD_ROW_ID),
             quote_ident(ROW_ID)
         );
-        for c in &self.storage.columns {
-            sql.push_str(&format!(", {} {}", quote_ident(&c.name), c.sql_type));
+        for (i, t) in self.delta_types.iter().enumerate() {
+            sql.push_str(&format!(", {} {t}", new_column(i)));
+        }
+        if self.has_old_image() {
+            for (i, t) in self.delta_types.iter().enumerate() {
+                sql.push_str(&format!(", {} {t}", old_column(i)));
+            }
         }
         sql.push_str(") ON COMMIT DELETE ROWS");
         sql
@@ -486,14 +562,24 @@ impl<'a> Apply<'a> {
         format!("TRUNCATE {}", self.delta())
     }
 
-    /// The delta's column list in COPY order: seq, op, old identity, identity, the columns.
+    /// The delta's column list in COPY order: seq, op, old identity, identity, the written
+    /// row's columns, then (a multiset) the removed row's.
     pub fn copy_columns(&self) -> String {
+        let n = self.storage.columns.len();
+        let old = if self.has_old_image() { n } else { 0 };
         [SEQ, OP, OLD_ROW_ID, ROW_ID]
             .into_iter()
             .map(quote_ident)
-            .chain(self.storage.columns.iter().map(|c| quote_ident(&c.name)))
+            .chain((0..n).map(new_column))
+            .chain((0..old).map(old_column))
             .collect::<Vec<_>>()
             .join(", ")
+    }
+
+    /// Whether a COPY row of the delta carries the removed row's values after the written
+    /// row's ([`Apply::copy_columns`]).
+    pub fn copies_old_image(&self) -> bool {
+        self.has_old_image()
     }
 
     /// `COPY` of a segment into the delta (binary).
@@ -558,35 +644,35 @@ impl<'a> Apply<'a> {
         }
     }
 
+    /// The storage's columns, quoted, `__pgt_row_id` first.
+    fn all_columns(&self) -> Vec<String> {
+        std::iter::once(quote_ident(ROW_ID))
+            .chain(self.storage.columns.iter().map(|c| quote_ident(&c.name)))
+            .collect()
+    }
+
+    /// The written row of delta row `d`, in [`Apply::all_columns`] order.
+    fn written_values(&self, d: &str) -> Vec<String> {
+        std::iter::once(format!("{d}.{}", quote_ident(ROW_ID)))
+            .chain((0..self.storage.columns.len()).map(|i| format!("{d}.{}", new_column(i))))
+            .collect()
+    }
+
     fn unique_steps(&self, set: Option<&[&str]>) -> Vec<Step> {
         let table = self.storage.table.quoted();
         let delta = self.delta();
         let row = quote_ident(ROW_ID);
-        let columns: Vec<&str> = match set {
-            Some(set) => self
-                .storage
-                .columns
-                .iter()
-                .map(|c| c.name.as_str())
-                .filter(|c| set.contains(c))
-                .collect(),
-            None => self
-                .storage
-                .columns
-                .iter()
-                .map(|c| c.name.as_str())
-                .collect(),
-        };
         let mut assignments = vec![format!("{row} = d.{row}")];
         assignments.extend(
-            columns
+            self.storage
+                .columns
                 .iter()
-                .map(|c| format!("{} = d.{}", quote_ident(c), quote_ident(c))),
+                .enumerate()
+                .filter(|(_, c)| set.is_none_or(|set| set.contains(&c.name.as_str())))
+                .map(|(i, c)| format!("{} = d.{}", quote_ident(&c.name), new_column(i))),
         );
-        let all: Vec<String> = std::iter::once(row.clone())
-            .chain(self.storage.columns.iter().map(|c| quote_ident(&c.name)))
-            .collect();
-        let values: Vec<String> = all.iter().map(|c| format!("d.{c}")).collect();
+        let all = self.all_columns();
+        let values = self.written_values("d");
         let insert = match self.storage.class {
             IndexClass::DirectUnique => format!(
                 "INSERT INTO {table} ({}) SELECT {} FROM {delta} AS d WHERE {} \
@@ -633,9 +719,28 @@ impl<'a> Apply<'a> {
         ]
     }
 
-    /// The segment's changes as one count each per identity, in change order (`sub`: an
-    /// update removes its old row before it writes the new one), and each identity's running
-    /// count: `e(id, seq, op, sub, c, run)`.
+    /// The representation of a row: `record_send` of its values, each as the delta types it
+    /// (`column(i)` names value `i`), so that rows equal under every column's equality but
+    /// spelt differently (numeric `2.0` and `2.00`, float `-0` and `0`, interval `1 day` and
+    /// `24:00:00`, jsonb `1.0` and `1.00`) differ, and rows spelt alike do not.
+    fn representation(&self, column: impl Fn(usize) -> String, cast: bool) -> String {
+        let values: Vec<String> = self
+            .delta_types
+            .iter()
+            .enumerate()
+            .map(
+                |(i, t)| match cast && *t != self.storage.columns[i].sql_type {
+                    true => format!("{}::{t}", column(i)),
+                    false => column(i),
+                },
+            )
+            .collect();
+        format!("pg_catalog.record_send(ROW({}))", values.join(", "))
+    }
+
+    /// The segment's changes as one count each per identity and representation, in change
+    /// order (`sub`: an update removes its old row before it writes the new one), and each
+    /// one's running count: `e(id, rep, seq, op, sub, c, run)`.
     fn multiset_events(&self) -> String {
         let (row, old, seq, op) = (
             quote_ident(ROW_ID),
@@ -645,45 +750,48 @@ impl<'a> Apply<'a> {
         );
         format!(
             "e AS (\
-               SELECT id, seq, op, sub, c, pg_catalog.sum(c) OVER (PARTITION BY id \
+               SELECT id, rep, seq, op, sub, c, pg_catalog.sum(c) OVER (PARTITION BY id, rep \
                  ORDER BY seq, sub ROWS UNBOUNDED PRECEDING) AS run FROM (\
-                 SELECT d.{old} AS id, d.{seq} AS seq, d.{op} AS op, 0 AS sub, -1 AS c \
-                 FROM {delta} AS d WHERE {removed} \
+                 SELECT d.{old} AS id, {old_rep} AS rep, d.{seq} AS seq, d.{op} AS op, \
+                 0 AS sub, -1 AS c FROM {delta} AS d WHERE {removed} \
                  UNION ALL \
-                 SELECT d.{row}, d.{seq}, d.{op}, 1, 1 FROM {delta} AS d WHERE {added}) AS x)",
+                 SELECT d.{row}, {new_rep}, d.{seq}, d.{op}, 1, 1 FROM {delta} AS d \
+                 WHERE {added}) AS x)",
             delta = self.delta(),
+            old_rep = self.representation(|i| format!("d.{}", old_column(i)), false),
+            new_rep = self.representation(|i| format!("d.{}", new_column(i)), false),
             removed = Self::op_in("d", &['U', 'D']),
             added = Self::op_in("d", &['I', 'U', 'S']),
         )
     }
 
-    /// One statement. Per identity: `net`, the rows written minus the rows removed, and
-    /// `need`, the copies that must be stored before the segment (the deepest its running
-    /// count goes below zero: an update leaving a row as it was removes it before writing it
-    /// again). `need` stored copies are found through the index (any of them: they are equal
-    /// under every column's equality), `-net` of those deleted, and `net` copies of the last
-    /// written row inserted. Returns six counts in three pairs that must be equal: copies
-    /// found and needed, deleted and to delete, inserted and to insert.
+    /// One statement. Per identity and representation: `net`, the rows written minus the
+    /// rows removed, and `need`, the copies that must be stored before the segment (the
+    /// deepest its running count goes below zero: an update leaving a row as it was removes
+    /// it before writing it again). `need` stored copies with that identity and that
+    /// representation are found through the index, `-net` of those deleted, and `net` copies
+    /// of a written row with them inserted (each row written with its own values, never
+    /// another row's that is merely equal). Returns six counts in three pairs that must be
+    /// equal: copies found and needed, deleted and to delete, inserted and to insert.
     fn multiset_step(&self) -> Step {
         let table = self.storage.table.quoted();
         let delta = self.delta();
         let (row, seq) = (quote_ident(ROW_ID), quote_ident(SEQ));
-        let all: Vec<String> = std::iter::once(row.clone())
-            .chain(self.storage.columns.iter().map(|c| quote_ident(&c.name)))
-            .collect();
-        let written: Vec<String> = all.iter().map(|c| format!("w.{c}")).collect();
+        let all = self.all_columns();
+        let written = self.written_values("w");
         let sql = format!(
             "WITH {events}, \
              n AS (\
-               SELECT id, pg_catalog.sum(c)::bigint AS net, \
+               SELECT id, rep, pg_catalog.sum(c)::bigint AS net, \
                  GREATEST(0, OPERATOR(pg_catalog.-) pg_catalog.min(run))::bigint AS need \
-               FROM e GROUP BY id \
+               FROM e GROUP BY id, rep \
                HAVING pg_catalog.sum(c) OPERATOR(pg_catalog.<>) 0 \
                  OR pg_catalog.min(run) OPERATOR(pg_catalog.<) 0), \
              found AS (\
-               SELECT n.id, n.net, v.ctid, \
-                 pg_catalog.row_number() OVER (PARTITION BY n.id) AS k \
+               SELECT n.id, n.rep, n.net, v.ctid, \
+                 pg_catalog.row_number() OVER (PARTITION BY n.id, n.rep) AS k \
                FROM n, LATERAL (SELECT t.ctid FROM {table} AS t WHERE {matches} \
+                 AND {stored_rep} OPERATOR(pg_catalog.=) n.rep \
                  LIMIT n.need) AS v WHERE n.need OPERATOR(pg_catalog.>) 0), \
              gone AS (\
                DELETE FROM {table} AS x WHERE x.ctid OPERATOR(pg_catalog.=) ANY (ARRAY(\
@@ -691,11 +799,13 @@ impl<'a> Apply<'a> {
                  WHERE f.k OPERATOR(pg_catalog.<=) OPERATOR(pg_catalog.-) f.net)) \
                RETURNING 1), \
              w AS (\
-               SELECT DISTINCT ON (d.{row}) d.* FROM {delta} AS d WHERE {added} \
-               ORDER BY d.{row}, d.{seq} DESC), \
+               SELECT DISTINCT ON (d.{row}, d.rep) d.* FROM (\
+                 SELECT d.*, {new_rep} AS rep FROM {delta} AS d WHERE {added}) AS d \
+               ORDER BY d.{row}, d.rep, d.{seq} DESC), \
              made AS (\
                INSERT INTO {table} ({cols}) \
-               SELECT {written} FROM w JOIN n ON n.id OPERATOR(pg_catalog.=) w.{row}, \
+               SELECT {written} FROM w JOIN n ON n.id OPERATOR(pg_catalog.=) w.{row} \
+                 AND n.rep OPERATOR(pg_catalog.=) w.rep, \
                pg_catalog.generate_series(1, n.net) \
                WHERE n.net OPERATOR(pg_catalog.>) 0 RETURNING 1) \
              SELECT (SELECT pg_catalog.count(*) FROM found), \
@@ -708,6 +818,8 @@ impl<'a> Apply<'a> {
                 WHERE net OPERATOR(pg_catalog.>) 0)",
             events = self.multiset_events(),
             matches = self.matches("n", "id"),
+            stored_rep = self.stored_representation(),
+            new_rep = self.representation(|i| format!("d.{}", new_column(i)), false),
             added = Self::op_in("d", &['I', 'U', 'S']),
             cols = all.join(", "),
             written = written.join(", "),
@@ -717,6 +829,18 @@ impl<'a> Apply<'a> {
             expect: Expect::Counted,
             what: "a change of a keyless row",
         }
+    }
+
+    /// The representation of storage row `t` ([`Apply::representation`], its columns cast to
+    /// the delta's types).
+    fn stored_representation(&self) -> String {
+        let names: Vec<String> = self
+            .storage
+            .columns
+            .iter()
+            .map(|c| format!("t.{}", quote_ident(&c.name)))
+            .collect();
+        self.representation(|i| names[i].clone(), true)
     }
 
     /// The first change of the delta that the storage cannot take, for an error (run on the
@@ -750,10 +874,12 @@ impl<'a> Apply<'a> {
             Uniqueness::Multiset => format!(
                 "WITH {events} SELECT e.seq, e.op, e.id FROM e WHERE e.c OPERATOR(pg_catalog.<) 0 \
                  AND e.run OPERATOR(pg_catalog.<) OPERATOR(pg_catalog.-) (\
-                   SELECT pg_catalog.count(*) FROM {table} AS t WHERE {m}) \
+                   SELECT pg_catalog.count(*) FROM {table} AS t WHERE {m} \
+                   AND {stored_rep} OPERATOR(pg_catalog.=) e.rep) \
                  ORDER BY e.seq LIMIT 1",
                 events = self.multiset_events(),
                 m = self.matches("e", "id"),
+                stored_rep = self.stored_representation(),
             ),
         }
     }

@@ -78,15 +78,12 @@ impl std::fmt::Display for ConnectError {
 impl std::error::Error for ConnectError {}
 
 /// A tokio-postgres error as a message: its SQLSTATE and text, or its cause chain; and
-/// whether it is the connection itself (classes 08 and 57, or I/O).
+/// whether it is transient, cured by trying the transaction again ([`transient`], or I/O).
 pub fn describe(e: &tokio_postgres::Error) -> (String, bool) {
     match e.as_db_error() {
         Some(db) => {
             let code = db.code().code();
-            (
-                format!("{}: {}", code, db.message()),
-                code.starts_with("08") || code.starts_with("57"),
-            )
+            (format!("{}: {}", code, db.message()), transient(code))
         }
         None => {
             let mut s = e.to_string();
@@ -100,6 +97,18 @@ pub fn describe(e: &tokio_postgres::Error) -> (String, bool) {
             (s, e.is_closed() || io)
         }
     }
+}
+
+/// Whether an error of SQLSTATE `code` is one that trying the transaction again can cure,
+/// not a fact about the data: the connection (class 08), the server shutting down,
+/// restarting or cancelling the statement (class 57, a `statement_timeout` included), a lock
+/// not granted in time (55P03), a deadlock or serialization failure (40P01, 40001), or
+/// insufficient resources (class 53: disk full, out of memory, too many connections).
+pub fn transient(code: &str) -> bool {
+    ["08", "57", "53"]
+        .iter()
+        .any(|class| code.starts_with(class))
+        || ["55P03", "40P01", "40001"].contains(&code)
 }
 
 /// The database `client` is connected to as `system_identifier/database OID`, when its role

@@ -39,11 +39,27 @@ pub use jsonl::{JsonlFile, JsonlStdout};
 pub use null::Null;
 
 /// Where a committed transaction left the sink, in the sink's own terms, recorded in the
-/// state file (under `"sink"`, opaque to it) and given back when the sink is reopened.
+/// state file (under `"sink"`) and given back when the sink is reopened. Opaque to the state
+/// file but for `"position"`, which a sink recording its own position names ([`Sink::delivered`]).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Durable {
     /// `None`: the sink keeps no record of its own.
     pub record: Option<Value>,
+}
+
+impl Durable {
+    /// The record of a sink whose own position (the commit LSN of the last transaction it
+    /// holds) is `position`.
+    pub fn at(position: Option<Lsn>) -> Durable {
+        Durable {
+            record: position.map(|p| serde_json::json!({ "position": p.to_string() })),
+        }
+    }
+
+    /// The position a record of [`Durable::at`] names.
+    pub fn position(record: Option<&Value>) -> Option<Lsn> {
+        record?.get("position")?.as_str()?.parse().ok()
+    }
 }
 
 /// Receives change events, transaction by transaction.
@@ -74,9 +90,28 @@ pub trait Sink {
     fn durable(&self) -> Durable;
     /// The commit LSN through which the sink itself recorded delivery, when it records one
     /// (a PostgreSQL sink commits its position with the changes; it can be ahead of the
-    /// state file). `None`: the state file is the only record.
+    /// state file). `None`: the state file is the only record. A sink that records one also
+    /// names it in its [`Durable`] record as `{"position": "X/X"}`: a sink found behind the
+    /// position the state file recorded for it lost what it had made durable, and is refused
+    /// ([`crate::pipeline::Pipeline::new`]).
     fn delivered(&self) -> Option<Lsn> {
         None
+    }
+    /// Where the chunked snapshots stand as of the open transaction ([`crate::chunks::ChunkState`]
+    /// as JSON), given before the [`Sink::commit`] (or [`Sink::end_transaction`]) of every
+    /// transaction while tables are read in chunks. A sink that can be ahead of the state file
+    /// commits it with its rows, so that a restart resumes the chunks from the sink when it
+    /// is ahead ([`Sink::recorded_chunks`]); the others ignore it.
+    fn record_chunks(&mut self, _chunks: &Value) {}
+    /// What [`Sink::record_chunks`] gave with the sink's last committed transaction, when it
+    /// keeps it.
+    fn recorded_chunks(&self) -> Option<Value> {
+        None
+    }
+    /// What the sink writes into, for messages (`the replica in "pgtrickle_replica"`, `NATS
+    /// stream CDC`).
+    fn describe(&self) -> String {
+        "the sink".to_string()
     }
     /// For a sink writing into a database: that database (`system_identifier/database OID`,
     /// when its role may read it) and the OIDs of the sink's own tables there. A capture of
@@ -109,6 +144,18 @@ impl<S: Sink + ?Sized> Sink for Box<S> {
 
     fn delivered(&self) -> Option<Lsn> {
         (**self).delivered()
+    }
+
+    fn record_chunks(&mut self, chunks: &Value) {
+        (**self).record_chunks(chunks)
+    }
+
+    fn recorded_chunks(&self) -> Option<Value> {
+        (**self).recorded_chunks()
+    }
+
+    fn describe(&self) -> String {
+        (**self).describe()
     }
 
     fn own_tables(&self) -> Option<(Option<String>, Vec<u32>)> {

@@ -216,6 +216,85 @@ async fn identity_table(client: &impl GenericClient) -> Result<u32, CdcError> {
     Ok(oid)
 }
 
+/// What of its tables' changes a publication does not carry: each a sentence naming it, with
+/// the fix. Empty when it publishes every insert, update, delete and truncate of every column
+/// of every row of its tables. A replica cannot be kept equal to its sources through such a
+/// publication; other consumers are told what they will not see.
+pub async fn publication_gaps(
+    client: &impl GenericClient,
+    publication: &str,
+) -> Result<Vec<String>, CdcError> {
+    let row = client
+        .query_one(
+            "WITH r AS (SELECT pg_catalog.format('%I.%I', n.nspname, c.relname) AS name, \
+                 r.prqual IS NOT NULL AS filtered, r.prattrs IS NOT NULL AS columns \
+               FROM pg_catalog.pg_publication p \
+               JOIN pg_catalog.pg_publication_rel r ON r.prpubid OPERATOR(pg_catalog.=) p.oid \
+               JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) r.prrelid \
+               JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace \
+               WHERE p.pubname OPERATOR(pg_catalog.=) $1) \
+             SELECT p.pubinsert, p.pubupdate, p.pubdelete, p.pubtruncate, p.pubviaroot, \
+               ARRAY(SELECT name FROM r WHERE filtered ORDER BY 1), \
+               ARRAY(SELECT name FROM r WHERE columns ORDER BY 1), \
+               ARRAY(SELECT pg_catalog.format('%I.%I', t.schemaname, t.tablename) \
+                 FROM pg_catalog.pg_publication_tables t \
+                 JOIN pg_catalog.pg_namespace n ON n.nspname OPERATOR(pg_catalog.=) t.schemaname \
+                 JOIN pg_catalog.pg_class c ON c.relnamespace OPERATOR(pg_catalog.=) n.oid \
+                   AND c.relname OPERATOR(pg_catalog.=) t.tablename \
+                 WHERE t.pubname OPERATOR(pg_catalog.=) p.pubname \
+                   AND c.relkind OPERATOR(pg_catalog.=) 'p' ORDER BY 1) \
+             FROM pg_catalog.pg_publication p WHERE p.pubname OPERATOR(pg_catalog.=) $1",
+            &[&publication],
+        )
+        .await?;
+    let (insert, update, delete, truncate, via_root): (bool, bool, bool, bool, bool) =
+        (row.get(0), row.get(1), row.get(2), row.get(3), row.get(4));
+    let (filtered, column_lists, partitioned): (Vec<String>, Vec<String>, Vec<String>) =
+        (row.get(5), row.get(6), row.get(7));
+    let mut gaps = Vec::new();
+    let missing: Vec<&str> = [
+        (insert, "insert"),
+        (update, "update"),
+        (delete, "delete"),
+        (truncate, "truncate"),
+    ]
+    .iter()
+    .filter(|(on, _)| !on)
+    .map(|(_, op)| *op)
+    .collect();
+    if !missing.is_empty() {
+        gaps.push(format!(
+            "it does not publish {} (ALTER PUBLICATION {publication} SET (publish = 'insert, \
+             update, delete, truncate'))",
+            missing.join(", ")
+        ));
+    }
+    if !filtered.is_empty() {
+        gaps.push(format!(
+            "it publishes {} with a row filter (WHERE ...): a row that leaves the filter is \
+             never deleted, one that enters it never inserted whole (ALTER PUBLICATION \
+             {publication} SET TABLE ... without the filter)",
+            filtered.join(", ")
+        ));
+    }
+    if !column_lists.is_empty() {
+        gaps.push(format!(
+            "it publishes only some columns of {} (a column list: ALTER PUBLICATION \
+             {publication} SET TABLE ... without it)",
+            column_lists.join(", ")
+        ));
+    }
+    if via_root && !partitioned.is_empty() {
+        gaps.push(format!(
+            "it publishes the partitions of {} as their roots (publish_via_partition_root), \
+             under which a TRUNCATE of one partition is not published at all (ALTER \
+             PUBLICATION {publication} SET (publish_via_partition_root = false))",
+            partitioned.join(", ")
+        ));
+    }
+    Ok(gaps)
+}
+
 /// The published tables' identity schemas, as the connection's snapshot sees them (the
 /// identity schema table itself is not a captured table).
 pub async fn schemas(

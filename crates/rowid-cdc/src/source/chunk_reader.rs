@@ -34,6 +34,15 @@ use crate::connect::net;
 use crate::connect::raw::{RawCell, SendForm};
 use crate::error::{CdcError, setup};
 
+/// What a read took under its snapshot: the snapshot, its time, the rows after the cursor and
+/// the rows of the pending keys.
+type Read = (
+    TxnSnapshot,
+    i64,
+    Vec<tokio_postgres::Row>,
+    Vec<tokio_postgres::Row>,
+);
+
 /// Rows per chunk unless `--snapshot-chunk` says otherwise.
 pub const DEFAULT_CHUNK_ROWS: i64 = 4096;
 
@@ -134,14 +143,16 @@ pub async fn chunkable(
 /// promptly: a walsender sends only WAL that is flushed, and a non-transactional message is
 /// not flushed by itself before PostgreSQL 17 (it waits for the WAL writer, up to
 /// `wal_writer_delay` per chunk). PostgreSQL 17 flushes it when asked; before, the message is
-/// followed in its transaction by an xid and a synchronous commit, whose flush covers it (the
-/// transaction has no change, so pgoutput sends nothing of it).
+/// followed in its transaction by an xid and a commit flushed locally (`synchronous_commit =
+/// local`: the walsender needs the local flush only, and a synchronous standby that is down
+/// must not hold the stream), whose flush covers it (the transaction has no change, so
+/// pgoutput sends nothing of it).
 fn watermark_sql(version: i32) -> &'static str {
     if version >= 170000 {
         "SELECT pg_catalog.pg_logical_emit_message(false, '{prefix}', \
          '{nonce}'::pg_catalog.text, true)"
     } else {
-        "BEGIN; SET LOCAL synchronous_commit = on; \
+        "BEGIN; SET LOCAL synchronous_commit = local; \
          SELECT pg_catalog.pg_logical_emit_message(false, '{prefix}', '{nonce}'::pg_catalog.text); \
          SELECT pg_catalog.txid_current(); COMMIT"
     }
@@ -174,6 +185,8 @@ struct Prepared {
     first: Statement,
     /// The chunks after a cursor.
     next: Statement,
+    /// One row by its key (a pending key).
+    point: Statement,
 }
 
 impl ChunkReader {
@@ -257,6 +270,15 @@ impl ChunkReader {
                 params.join(", ")
             ))
             .await?;
+        let point_params: Vec<String> = (1..=key.len()).map(|i| format!("${i}")).collect();
+        let point = self
+            .client
+            .prepare(&format!(
+                "{select} WHERE ({}) OPERATOR(pg_catalog.=) ({})",
+                key.join(", "),
+                point_params.join(", ")
+            ))
+            .await?;
         let prepared = Prepared {
             schema: request.schema.clone(),
             // -1: never vacuumed or analyzed.
@@ -264,6 +286,7 @@ impl ChunkReader {
             lock: format!("LOCK TABLE {only}{table} IN ACCESS SHARE MODE"),
             first,
             next,
+            point,
         };
         self.statements.insert(request.relid, prepared.clone());
         Ok(prepared)
@@ -316,7 +339,7 @@ impl ChunkReader {
                 return Err(e);
             }
         };
-        let (snapshot, ts, rows) = read;
+        let (snapshot, ts, rows, pending) = read;
         // The nonce is hex digits, the prefix a constant: both are literals safely.
         let commit_and_mark = format!(
             "COMMIT; {}",
@@ -325,37 +348,40 @@ impl ChunkReader {
                 .replace("{nonce}", &nonce)
         );
         self.client.batch_execute(&commit_and_mark).await?;
-        let tuples = rows
-            .iter()
-            .map(|row| {
-                (0..request.columns.len())
-                    .map(|i| match row.try_get::<_, RawCell>(i) {
-                        Ok(RawCell(Some(b))) => Ok(Column::Binary(b)),
-                        Ok(RawCell(None)) => Ok(Column::Null),
-                        Err(e) => Err(CdcError::from(e)),
-                    })
-                    .collect::<Result<Vec<_>, _>>()
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        let last_chunk = (tuples.len() as i64) < self.rows;
+        let tuples = |rows: &[tokio_postgres::Row]| {
+            rows.iter()
+                .map(|row| {
+                    (0..request.columns.len())
+                        .map(|i| match row.try_get::<_, RawCell>(i) {
+                            Ok(RawCell(Some(b))) => Ok(Column::Binary(b)),
+                            Ok(RawCell(None)) => Ok(Column::Null),
+                            Err(e) => Err(CdcError::from(e)),
+                        })
+                        .collect::<Result<Vec<_>, _>>()
+                })
+                .collect::<Result<Vec<_>, _>>()
+        };
+        let (rows, pending_rows) = (tuples(&rows)?, tuples(&pending)?);
+        let last_chunk = (rows.len() as i64) < self.rows;
         Ok(Some(ChunkRead {
             relid: request.relid,
             last_chunk,
             nonce,
             snapshot,
             ts,
-            rows: tuples,
+            rows,
+            pending_rows,
         }))
     }
 
     /// Inside the read's transaction, the table locked: its snapshot (taken by this first
-    /// query, with the table's identity schema under it), then the rows, or `None` when the
-    /// schema is not the request's.
+    /// query, with the table's identity schema under it), then the rows after the cursor and
+    /// those of the pending keys, or `None` when the schema is not the request's.
     async fn read_locked(
         &self,
         request: &ChunkRequest,
         prepared: &Prepared,
-    ) -> Result<Option<(TxnSnapshot, i64, Vec<tokio_postgres::Row>)>, CdcError> {
+    ) -> Result<Option<Read>, CdcError> {
         let taken = self
             .client
             .query_one(&self.snapshot, &[&request.relid])
@@ -380,7 +406,14 @@ impl ChunkReader {
                 self.client.query(&prepared.next, &params).await?
             }
         };
-        Ok(Some((snapshot, ts, rows)))
+        let mut pending = Vec::with_capacity(request.pending.len());
+        for key in &request.pending {
+            let forms: Vec<SendForm<'_>> = key.key.iter().map(|k| SendForm(k.as_deref())).collect();
+            let params: Vec<&(dyn ToSql + Sync)> =
+                forms.iter().map(|f| f as &(dyn ToSql + Sync)).collect();
+            pending.extend(self.client.query(&prepared.point, &params).await?);
+        }
+        Ok(Some((snapshot, ts, rows, pending)))
     }
 
     /// Ends a read's transaction without effect (a no-op outside one).

@@ -32,6 +32,11 @@ const STALE_RETRY: Duration = Duration::from_millis(100);
 /// defect to report, not to wait for).
 const STALE_READS_LIMIT: u32 = 600;
 
+/// The longest wait between reads of a chunk whose snapshot did not see a transaction the
+/// stream delivered (a commit waiting for a synchronous standby: as long as it waits, the
+/// stream goes on and the chunk is read again, the wait doubling from [`STALE_RETRY`]).
+const UNSEEN_RETRY_MAX: Duration = Duration::from_secs(5);
+
 /// How often a position reported with nothing in flight is recorded (each record is a state
 /// file write and fsync).
 const IDLE_RECORD_INTERVAL: Duration = Duration::from_secs(1);
@@ -54,6 +59,10 @@ pub(crate) async fn stream(
     // how many times in a row that happened.
     let mut retry_at: Option<Instant> = None;
     let mut stale_reads = 0u32;
+    // A chunk whose snapshot did not see a transaction the stream delivered: the wait before
+    // it is read again, and the transaction last reported.
+    let mut unseen_wait = STALE_RETRY;
+    let mut unseen_reported: Option<u32> = None;
     loop {
         // Between transactions, with no chunk waiting for its watermark: the next chunk of a
         // table being snapshotted (read while the stream waits: at most one chunk's rows).
@@ -65,6 +74,7 @@ pub(crate) async fn stream(
                     chunks.insert(ChunkReader::connect(opts, pipe.state().identity_table).await?)
                 }
             };
+            crate::fault::at(crate::fault::Point::BeforeChunkRead);
             let Some(read) = reader.read(&request).await? else {
                 // The table's shape under a new snapshot is not the stream's yet: asked again
                 // shortly (the stream reaches the DDL, or the DDL becomes visible).
@@ -81,15 +91,34 @@ pub(crate) async fn stream(
             };
             stale_reads = 0;
             retry_at = None;
+            let rows = read.rows.len();
+            if let Some(unseen) = pipe
+                .open_chunk(&request, read)
+                .map_err(CdcError::Pipeline)?
+            {
+                // Read again later; the stream goes on meanwhile.
+                if unseen_reported != Some(unseen.xid) {
+                    eprintln!(
+                        "rowid-cdc: notice: snapshot chunks: {}.{}: transaction {} was \
+                         delivered by the stream but is not visible to new snapshots yet (a \
+                         commit waiting for a synchronous standby?); the chunk is read again \
+                         once it is",
+                        request.namespace, request.relname, unseen.xid
+                    );
+                    unseen_reported = Some(unseen.xid);
+                }
+                retry_at = Some(Instant::now() + unseen_wait);
+                unseen_wait = (unseen_wait * 2).min(UNSEEN_RETRY_MAX);
+                continue;
+            }
+            unseen_wait = STALE_RETRY;
             chunk_progress.chunk(
                 request.relid,
                 &format!("{}.{}", request.namespace, request.relname),
-                read.rows.len(),
+                rows,
                 reader.estimate(request.relid),
                 pipe.chunk_tables(),
             );
-            pipe.open_chunk(&request, read)
-                .map_err(CdcError::Pipeline)?;
         }
         let retry = async {
             match retry_at {

@@ -129,9 +129,13 @@ impl Cdc<'_> {
         self.command_into(&lines, extra)
     }
 
-    /// The command writing into `sink` instead of the JSON lines.
+    /// The command writing into `sink` instead of the JSON lines. The binary is this build's,
+    /// or the one `ROWID_CDC_TEST_BIN` names (to run a test against another build: that a test
+    /// fails on the code before a fix).
     pub fn command_into(&self, sink: &str, extra: &[&str]) -> Command {
-        let mut c = Command::new(env!("CARGO_BIN_EXE_rowid-cdc"));
+        let binary = std::env::var_os("ROWID_CDC_TEST_BIN")
+            .unwrap_or_else(|| env!("CARGO_BIN_EXE_rowid-cdc").into());
+        let mut c = Command::new(binary);
         c.args([
             "--dsn",
             &self.dsn,
@@ -175,6 +179,32 @@ impl Cdc<'_> {
         }
     }
 
+    /// Waits until the consumer has its slot at a consistent point (the state file exists:
+    /// it is written only after the slot was created or resumed), so that what a test commits
+    /// from now on reaches it through the stream, not through a snapshot's copy. (A slot shows
+    /// `active` while it is still being created, waiting for running transactions to end:
+    /// a change committed then is before its consistent point.) Fails with `running`'s stderr
+    /// as soon as it ended.
+    pub fn wait_started(&self, running: &mut Running) {
+        let t = Instant::now();
+        while !self.dir.file("cdc.state").exists() {
+            running.still_within(
+                t,
+                Duration::from_secs(120),
+                "the slot never got to a consistent point",
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Starts the command writing into `sink` and waits until its slot is at a consistent
+    /// point ([`Cdc::wait_started`]).
+    pub fn started(&self, sink: &str, extra: &[&str]) -> Running {
+        let mut running = Running(self.command_into(sink, extra).spawn().unwrap());
+        self.wait_started(&mut running);
+        running
+    }
+
     pub fn spawn(&self, extra: &[&str]) -> Running {
         Running(self.command(extra).spawn().unwrap())
     }
@@ -182,7 +212,16 @@ impl Cdc<'_> {
     /// Runs to its end (a refusal); status and stderr. Killed, and reported as a failure
     /// with what it printed, if it is still running after 60 s.
     pub fn run(&self, extra: &[&str]) -> Output {
-        let mut child = self.command(extra).spawn().unwrap();
+        self.run_child(self.command(extra))
+    }
+
+    /// [`Cdc::run`] writing into `sink`.
+    pub fn run_into(&self, sink: &str, extra: &[&str]) -> Output {
+        self.run_child(self.command_into(sink, extra))
+    }
+
+    fn run_child(&self, mut command: Command) -> Output {
+        let mut child = command.spawn().unwrap();
         let t = Instant::now();
         while child.try_wait().unwrap().is_none() {
             if t.elapsed() > Duration::from_secs(60) {
@@ -383,5 +422,65 @@ impl Drop for DropSlot<'_> {
             }
             std::thread::sleep(Duration::from_millis(100));
         }
+    }
+}
+
+/// `ALTER SYSTEM <change>` in `db`'s cluster, in force at once (reloaded).
+pub fn alter_system(db: &Psql, change: &str) -> Result<(), String> {
+    db.run(&format!("ALTER SYSTEM {change};"))?;
+    db.run("SELECT pg_catalog.pg_reload_conf();").map(|_| ())
+}
+
+/// Waits (up to a minute) until `sql` on `db` prints `expected`, while `running` runs: fails
+/// with `what` and how `running` ended as soon as it ended.
+pub fn wait_for(db: &Psql, sql: &str, expected: &str, running: &mut Running, what: &str) {
+    let t = Instant::now();
+    while db.run(sql).map(|s| s.trim().to_string()).as_deref() != Ok(expected) {
+        running.still_within(t, Duration::from_secs(60), what);
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// A test pause point of a consumer (`ROWID_CDC_TEST_PAUSE=POINT:FILE`, rowid-cdc's
+/// `fault` module): the consumer waits at the point until the file exists, and removes it.
+pub struct Gate(pub PathBuf);
+
+impl Gate {
+    /// The environment setting that makes a consumer wait at `point` for this gate.
+    pub fn env(&self, point: &str) -> (String, String) {
+        (
+            "ROWID_CDC_TEST_PAUSE".to_string(),
+            format!("{point}:{}", self.0.display()),
+        )
+    }
+
+    /// Lets the consumer pass once, and waits until it did (it removed the file).
+    pub fn pass(&self, running: &mut Running) {
+        std::fs::write(&self.0, b"").unwrap();
+        let t = Instant::now();
+        while self.0.exists() {
+            running.still_within(
+                t,
+                Duration::from_secs(60),
+                "the paused consumer never passed",
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Lets the consumer pass every time from now on (a thread keeps the file there until
+    /// the returned flag is set).
+    pub fn open(&self) -> std::sync::Arc<std::sync::atomic::AtomicBool> {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (file, flag) = (self.0.clone(), stop.clone());
+        std::thread::spawn(move || {
+            while !flag.load(std::sync::atomic::Ordering::Relaxed) {
+                if !file.exists() {
+                    let _ = std::fs::write(&file, b"");
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        });
+        stop
     }
 }

@@ -269,6 +269,22 @@ pub fn create_stream_with(url: &str, config: Config) {
     });
 }
 
+/// Replaces stream `config.name`'s configuration with `config`.
+pub fn update_stream(url: &str, config: Config) {
+    runtime().block_on(async {
+        let js = async_nats::jetstream::new(connect(url).await);
+        js.update_stream(config).await.unwrap();
+    });
+}
+
+/// Removes every message of stream `name`.
+pub fn purge_stream(url: &str, name: &str) {
+    runtime().block_on(async {
+        let js = async_nats::jetstream::new(connect(url).await);
+        js.get_stream(name).await.unwrap().purge().await.unwrap();
+    });
+}
+
 /// Publishes `body` on `subject` (no id).
 pub fn publish(url: &str, subject: &str, body: &str) {
     runtime().block_on(async {

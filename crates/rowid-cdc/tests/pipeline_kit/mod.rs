@@ -5,7 +5,7 @@
 #![allow(dead_code, clippy::unwrap_used)]
 
 use bytes::Bytes;
-use rowid_cdc::chunks::ChunkCursor;
+use rowid_cdc::chunks::{ChunkCursor, ChunkState};
 use rowid_cdc::pipeline::Pipeline;
 use rowid_cdc::sink::Sink;
 use rowid_cdc::state::State;
@@ -94,7 +94,10 @@ pub fn state(chunks: Vec<ChunkCursor>) -> State {
         sink: None,
         schemas: vec![schema()],
         snapshot: None,
-        chunks,
+        chunks: ChunkState {
+            cursors: chunks,
+            delivered: None,
+        },
     }
 }
 

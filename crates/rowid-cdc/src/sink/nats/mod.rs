@@ -8,8 +8,8 @@
 //! thread, which runs one task on a single-threaded runtime of its own: it takes what the
 //! channel holds, publishes it with `async-nats` (whose connection runs on that same thread:
 //! no hop between threads per message) and keeps the acknowledgements' futures; at the
-//! transaction's commit it publishes the slot's commit marker and waits for every
-//! acknowledgement of the transaction. Publishing is pipelined: no message waits for the one
+//! transaction's commit it waits for every acknowledgement of the transaction's changes, then
+//! publishes the slot's commit marker and waits for its acknowledgement. Publishing is pipelined: no message waits for the one
 //! before it to be acknowledged.
 //!
 //! Invariants: every message carries `Nats-Msg-Id` = slot, commit LSN and its sequence in the
@@ -29,7 +29,7 @@ use std::io;
 use std::sync::Arc;
 use std::sync::mpsc::{Receiver, SyncSender, TryRecvError, sync_channel};
 use std::thread::JoinHandle;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use async_nats::jetstream::context::PublishAckFuture;
 use async_nats::jetstream::stream::{Config, DiscardPolicy, RetentionPolicy, StorageType};
@@ -193,8 +193,14 @@ enum Cmd {
         headers: Vec<(&'static str, String)>,
         body: Bytes,
     },
-    /// Every publication so far acknowledged: answer on the reply channel.
-    Flush,
+    /// Every publication so far acknowledged, then this one (a transaction's commit marker)
+    /// published and acknowledged: answer on the reply channel. The marker says the
+    /// transaction is whole in the stream, so it is sent only once it is.
+    Commit {
+        subject: String,
+        id: String,
+        body: Bytes,
+    },
 }
 
 /// The NATS JetStream sink.
@@ -210,6 +216,8 @@ pub struct NatsSink {
     last_commit: Option<Lsn>,
     /// The open transaction: its commit LSN and the changes sent of it.
     open: Option<(Lsn, u64)>,
+    /// What the stream holds of the transaction the slot left unfinished, until it commits.
+    held: Option<Held>,
     line: String,
 }
 
@@ -225,12 +233,12 @@ impl NatsSink {
         }
         let (cmds, inbox) = channel();
         let (to_sink, replies) = sync_channel::<io::Result<()>>(1);
-        let (opened, on_open) = sync_channel::<io::Result<Option<ReadMarker>>>(1);
+        let (opened, on_open) = sync_channel::<io::Result<Opened>>(1);
         let for_thread = target.clone();
         let thread = std::thread::Builder::new()
             .name("nats-sink".into())
             .spawn(move || serve(for_thread, inbox, to_sink, opened))?;
-        let last = on_open
+        let (last, held) = on_open
             .recv()
             .map_err(|_| io::Error::other("the NATS sink's thread ended while opening"))??;
         let delivered = match last {
@@ -246,7 +254,17 @@ impl NatsSink {
             delivered,
             last_commit: delivered,
             open: None,
+            held,
             line: String::new(),
+        })
+    }
+
+    /// Whether the stream already holds the change `seq` (`None`: the open marker) of the
+    /// transaction committing at `commit_lsn`: part of the unfinished transaction the slot
+    /// left, sent again.
+    fn holds(&self, commit_lsn: Lsn, seq: Option<u64>) -> bool {
+        self.held.as_ref().is_some_and(|h| {
+            h.commit_lsn == commit_lsn && seq.is_none_or(|seq| h.changes.contains(&seq))
         })
     }
 
@@ -268,19 +286,20 @@ impl NatsSink {
         }
     }
 
-    fn marker(&self, marker: Marker, commit_lsn: Lsn, changes: u64) -> io::Result<()> {
+    /// The slot's `marker` for the transaction committing at `commit_lsn`: its subject, id
+    /// and body.
+    fn marker(&self, marker: Marker, commit_lsn: Lsn, changes: u64) -> (String, String, Bytes) {
         let t = &self.target;
-        self.send(Cmd::Publish {
-            subject: subject::marker_subject(&t.prefix, &t.slot),
-            id: subject::marker_id(&t.slot, commit_lsn, marker),
-            headers: Vec::new(),
-            body: Bytes::from(subject::marker_body(
+        (
+            subject::marker_subject(&t.prefix, &t.slot),
+            subject::marker_id(&t.slot, commit_lsn, marker),
+            Bytes::from(subject::marker_body(
                 marker,
                 commit_lsn,
                 self.last_commit,
                 changes,
             )),
-        })
+        )
     }
 }
 
@@ -289,11 +308,22 @@ impl Sink for NatsSink {
         let seq = match self.open {
             Some((lsn, n)) if lsn == event.commit_lsn => n,
             _ => {
-                self.marker(Marker::Open, event.commit_lsn, 0)?;
+                if !self.holds(event.commit_lsn, None) {
+                    let (subject, id, body) = self.marker(Marker::Open, event.commit_lsn, 0);
+                    self.send(Cmd::Publish {
+                        subject,
+                        id,
+                        headers: Vec::new(),
+                        body,
+                    })?;
+                }
                 0
             }
         };
         self.open = Some((event.commit_lsn, seq + 1));
+        if self.holds(event.commit_lsn, Some(seq)) {
+            return Ok(());
+        }
         self.line.clear();
         crate::json_line::write(event, &mut self.line);
         let (schema, table) = event
@@ -316,14 +346,15 @@ impl Sink for NatsSink {
 
     fn commit(&mut self) -> io::Result<Durable> {
         let Some((lsn, changes)) = self.open.take() else {
-            return Ok(Durable::default());
+            return Ok(Durable::at(self.last_commit));
         };
-        self.marker(Marker::Commit, lsn, changes)?;
-        self.send(Cmd::Flush)?;
+        let (subject, id, body) = self.marker(Marker::Commit, lsn, changes);
+        self.send(Cmd::Commit { subject, id, body })?;
         match self.replies.recv() {
             Ok(Ok(())) => {
                 self.last_commit = Some(lsn);
-                Ok(Durable::default())
+                self.held = None;
+                Ok(Durable::at(self.last_commit))
             }
             Ok(Err(e)) => Err(e),
             Err(_) => Err(self.lost()),
@@ -331,11 +362,15 @@ impl Sink for NatsSink {
     }
 
     fn durable(&self) -> Durable {
-        Durable::default()
+        Durable::at(self.last_commit)
     }
 
     fn delivered(&self) -> Option<Lsn> {
         self.delivered
+    }
+
+    fn describe(&self) -> String {
+        format!("NATS stream {}", self.target.stream)
     }
 }
 
@@ -425,7 +460,7 @@ fn serve(
     target: NatsTarget,
     inbox: Inbox,
     replies: SyncSender<io::Result<()>>,
-    opened: SyncSender<io::Result<Option<ReadMarker>>>,
+    opened: SyncSender<io::Result<Opened>>,
 ) {
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -440,7 +475,7 @@ fn serve(
     runtime.block_on(async {
         let connected = match connect_retrying(&target).await {
             Ok(connected) => {
-                let _ = opened.send(Ok(connected.last.clone()));
+                let _ = opened.send(Ok((connected.last.clone(), connected.held.clone())));
                 connected
             }
             Err(e) => {
@@ -480,7 +515,9 @@ async fn publish_all(
                     return Err(too_large(target, connected, &subject, &id, &headers, &body));
                 }
                 let mut map = async_nats::HeaderMap::new();
-                map.insert("Nats-Msg-Id", id.as_str());
+                if crate::fault::nats_message_ids() {
+                    map.insert("Nats-Msg-Id", id.as_str());
+                }
                 for (name, value) in &headers {
                     map.insert(*name, value.as_str());
                 }
@@ -497,7 +534,7 @@ async fn publish_all(
                 }
                 count(&pending);
             }
-            Cmd::Flush => {
+            Cmd::Commit { subject, id, body } => {
                 let mut all = Ok(());
                 while let Some(ack) = pending.pop_front() {
                     all = acknowledged(target, ack).await;
@@ -506,6 +543,19 @@ async fn publish_all(
                     }
                 }
                 count(&pending);
+                // Only a transaction the stream holds whole gets its commit marker: a restart
+                // trusts the marker and skips the transaction.
+                if all.is_ok() {
+                    crate::fault::at(crate::fault::Point::BeforeNatsCommitMarker);
+                    all = match connected
+                        .js
+                        .publish_with_headers(subject, marker_headers(&id), body)
+                        .await
+                    {
+                        Ok(ack) => acknowledged(target, ack).await,
+                        Err(e) => Err(lost(&target.stream, format!("publish failed: {e}"))),
+                    };
+                }
                 let answer = all.as_ref().map(|_| ()).map_err(clone_error);
                 if replies.send(answer).is_err() {
                     return Ok(());
@@ -515,6 +565,15 @@ async fn publish_all(
         }
     }
     Ok(())
+}
+
+/// The headers of a marker: its message id only.
+fn marker_headers(id: &str) -> async_nats::HeaderMap {
+    let mut map = async_nats::HeaderMap::new();
+    if crate::fault::nats_message_ids() {
+        map.insert("Nats-Msg-Id", id);
+    }
+    map
 }
 
 /// Waits for one publication's acknowledgement (up to [`ACK_TIMEOUT`]).
@@ -585,12 +644,26 @@ fn clone_error(e: &io::Error) -> io::Error {
     io::Error::new(e.kind(), e.to_string())
 }
 
-/// A connection to the servers, checked: the stream's context, the slot's last marker, and
-/// the largest message the servers take.
+/// What opening found: the slot's last marker, and what the stream holds of the transaction
+/// it left unfinished.
+type Opened = (Option<ReadMarker>, Option<Held>);
+
+/// A connection to the servers, checked: the stream's context, the slot's last marker, what
+/// the stream holds of an unfinished transaction, and the largest message the servers take.
 struct Connected {
     js: async_nats::jetstream::Context,
     last: Option<ReadMarker>,
+    held: Option<Held>,
     max_payload: usize,
+}
+
+/// What the stream holds of a transaction the slot left unfinished (its `open` marker last).
+#[derive(Clone, Debug)]
+pub struct Held {
+    /// The transaction's commit LSN.
+    commit_lsn: Lsn,
+    /// The sequences (in the transaction, from 0) of its changes the stream holds.
+    changes: std::collections::HashSet<u64>,
 }
 
 /// [`connect`], tried again with backoff (250 ms doubling to 5 s, a line on stderr each time)
@@ -690,7 +763,7 @@ async fn connect(target: &NatsTarget) -> io::Result<Connected> {
     let max_payload = client.server_info().max_payload;
     let js = async_nats::jetstream::new(client);
     let filter = subject::stream_filter(&target.prefix);
-    let stream = js
+    let mut stream = js
         .get_or_create_stream(Config {
             name: name.clone(),
             subjects: vec![filter.clone()],
@@ -704,7 +777,7 @@ async fn connect(target: &NatsTarget) -> io::Result<Connected> {
             true => lost(name, format!("cannot get or create it: {e}")),
             false => io::Error::other(format!("NATS stream {name}: cannot create it: {e}")),
         })?;
-    let config = &stream.cached_info().config;
+    let config = stream.cached_info().config.clone();
     if !config.subjects.iter().any(|s| *s == filter || s == ">") {
         return Err(io::Error::other(format!(
             "NATS stream {name} holds subjects {:?}, not {filter}: the changes would not be \
@@ -730,7 +803,6 @@ async fn connect(target: &NatsTarget) -> io::Result<Connected> {
             config.max_messages, config.max_bytes, config.max_age
         );
     }
-    let window = config.duplicate_window;
     let markers = subject::marker_subject(&target.prefix, &target.slot);
     let last = match stream.get_last_raw_message_by_subject(&markers).await {
         Ok(m) => {
@@ -741,7 +813,7 @@ async fn connect(target: &NatsTarget) -> io::Result<Connected> {
                     m.sequence
                 ))
             })?;
-            Some((read, m.sequence, m.time.unix_timestamp()))
+            Some((read, m.sequence))
         }
         Err(e)
             if matches!(
@@ -753,10 +825,11 @@ async fn connect(target: &NatsTarget) -> io::Result<Connected> {
         }
         Err(e) => return Err(lost(name, format!("cannot read {markers}: {e}"))),
     };
-    let Some((marker, sequence, published)) = last else {
+    let Some((marker, sequence)) = last else {
         return Ok(Connected {
             js,
             last: None,
+            held: None,
             max_payload,
         });
     };
@@ -769,29 +842,93 @@ async fn connect(target: &NatsTarget) -> io::Result<Connected> {
             target.slot
         )));
     }
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs() as i64);
-    let age = Duration::from_secs(now.saturating_sub(published).max(0) as u64);
-    // Half the window: the resend itself takes time, and the server forgets an id a window
-    // after its first publication.
-    if marker.marker == Marker::Open && age.saturating_mul(2) >= window {
-        return Err(io::Error::other(format!(
-            "NATS stream {name}: slot {:?} left transaction {} unfinished (its open marker, \
-             sequence {sequence}, is {} s old), more than half the stream's de-duplication \
-             window ({} s) ago: its changes sent again might not be recognised as duplicates. \
-             Remove the messages after sequence {sequence} of this slot, or widen the window \
-             (duplicate_window), then restart",
-            target.slot,
-            marker.commit_lsn,
-            age.as_secs(),
-            window.as_secs()
-        )));
-    }
+    // An unfinished transaction is sent again: what of it the stream holds is read here and
+    // not published twice, whatever the de-duplication window (a resend can come later than
+    // the window after the first publication: the server's clock, a large transaction).
+    let held = match marker.marker {
+        Marker::Open => Some(held_changes(target, &mut stream, sequence, marker.commit_lsn).await?),
+        Marker::Commit => None,
+    };
     Ok(Connected {
         js,
         last: Some(marker),
+        held,
         max_payload,
+    })
+}
+
+/// The changes of the unfinished transaction committing at `commit_lsn` that the stream holds
+/// after its `open` marker (at `marker_sequence`): their sequences in the transaction, read by
+/// their message ids with an ordered consumer (headers only) from the marker on.
+async fn held_changes(
+    target: &NatsTarget,
+    stream: &mut async_nats::jetstream::stream::Stream,
+    marker_sequence: u64,
+    commit_lsn: Lsn,
+) -> io::Result<Held> {
+    use async_nats::jetstream::consumer::DeliverPolicy;
+    use async_nats::jetstream::consumer::pull::OrderedConfig;
+    use futures_util::StreamExt;
+
+    let name = &target.stream;
+    let failed = |what: &str, e: &dyn std::fmt::Display| lost(name, format!("{what}: {e}"));
+    let last = stream
+        .info()
+        .await
+        .map_err(|e| failed("cannot read the stream's state", &e))?
+        .state
+        .last_sequence;
+    let mut changes = std::collections::HashSet::new();
+    if last > marker_sequence {
+        // `<slot>:<commit LSN>:` of the transaction's change ids.
+        let first = subject::change_id(&target.slot, commit_lsn, 0);
+        let prefix = &first[..first.len() - 1];
+        let consumer = stream
+            .create_consumer(OrderedConfig {
+                filter_subject: subject::stream_filter(&target.prefix),
+                deliver_policy: DeliverPolicy::ByStartSequence {
+                    start_sequence: marker_sequence + 1,
+                },
+                headers_only: true,
+                ..Default::default()
+            })
+            .await
+            .map_err(|e| failed("cannot read the messages after the open marker", &e))?;
+        let mut messages = consumer
+            .messages()
+            .await
+            .map_err(|e| failed("cannot read the messages after the open marker", &e))?;
+        loop {
+            let message = tokio::time::timeout(ACK_TIMEOUT, messages.next())
+                .await
+                .map_err(|_| lost(name, "no message after the open marker within 10 s"))?;
+            let Some(message) = message else { break };
+            let message = message
+                .map_err(|e| failed("cannot read the messages after the open marker", &e))?;
+            let info = message
+                .info()
+                .map_err(|e| failed("a message without its stream sequence", &e))?;
+            let (at, pending) = (info.stream_sequence, info.pending);
+            let id = message
+                .headers
+                .as_ref()
+                .and_then(|h| h.get(async_nats::header::NATS_MESSAGE_ID))
+                .map(|v| v.as_str().to_string());
+            if let Some(seq) = id
+                .as_deref()
+                .and_then(|id| id.strip_prefix(prefix))
+                .and_then(|n| n.parse::<u64>().ok())
+            {
+                changes.insert(seq);
+            }
+            if at >= last || pending == 0 {
+                break;
+            }
+        }
+    }
+    Ok(Held {
+        commit_lsn,
+        changes,
     })
 }
 

@@ -31,8 +31,8 @@ use tokio_postgres::types::{PgLsn, ToSql, Type};
 use tokio_postgres::{Client, GenericClient, Transaction};
 
 use super::{
-    Endpoint, Failure, PostgresSink, Row, ShapeChange, Writer, create_schema_if_missing, db_error,
-    sink_role, writers,
+    Endpoint, Failure, PostgresSink, Recorded, Row, ShapeChange, Writer, create_schema_if_missing,
+    db_error, sink_role, writers,
 };
 use crate::connect::conninfo::Conninfo;
 use crate::connect::raw::SendForm;
@@ -115,11 +115,15 @@ impl Writer for BufferWriter {
         &mut self,
         client: &mut Client,
         same_database: bool,
-    ) -> Result<(Option<Lsn>, Vec<u32>), Failure> {
-        let found = prepare(client, &self.target).await?;
+    ) -> Result<Recorded, Failure> {
+        let (position, tables) = prepare(client, &self.target).await?;
         self.buffers.same_database = same_database;
         self.buffers.load_own(client).await?;
-        Ok(found)
+        Ok(Recorded {
+            position,
+            chunks: None,
+            tables,
+        })
     }
 
     async fn shape(&mut self, txn: &Transaction<'_>, shape: ShapeChange) -> Result<(), Failure> {
@@ -137,7 +141,14 @@ impl Writer for BufferWriter {
         }
     }
 
-    async fn finish(&mut self, txn: &Transaction<'_>, commit_lsn: u64) -> Result<(), Failure> {
+    /// Change buffers take no snapshot rows (the start checks refuse `--snapshot` into them),
+    /// so no chunk record is kept.
+    async fn finish(
+        &mut self,
+        txn: &Transaction<'_>,
+        commit_lsn: u64,
+        _chunks: Option<&str>,
+    ) -> Result<(), Failure> {
         self.finish_copy().await?;
         let prefix = self.target.buffer.quoted();
         txn.execute(

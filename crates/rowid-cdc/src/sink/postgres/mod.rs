@@ -126,8 +126,9 @@ enum Cmd {
     Shape(ShapeChange),
     /// Rows of the open transaction, in order, and what they cost in the budget.
     Rows(Vec<Row>, usize),
-    /// Finish the transaction committing at this LSN.
-    Commit(u64),
+    /// Finish the transaction committing at this LSN, with the chunked snapshots' record as
+    /// of it (when tables are read in chunks).
+    Commit(u64, Option<String>),
 }
 
 /// The byte budget of the channel: the sender waits while it is spent.
@@ -180,6 +181,11 @@ pub struct PostgresSink {
     worker: Option<JoinHandle<Result<(), Failure>>>,
     budget: Arc<Budget>,
     delivered: Option<Lsn>,
+    /// The chunked snapshots' record committed with the last transaction (read at open, then
+    /// what [`Sink::record_chunks`] gave for each commit).
+    chunks: Option<String>,
+    /// The chunked snapshots' record for the next commit.
+    next_chunks: Option<String>,
     /// Commit LSN of the last captured transaction with a row (or shape) sent into the open
     /// database transaction: what its commit will record as the position.
     open: Option<Lsn>,
@@ -207,17 +213,29 @@ type Shape = (
     Option<Arc<RelationSchema>>,
 );
 
-/// What of an identity schema decides a table's identities: the identity and the replica
-/// identity setting (not the columns' order or names, which the columns compare).
 /// What of an identity schema, beside the columns, a writer follows: the identity, the
-/// replica identity, and a rewrite of the table's values (each rewrite names its own
-/// transaction, so a second one is a change too).
-fn identity_of(
-    schema: &Option<Arc<RelationSchema>>,
-) -> Option<(&Result<IdentityDef, Refusal>, ReplicaIdentity, Rewrite)> {
-    schema
-        .as_deref()
-        .map(|s| (&s.identity, s.replica_identity, s.rewritten))
+/// replica identity, a rewrite of the table's values (each rewrite names its own
+/// transaction, so a second one is a change too), and the table's name (a replica's storage
+/// table follows a rename).
+type Followed<'a> = (
+    &'a Result<IdentityDef, Refusal>,
+    ReplicaIdentity,
+    Rewrite,
+    &'a str,
+    &'a str,
+);
+
+/// See [`Followed`].
+fn identity_of(schema: &Option<Arc<RelationSchema>>) -> Option<Followed<'_>> {
+    schema.as_deref().map(|s| {
+        (
+            &s.identity,
+            s.replica_identity,
+            s.rewritten,
+            s.namespace.as_str(),
+            s.relname.as_str(),
+        )
+    })
 }
 
 /// What the sink found when it opened.
@@ -246,7 +264,7 @@ impl PostgresSink {
     ) -> io::Result<PostgresSink> {
         let (tx, rx) = channel::<Cmd>();
         let (ack_tx, acks) = sync_channel::<()>(1);
-        let (ready_tx, ready) = sync_channel::<Result<(Option<Lsn>, Opened), Failure>>(1);
+        let (ready_tx, ready) = sync_channel::<Result<(Recorded, Opened), Failure>>(1);
         let budget = Arc::new(Budget::default());
         let worker_budget = budget.clone();
         let worker = std::thread::Builder::new()
@@ -258,8 +276,8 @@ impl PostgresSink {
                     .map_err(|e| Failure::from(format!("sink runtime: {e}")))?;
                 let out = runtime.block_on(async {
                     let mut client = match open_connection(&endpoint, &mut writer).await {
-                        Ok((client, position, opened)) => {
-                            let _ = ready_tx.send(Ok((position, opened)));
+                        Ok((client, recorded, opened)) => {
+                            let _ = ready_tx.send(Ok((recorded, opened)));
                             client
                         }
                         Err(e) => {
@@ -272,7 +290,7 @@ impl PostgresSink {
                 worker_budget.release_all();
                 out
             })?;
-        let (delivered, opened) = match ready.recv() {
+        let (recorded, opened) = match ready.recv() {
             Ok(Ok(found)) => found,
             Ok(Err(e)) => return Err(e.into_io()),
             Err(_) => return Err(join_error(Some(worker))),
@@ -283,7 +301,9 @@ impl PostgresSink {
             acks,
             worker: Some(worker),
             budget,
-            delivered,
+            delivered: recorded.position,
+            chunks: recorded.chunks,
+            next_chunks: None,
             open: None,
             group: None,
             seq: 0,
@@ -536,21 +556,23 @@ impl Sink for PostgresSink {
         self.group = None;
         // A transaction with no change for this sink needs no round trip: the state file
         // records it.
+        let chunks = self.next_chunks.take();
         if let Some(commit_lsn) = self.open.take() {
-            self.send(Cmd::Commit(commit_lsn.0))?;
+            self.send(Cmd::Commit(commit_lsn.0, chunks.clone()))?;
             if self.acks.recv().is_err() {
                 return Err(self.failed());
             }
             self.delivered = Some(commit_lsn);
+            self.chunks = chunks;
         }
-        Ok(Durable::default())
+        Ok(Durable::at(self.delivered))
     }
 
     fn end_transaction(&mut self) -> io::Result<Option<Durable>> {
         // Nothing of this transaction, nor of one before it, waits in the open database
         // transaction.
         if self.open.is_none() {
-            return Ok(Some(Durable::default()));
+            return Ok(Some(Durable::at(self.delivered)));
         }
         let (since, transactions) = self.group.get_or_insert_with(|| (Instant::now(), 0));
         *transactions += 1;
@@ -561,11 +583,23 @@ impl Sink for PostgresSink {
     }
 
     fn durable(&self) -> Durable {
-        Durable::default()
+        Durable::at(self.delivered)
     }
 
     fn delivered(&self) -> Option<Lsn> {
         self.delivered
+    }
+
+    fn record_chunks(&mut self, chunks: &serde_json::Value) {
+        self.next_chunks = Some(chunks.to_string());
+    }
+
+    fn recorded_chunks(&self) -> Option<serde_json::Value> {
+        serde_json::from_str(self.chunks.as_deref()?).ok()
+    }
+
+    fn describe(&self) -> String {
+        self.table.clone()
     }
 
     fn own_tables(&self) -> Option<(Option<String>, Vec<u32>)> {
@@ -622,13 +656,24 @@ fn db_error(what: &str, e: &tokio_postgres::Error) -> Failure {
     }
 }
 
+/// What a writer found recorded for its slot when it opened.
+#[derive(Debug, Default)]
+struct Recorded {
+    /// The commit LSN of the last transaction it holds.
+    position: Option<Lsn>,
+    /// The chunked snapshots' record committed with it (JSON text), if any.
+    chunks: Option<String>,
+    /// `pg_class.oid` of the writer's own tables.
+    tables: Vec<u32>,
+}
+
 /// Connects, sets up the session, takes the writer lock of the position (waiting for a
 /// session that holds it to end), then lets the writer create or check its tables; returns
-/// the client, the recorded position and what was found.
+/// the client, what is recorded for the slot and what was found.
 async fn open_connection<W: Writer>(
     endpoint: &Endpoint,
     writer: &mut W,
-) -> Result<(Client, Option<Lsn>, Opened), Failure> {
+) -> Result<(Client, Recorded, Opened), Failure> {
     let connected = net::connect(&endpoint.config).await.map_err(|e| Failure {
         message: format!("the sink's database: {}", e.message),
         transient: e.transient,
@@ -657,10 +702,11 @@ async fn open_connection<W: Writer>(
     let database = net::database_id(&client).await;
     let same_database =
         endpoint.in_source || (database.is_some() && database == endpoint.source_database);
-    let (position, tables) = writer.open(&mut client, same_database).await?;
+    let mut recorded = writer.open(&mut client, same_database).await?;
+    let tables = std::mem::take(&mut recorded.tables);
     Ok((
         client,
-        position,
+        recorded,
         Opened {
             synchronous_commit,
             tables,
@@ -669,13 +715,28 @@ async fn open_connection<W: Writer>(
     ))
 }
 
+/// How long a statement of a sink session waits for a lock before it fails (and the failure,
+/// a transient one, is retried from the last durable position): a table someone holds locked
+/// shows as a retried failure on stderr instead of a silent wait.
+pub const SESSION_LOCK_TIMEOUT_MS: u32 = 60_000;
+
 /// What every sink session runs first: the search path locked (every name the sink uses is
-/// qualified anyway), and `synchronous_commit = on`, so that a COMMIT the server answered is
-/// durable whatever the server's, database's or role's default. Returns the setting as the
-/// server then reports it.
+/// qualified anyway), `synchronous_commit = on`, so that a COMMIT the server answered is
+/// durable whatever the server's, database's or role's default, and its own timeouts, not
+/// the role's or the database's: no statement or transaction timeout (a rebuild of a large
+/// storage table takes as long as it takes), no idle-in-transaction timeout (a transaction
+/// stays open while the stream hands over a large source transaction), and a lock timeout of
+/// [`SESSION_LOCK_TIMEOUT_MS`]. Returns `synchronous_commit` as the server then reports it.
 pub async fn session_setup(client: &Client) -> Result<String, tokio_postgres::Error> {
     client
-        .batch_execute("SET search_path = pg_catalog, pg_temp; SET synchronous_commit = on")
+        .batch_execute(&format!(
+            "SET search_path = pg_catalog, pg_temp; SET synchronous_commit = on; \
+             SET statement_timeout = 0; SET idle_in_transaction_session_timeout = 0; \
+             SET lock_timeout = {SESSION_LOCK_TIMEOUT_MS}; \
+             SELECT pg_catalog.set_config('transaction_timeout', '0', false) \
+             WHERE pg_catalog.current_setting('server_version_num')::pg_catalog.int4 \
+                   OPERATOR(pg_catalog.>=) 170000"
+        ))
         .await?;
     Ok(client
         .query_one(
@@ -777,13 +838,10 @@ struct ShapeChange {
 trait Writer {
     /// Creates or checks the writer's own tables once connected (`same_database`: the sink
     /// writes into the captured database, whose slot brings its own writes back: it marks
-    /// its tables in the shared set of own tables); returns the position recorded for the
-    /// slot and the OIDs of the writer's tables.
-    async fn open(
-        &mut self,
-        client: &mut Client,
-        same_database: bool,
-    ) -> Result<(Option<Lsn>, Vec<u32>), Failure>;
+    /// its tables in the shared set of own tables); returns what is recorded for the slot
+    /// and the OIDs of the writer's tables.
+    async fn open(&mut self, client: &mut Client, same_database: bool)
+    -> Result<Recorded, Failure>;
 
     /// A relation's shape from its next row on, inside `txn`.
     async fn shape(&mut self, txn: &Transaction<'_>, shape: ShapeChange) -> Result<(), Failure>;
@@ -792,8 +850,14 @@ trait Writer {
     async fn rows(&mut self, txn: &Transaction<'_>, rows: Vec<Row>) -> Result<(), Failure>;
 
     /// The open transaction commits at `commit_lsn`: what is still open is finished and the
-    /// position recorded, inside `txn`.
-    async fn finish(&mut self, txn: &Transaction<'_>, commit_lsn: u64) -> Result<(), Failure>;
+    /// position recorded (with `chunks`, the chunked snapshots' record, by a writer that
+    /// takes snapshots), inside `txn`.
+    async fn finish(
+        &mut self,
+        txn: &Transaction<'_>,
+        commit_lsn: u64,
+        chunks: Option<&str>,
+    ) -> Result<(), Failure>;
 
     /// What the writer writes, for messages (`"pgtrickle_changes"."rowid_cdc"_*`).
     fn target(&self) -> String;
@@ -818,7 +882,7 @@ async fn serve<W: Writer>(
         // The connection task runs while this one awaits; between transactions it waits for
         // the stream (a blocking receive on this thread of its own).
         let mut next = match rx.recv() {
-            Ok(Cmd::Commit(_)) => {
+            Ok(Cmd::Commit(..)) => {
                 return Err("a commit with no open transaction".to_string().into());
             }
             Ok(cmd) => Some(cmd),
@@ -828,7 +892,7 @@ async fn serve<W: Writer>(
             .transaction()
             .await
             .map_err(|e| failed("cannot begin a transaction on", e))?;
-        let commit_lsn = loop {
+        let (commit_lsn, chunks) = loop {
             let cmd = match next.take() {
                 Some(cmd) => cmd,
                 None => match rx.recv() {
@@ -844,10 +908,10 @@ async fn serve<W: Writer>(
                     budget.give(cost);
                     written?;
                 }
-                Cmd::Commit(lsn) => break lsn,
+                Cmd::Commit(lsn, chunks) => break (lsn, chunks),
             }
         };
-        writer.finish(&txn, commit_lsn).await?;
+        writer.finish(&txn, commit_lsn, chunks.as_deref()).await?;
         txn.commit()
             .await
             .map_err(|e| failed("cannot commit the changes into", e))?;

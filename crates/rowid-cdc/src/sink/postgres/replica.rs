@@ -39,8 +39,8 @@ use tokio_postgres::types::{PgLsn, ToSql, Type};
 use tokio_postgres::{Client, GenericClient, Statement, Transaction};
 
 use super::{
-    Endpoint, Failure, PostgresSink, Row, ShapeChange, Writer, create_schema_if_missing, db_error,
-    sink_role,
+    Endpoint, Failure, PostgresSink, Recorded, Row, ShapeChange, Writer, create_schema_if_missing,
+    db_error, sink_role,
 };
 use crate::connect::conninfo::Conninfo;
 use crate::connect::raw::SendForm;
@@ -105,6 +105,7 @@ impl PostgresSink {
             tables: HashMap::new(),
             open: HashMap::new(),
             prepared: HashMap::new(),
+            storage_types: HashMap::new(),
         };
         PostgresSink::spawn(endpoint, writer, table, own)
     }
@@ -120,6 +121,9 @@ struct Table {
     schema_json: String,
     /// Its delta exists in this session, with the storage's columns.
     delta: bool,
+    /// The delta's type of each storage column (a domain's base type), once the delta was
+    /// created in this session.
+    delta_types: Vec<String>,
     /// A segment of it was applied in the open transaction (the delta needs emptying).
     used: bool,
     /// Its statements, prepared once per connection (by text: a set list of its own is its
@@ -161,6 +165,9 @@ pub(super) struct ReplicaWriter {
     open: HashMap<u32, Pending>,
     /// The writer's own statements, prepared once per connection.
     prepared: HashMap<String, Statement>,
+    /// A source type's storage type in the replica's database (a domain's base type), as
+    /// [`buffer::STORAGE_TYPE_QUERY`] found it.
+    storage_types: HashMap<String, String>,
 }
 
 /// `meta.table`, quoted.
@@ -274,8 +281,28 @@ impl ReplicaWriter {
         let Some(row) = row else {
             return Ok(None);
         };
-        let (storage, schema_json, class): (String, String, String) =
-            (row.get(1), row.get(2), row.get(3));
+        let (storage, schema_json, class, slot): (String, String, String, Option<String>) =
+            (row.get(1), row.get(2), row.get(3), row.get(6));
+        // A storage table is kept by one slot; a new slot (no state file) starts from empty
+        // storage tables, which its snapshot fills: rows another slot, or an earlier run of
+        // this one, put there would be there twice.
+        let kept_by = match &slot {
+            Some(s) if *s != self.target.slot => Some(format!("slot {s:?}")),
+            _ if self.target.fresh => Some(match &slot {
+                Some(s) => format!("an earlier run of slot {s:?} whose state file is gone"),
+                None => "an earlier run (format 1 recorded no slot)".to_string(),
+            }),
+            _ => None,
+        };
+        if let Some(kept_by) = kept_by {
+            return Err(Failure::from(format!(
+                "{relation}'s replica {storage} is kept by {kept_by}: this run of slot {:?} \
+                 would add its rows to what is there. Drop {storage} and its row in {}, or \
+                 keep this replica in another --replica-schema",
+                self.target.slot,
+                meta_table(meta, replica::TABLES)
+            )));
+        }
         check_versions(&storage, row.get(4), row.get(5))
             .map_err(|e| Failure::from(e.to_string()))?;
         let refused =
@@ -325,6 +352,7 @@ impl ReplicaWriter {
             relation: relation.to_string(),
             schema_json,
             delta: false,
+            delta_types: Vec::new(),
             used: false,
             prepared: HashMap::new(),
         }))
@@ -355,6 +383,7 @@ impl ReplicaWriter {
         }
         check_types(txn, &relation, &want.columns).await?;
         if let Some(schema) = &want.table.schema {
+            creation_lock(txn, schema).await?;
             create_schema_if_missing(txn, schema, &name).await?;
         }
         for sql in create_statements(&want) {
@@ -378,6 +407,7 @@ impl ReplicaWriter {
             relation,
             schema_json,
             delta: false,
+            delta_types: Vec::new(),
             used: false,
             prepared: HashMap::new(),
         })
@@ -398,6 +428,7 @@ impl ReplicaWriter {
                 &storage.table.quoted(),
                 &schema_json,
                 &class_name(storage.class),
+                &self.target.slot,
             ],
         )
         .await
@@ -414,8 +445,14 @@ impl ReplicaWriter {
         schema: &RelationSchema,
         schema_json: String,
     ) -> Result<Table, Failure> {
-        let name = have.storage.table.quoted();
         let relation = have.relation.clone();
+        if have.storage.table != want.table {
+            // The source was renamed or moved to another schema: so is its storage.
+            self.move_storage(txn, &have.storage.table, &want.table, &relation)
+                .await?;
+            have.storage.table = want.table.clone();
+        }
+        let name = have.storage.table.quoted();
         let rebuild = (have.storage.class, have.storage.uniqueness)
             != (want.class, want.uniqueness)
             || !same_identity(&have.schema_json, &schema_json);
@@ -545,6 +582,58 @@ impl ReplicaWriter {
         Ok(have)
     }
 
+    /// Renames (and moves to `to`'s schema) the storage table `from`, after its source was
+    /// renamed or moved; refused by name when `to` exists.
+    async fn move_storage(
+        &self,
+        txn: &Transaction<'_>,
+        from: &QualifiedName,
+        to: &QualifiedName,
+        relation: &str,
+    ) -> Result<(), Failure> {
+        let target = to.quoted();
+        if oid_of(txn, &target).await?.is_some() {
+            return Err(Failure::from(format!(
+                "{relation} was renamed, and its replica {} would follow it as {target}, which \
+                 exists and is not one the replica recorded: drop or rename it, then start again",
+                from.quoted()
+            )));
+        }
+        let failed = |e: tokio_postgres::Error| {
+            db_error(
+                &format!(
+                    "cannot rename {} to {target} after {relation}",
+                    from.quoted()
+                ),
+                &e,
+            )
+        };
+        let mut at = from.clone();
+        if to.schema != from.schema {
+            let schema = to.schema.as_deref().unwrap_or("public");
+            creation_lock(txn, schema).await?;
+            create_schema_if_missing(txn, schema, &target).await?;
+            txn.batch_execute(&format!(
+                "ALTER TABLE {} SET SCHEMA {}",
+                at.quoted(),
+                quote_ident(schema)
+            ))
+            .await
+            .map_err(failed)?;
+            at.schema = to.schema.clone();
+        }
+        if to.name != from.name {
+            txn.batch_execute(&format!(
+                "ALTER TABLE {} RENAME TO {}",
+                at.quoted(),
+                quote_ident(&to.name)
+            ))
+            .await
+            .map_err(failed)?;
+        }
+        Ok(())
+    }
+
     /// Applies the pending segment of `relid`, if any.
     async fn apply_pending(&mut self, txn: &Transaction<'_>, relid: u32) -> Result<(), Failure> {
         let Some(pending) = self.open.remove(&relid) else {
@@ -558,7 +647,7 @@ impl ReplicaWriter {
                 "rows of relation OID {relid} before its storage"
             )));
         };
-        apply_segment(txn, table, &pending).await
+        apply_segment(txn, table, &mut self.storage_types, &pending).await
     }
 
     /// Applies every pending segment.
@@ -629,6 +718,23 @@ async fn oid_of(client: &impl GenericClient, name: &str) -> Result<Option<u32>, 
         .get(0))
 }
 
+/// Waits for (and takes, until `txn` ends) the lock under which replicas create their own
+/// tables and their storage tables' schemas in `schema` ([`replica::creation_lock`]).
+async fn creation_lock(txn: &Transaction<'_>, schema: &str) -> Result<(), Failure> {
+    txn.execute(
+        "SELECT pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtextextended($1, 0))",
+        &[&replica::creation_lock(schema)],
+    )
+    .await
+    .map_err(|e| {
+        db_error(
+            &format!("cannot lock the creation of tables in {schema}"),
+            &e,
+        )
+    })?;
+    Ok(())
+}
+
 /// Whether two identity schema messages (JSON) describe the same identity bytes.
 fn same_identity(a: &str, b: &str) -> bool {
     let signature = |s: &str| match SchemaMessage::parse(s.as_bytes()) {
@@ -643,22 +749,62 @@ fn same_identity(a: &str, b: &str) -> bool {
 /// follow as their binary send forms.
 const DELTA_TYPES: [Type; 4] = [Type::INT4, Type::CHAR, Type::BYTEA, Type::BYTEA];
 
+/// The storage type, in the replica's database, of each of `columns`' types (a domain's base
+/// type: the delta holds the NULL cells of removed rows and of unchanged TOASTed values,
+/// which a NOT NULL domain refuses), looked up once per type and connection.
+async fn storage_types(
+    txn: &Transaction<'_>,
+    cache: &mut HashMap<String, String>,
+    relation: &str,
+    columns: &[ImageColumn],
+) -> Result<Vec<String>, Failure> {
+    let mut out = Vec::with_capacity(columns.len());
+    for c in columns {
+        if let Some(found) = cache.get(&c.sql_type) {
+            out.push(found.clone());
+            continue;
+        }
+        let found: String = txn
+            .query_one(buffer::STORAGE_TYPE_QUERY, &[&c.sql_type])
+            .await
+            .map_err(|e| {
+                db_error(
+                    &format!(
+                        "{relation}: the type {} of column {:?} is not one the replica's \
+                         database knows",
+                        c.sql_type, c.name
+                    ),
+                    &e,
+                )
+            })?
+            .get(0);
+        cache.insert(c.sql_type.clone(), found.clone());
+        out.push(found);
+    }
+    Ok(out)
+}
+
 /// Copies `pending` into the delta of `table` and applies it inside a savepoint; a change the
 /// storage cannot take rolls the segment back and stops, naming it.
 async fn apply_segment(
     txn: &Transaction<'_>,
     table: &mut Table,
+    types: &mut HashMap<String, String>,
     pending: &Pending,
 ) -> Result<(), Failure> {
-    let apply = Apply::new(&table.storage);
     let name = table.storage.table.quoted();
     let failed = |what: &str, e: tokio_postgres::Error| db_error(&format!("{what} {name}"), &e);
     if !table.delta {
+        table.delta_types =
+            storage_types(txn, types, &table.relation, &table.storage.columns).await?;
+        let apply = Apply::with_delta_types(&table.storage, &table.delta_types);
         txn.batch_execute(&format!("{}; {}", apply.drop_delta(), apply.delta_table()))
             .await
             .map_err(|e| failed("cannot create the delta of", e))?;
         table.delta = true;
-    } else if table.used {
+    }
+    let apply = Apply::with_delta_types(&table.storage, &table.delta_types);
+    if table.used {
         txn.batch_execute(&apply.clear_delta())
             .await
             .map_err(|e| failed("cannot empty the delta of", e))?;
@@ -671,9 +817,14 @@ async fn apply_segment(
         .copy_in(&copy)
         .await
         .map_err(|e| failed("cannot COPY into the delta of", e))?;
-    let mut types = DELTA_TYPES.to_vec();
-    types.resize(DELTA_TYPES.len() + table.storage.columns.len(), Type::BYTEA);
-    let writer = BinaryCopyInWriter::new(sink, &types);
+    let width = table.storage.columns.len();
+    let old_image = apply.copies_old_image();
+    let mut copy_types = DELTA_TYPES.to_vec();
+    copy_types.resize(
+        DELTA_TYPES.len() + width * if old_image { 2 } else { 1 },
+        Type::BYTEA,
+    );
+    let writer = BinaryCopyInWriter::new(sink, &copy_types);
     let mut writer = std::pin::pin!(writer);
     // The delta orders a segment's changes by their place in it: a segment can span
     // captured transactions (group commit), whose own sequence numbers start again at 1.
@@ -682,16 +833,20 @@ async fn apply_segment(
         let op = row.op;
         let new_id = row.new_id.as_deref();
         let old_id = row.old_id.as_deref();
-        let forms: Vec<SendForm<'_>> = (0..table.storage.columns.len())
-            .map(|i| {
-                SendForm(
-                    row.new
-                        .as_ref()
-                        .and_then(|cells| cells.get(i))
-                        .and_then(|c| c.as_deref()),
-                )
-            })
-            .collect();
+        fn cell(image: &Option<Vec<Option<bytes::Bytes>>>, i: usize) -> SendForm<'_> {
+            SendForm(
+                image
+                    .as_ref()
+                    .and_then(|cells| cells.get(i))
+                    .and_then(|c| c.as_deref()),
+            )
+        }
+        // The written row, then (a multiset) the removed one: found by its values'
+        // representation, not only by an identity equal rows share.
+        let mut forms: Vec<SendForm<'_>> = (0..width).map(|i| cell(&row.new, i)).collect();
+        if old_image {
+            forms.extend((0..width).map(|i| cell(&row.old, i)));
+        }
         let mut values: Vec<&(dyn ToSql + Sync)> = vec![&place, &op, &old_id, &new_id];
         values.extend(forms.iter().map(|f| f as &(dyn ToSql + Sync)));
         writer
@@ -747,6 +902,14 @@ async fn apply_segment(
             Ok(false) => {
                 refused = Some(step.what);
                 break;
+            }
+            // A lock wait, a deadlock, a cancelled statement: nothing about the data, and
+            // the whole transaction is tried again from the last durable position.
+            Err(e)
+                if e.code()
+                    .is_some_and(|c| crate::connect::net::transient(c.code())) =>
+            {
+                return Err(failed("cannot apply changes to", e));
             }
             Err(e) if e.as_db_error().is_some() => {
                 refused = Some(step.what);
@@ -823,7 +986,7 @@ impl Writer for ReplicaWriter {
         &mut self,
         client: &mut Client,
         same_database: bool,
-    ) -> Result<(Option<Lsn>, Vec<u32>), Failure> {
+    ) -> Result<Recorded, Failure> {
         self.same_database = same_database;
         let meta = self.target.meta().to_string();
         let me = sink_role(client).await?;
@@ -837,12 +1000,23 @@ impl Writer for ReplicaWriter {
             .get::<_, i32>(0)
             .try_into()
             .unwrap_or(8192);
-        create_schema_if_missing(client, &meta, "the replica's tables").await?;
+        // Another sink starting into the same schema waits here (its CREATE SCHEMA IF NOT
+        // EXISTS would otherwise race this one's on the catalog's unique index).
+        let creating = client
+            .transaction()
+            .await
+            .map_err(|e| db_error("cannot begin creating the replica's tables", &e))?;
+        creation_lock(&creating, &meta).await?;
+        create_schema_if_missing(&creating, &meta, "the replica's tables").await?;
         for sql in metadata_statements(&meta).iter().skip(1) {
-            client.batch_execute(sql).await.map_err(|e| {
+            creating.batch_execute(sql).await.map_err(|e| {
                 db_error(&format!("cannot create the replica's tables in {meta}"), &e)
             })?;
         }
+        creating
+            .commit()
+            .await
+            .map_err(|e| db_error(&format!("cannot create the replica's tables in {meta}"), &e))?;
         let mut oids = Vec::new();
         for t in [replica::TABLES, replica::POSITION] {
             let name = meta_table(&meta, t);
@@ -870,12 +1044,17 @@ impl Writer for ReplicaWriter {
                 oids.push(oid);
             }
         }
-        let recorded: Option<PgLsn> = client
+        let row = client
             .query_opt(&replica::applied_position(&meta), &[&self.target.slot])
             .await
-            .map_err(|e| db_error("cannot read the replica's position", &e))?
-            .map(|r| r.get(0));
-        let recorded = recorded.map(|l| Lsn(u64::from(l)));
+            .map_err(|e| db_error("cannot read the replica's position", &e))?;
+        let (recorded, chunks) = match row {
+            Some(r) => {
+                let (lsn, chunks): (PgLsn, Option<String>) = (r.get(0), r.get(1));
+                (Some(Lsn(u64::from(lsn))), chunks)
+            }
+            None => (None, None),
+        };
         if self.target.fresh
             && let Some(lsn) = recorded
         {
@@ -887,7 +1066,11 @@ impl Writer for ReplicaWriter {
                 self.target.slot
             )));
         }
-        Ok((recorded, oids))
+        Ok(Recorded {
+            position: recorded,
+            chunks,
+            tables: oids,
+        })
     }
 
     async fn shape(&mut self, txn: &Transaction<'_>, shape: ShapeChange) -> Result<(), Failure> {
@@ -970,7 +1153,12 @@ impl Writer for ReplicaWriter {
         Ok(())
     }
 
-    async fn finish(&mut self, txn: &Transaction<'_>, commit_lsn: u64) -> Result<(), Failure> {
+    async fn finish(
+        &mut self,
+        txn: &Transaction<'_>,
+        commit_lsn: u64,
+        chunks: Option<&str>,
+    ) -> Result<(), Failure> {
         self.apply_all(txn).await?;
         for table in self.tables.values_mut().flatten() {
             table.used = false;
@@ -979,14 +1167,17 @@ impl Writer for ReplicaWriter {
         let record = cached(&mut self.prepared, txn, &replica::record_position(&meta))
             .await
             .map_err(|e| db_error("cannot prepare the position's record", &e))?;
-        txn.execute(&record, &[&self.target.slot, &PgLsn::from(commit_lsn)])
-            .await
-            .map_err(|e| {
-                db_error(
-                    &format!("cannot record the position in {}", quote_ident(&meta)),
-                    &e,
-                )
-            })?;
+        txn.execute(
+            &record,
+            &[&self.target.slot, &PgLsn::from(commit_lsn), &chunks],
+        )
+        .await
+        .map_err(|e| {
+            db_error(
+                &format!("cannot record the position in {}", quote_ident(&meta)),
+                &e,
+            )
+        })?;
         Ok(())
     }
 

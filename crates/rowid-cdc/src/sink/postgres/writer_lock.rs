@@ -66,7 +66,10 @@ pub async fn take(
         )
         .await;
     client
-        .batch_execute("RESET lock_timeout")
+        .batch_execute(&format!(
+            "SET lock_timeout = {}",
+            super::SESSION_LOCK_TIMEOUT_MS
+        ))
         .await
         .map_err(|e| failed(&e))?;
     match locked {

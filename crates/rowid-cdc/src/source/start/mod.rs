@@ -57,6 +57,10 @@ pub(crate) async fn start(
     }
     let (mut client, seen) = checks::connect(&opts.dsn).await?;
     let identity_table = checks::server(&client, &opts.publication).await?;
+    refusals::check_publication(
+        opts,
+        &checks::publication_gaps(&client, &opts.publication).await?,
+    )?;
     let saved = State::load(&opts.state).map_err(CdcError::State)?;
     if let Some(state) = &saved {
         refusals::check_state_file(opts, state, identity_table)?;

@@ -35,7 +35,7 @@ pub(super) async fn initial_copy(
     for s in captured {
         match chunk_reader::chunkable(client, s, &opts.publication).await {
             Ok(()) => {
-                state.chunks.push(ChunkCursor::from_start(s.relid));
+                state.chunks.cursors.push(ChunkCursor::from_start(s.relid));
                 plan.in_key_order.push(s.clone());
             }
             Err(why) => {
@@ -84,8 +84,18 @@ pub(super) async fn chunks_again(
                 "{flag} {name}: cannot be read in chunks while streaming: {why}{fix}"
             )));
         }
-        state.chunks.retain(|c| c.relid != s.relid);
-        state.chunks.push(ChunkCursor::from_start(s.relid));
+        // Read again from its first row: what was recorded of it, a chunk delivered before its
+        // watermark included, no longer routes its changes.
+        state.chunks.cursors.retain(|c| c.relid != s.relid);
+        state.chunks.cursors.push(ChunkCursor::from_start(s.relid));
+        if state
+            .chunks
+            .delivered
+            .as_ref()
+            .is_some_and(|d| d.relid == s.relid)
+        {
+            state.chunks.delivered = None;
+        }
     }
     Ok(())
 }

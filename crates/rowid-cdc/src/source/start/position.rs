@@ -105,7 +105,7 @@ pub(super) async fn create(
         sink: None,
         schemas: created.schemas,
         snapshot: None,
-        chunks: Vec::new(),
+        chunks: Default::default(),
     };
     Ok(Position {
         state,

@@ -1,7 +1,8 @@
 //! What the state file and the flags refuse before anything is opened or created: a state
 //! file of another slot or of an identity schema table dropped since, an interrupted copy
-//! that cannot resume, a snapshot asked of a slot created without one, and snapshots or
-//! repairs into a sink that cannot hold them.
+//! that cannot resume, a snapshot asked of a slot created without one, snapshots or repairs
+//! into a sink that cannot hold them, and a replica of a publication that does not carry
+//! every change of its tables.
 
 use crate::config::{Options, SinkSpec};
 use crate::error::{CdcError, setup};
@@ -89,5 +90,29 @@ pub(super) fn check_snapshot_flags(opts: &Options, saved: Option<&State>) -> Res
              a table again into another sink, use --snapshot-table",
         ));
     }
+    Ok(())
+}
+
+/// A replica needs every insert, update, delete and truncate of every row and column of its
+/// tables: a publication that leaves some out (`gaps`, [`super::checks::publication_gaps`])
+/// is refused for it, naming each gap and its fix. The other sinks carry what the publication
+/// publishes, and are told at start what that leaves out.
+pub(super) fn check_publication(opts: &Options, gaps: &[String]) -> Result<(), CdcError> {
+    if gaps.is_empty() {
+        return Ok(());
+    }
+    if matches!(opts.sink, SinkSpec::Replica { .. }) {
+        return Err(setup(format!(
+            "publication {:?} cannot keep a replica equal to its sources: {}",
+            opts.publication,
+            gaps.join("; ")
+        )));
+    }
+    eprintln!(
+        "rowid-cdc: warning: publication {:?} does not carry every change of its tables, so \
+         neither does this output: {}",
+        opts.publication,
+        gaps.join("; ")
+    );
     Ok(())
 }
