@@ -142,11 +142,7 @@ fn follow(server: &Server, slot: &str, dsn: &str, env: &[(&str, String)], sink: 
     let mut inserted = false;
     let pid = child.id().to_string();
     loop {
-        let active = psql
-            .run(&format!(
-                "SELECT active FROM pg_replication_slots WHERE slot_name = '{slot}';"
-            ))
-            .unwrap();
+        let active = psql.run(&common::streaming_sql(slot)).unwrap();
         if active.trim() == "t" && !inserted {
             psql.run("INSERT INTO pub SELECT coalesce(max(id), 0) + 1 FROM pub;")
                 .unwrap();

@@ -265,14 +265,23 @@ impl Cdc<'_> {
     }
 }
 
-/// Waits until the slot is held by a walsender (the consumer is streaming).
+/// Whether `slot` is held by a walsender and past its consistent point: a slot being created
+/// is `active` while it waits for running transactions to end, with no `confirmed_flush_lsn`
+/// yet, and a change committed then precedes its consistent point (it is in the exported
+/// snapshot, not the stream: a test that writes once the slot is merely active can lose its
+/// first change, or see it copied instead of streamed).
+pub fn streaming_sql(slot: &str) -> String {
+    format!(
+        "SELECT active AND confirmed_flush_lsn IS NOT NULL FROM pg_replication_slots \
+         WHERE slot_name = '{slot}';"
+    )
+}
+
+/// Waits until the slot is held by a walsender past its consistent point (the consumer is
+/// streaming).
 pub fn wait_active(db: &Psql, slot: &str) {
     let t = Instant::now();
-    while one(
-        db,
-        &format!("SELECT active FROM pg_replication_slots WHERE slot_name = '{slot}';"),
-    ) != "t"
-    {
+    while one(db, &streaming_sql(slot)) != "t" {
         assert!(
             t.elapsed() < Duration::from_secs(60),
             "slot {slot} never active"
@@ -281,14 +290,11 @@ pub fn wait_active(db: &Psql, slot: &str) {
     }
 }
 
-/// Waits until `running` streams from `slot`; fails with its stderr as soon as it ended.
+/// Waits until `running` streams from `slot` (past its consistent point); fails with its
+/// stderr as soon as it ended.
 pub fn wait_streaming(db: &Psql, slot: &str, running: &mut Running) {
     let t = Instant::now();
-    while one(
-        db,
-        &format!("SELECT active FROM pg_replication_slots WHERE slot_name = '{slot}';"),
-    ) != "t"
-    {
+    while one(db, &streaming_sql(slot)) != "t" {
         if running.0.try_wait().unwrap().is_some() {
             panic!("the consumer ended: {}", running.report());
         }
