@@ -10,15 +10,15 @@ use std::sync::Mutex;
 use pgrx::pg_sys;
 use rowid_codec::Domain;
 use rowid_registry::schema_message::{
-    IDENTITY_TABLE, IdentityDef, Refusal, RelationSchema, ReplicaIdentity, Rewrite, SchemaColumn,
-    SchemaMessage, missing_from_array_send,
+    EnumLabels, IDENTITY_TABLE, IdentityDef, Refusal, RelationSchema, ReplicaIdentity, Rewrite,
+    SchemaColumn, SchemaMessage, missing_from_array_send,
 };
 use rowid_registry::sql::QualifiedName;
 use rowid_registry::{Property, Rejection, choose_scan_key, image_shape, resolve_schema};
 
 use crate::catalog::{
-    all_columns, index_candidates, index_oid, leaves_with_other_replica_identity,
-    published_columns, relation_facts, server_context,
+    all_columns, collation, index_candidates, index_oid, leaves_with_other_replica_identity,
+    published_columns, relation_facts, server_context, type_ref,
 };
 use crate::errors;
 use crate::spi;
@@ -177,6 +177,10 @@ pub fn relation_schema(rel: pg_sys::Oid) -> RelationSchema {
             },
         }
     };
+    let identity = identity.map(|mut def| {
+        def.enums = identity_enums(&def);
+        def
+    });
     RelationSchema {
         relid: u32::from(rel),
         namespace: facts.namespace,
@@ -187,6 +191,42 @@ pub fn relation_schema(rel: pg_sys::Oid) -> RelationSchema {
         identity,
         rewritten: rewritten(rel, facts.kind),
     }
+}
+
+/// Every enum type `def`'s fields contain at any depth, with its labels in `enumsortorder`
+/// order, sorted by type name (format 6's `identity.enums`): an enum field's identity bytes
+/// are its label, so a label renamed changes what the identities are made of.
+fn identity_enums(def: &IdentityDef) -> Vec<EnumLabels> {
+    let mut found: Vec<(u32, String)> = Vec::new();
+    for field in &def.fields {
+        for e in type_ref(field.type_oid.into(), &collation).enums() {
+            if !found.contains(&e) {
+                found.push(e);
+            }
+        }
+    }
+    // The type named as the columns' `type` is: format_type under the locked search path.
+    let mut enums: Vec<EnumLabels> = found
+        .into_iter()
+        .flat_map(|(oid, _)| {
+            spi::rows(
+                "SELECT pg_catalog.format_type($1, NULL), \
+                   COALESCE((SELECT pg_catalog.array_agg(e.enumlabel::pg_catalog.text \
+                              ORDER BY e.enumsortorder) \
+                            FROM pg_catalog.pg_enum e \
+                            WHERE e.enumtypid OPERATOR(pg_catalog.=) $1), '{}')",
+                &[pg_sys::Oid::from(oid).into()],
+                |row| {
+                    Ok(EnumLabels {
+                        type_name: row.get::<String>(1)?.unwrap_or_default(),
+                        labels: row.get::<Vec<String>>(2)?.unwrap_or_default(),
+                    })
+                },
+            )
+        })
+        .collect();
+    enums.sort();
+    enums
 }
 
 /// The index a relation's identity comes from (`None`: keyless, or no identity).

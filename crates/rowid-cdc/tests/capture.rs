@@ -73,6 +73,7 @@ fn schema(ri: ReplicaIdentity, cols: &[(&str, u32, TypeTag)], key: &[&str]) -> R
             primary: false,
             fields: cols.iter().map(field).collect(),
             max_len: None,
+            enums: vec![],
         }
     } else {
         IdentityDef {
@@ -84,6 +85,7 @@ fn schema(ri: ReplicaIdentity, cols: &[(&str, u32, TypeTag)], key: &[&str]) -> R
                 .map(|k| field(cols.iter().find(|c| c.0 == *k).unwrap()))
                 .collect(),
             max_len: None,
+            enums: vec![],
         }
     };
     RelationSchema {

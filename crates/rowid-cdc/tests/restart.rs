@@ -64,6 +64,7 @@ fn schema(key: &[&str]) -> RelationSchema {
                 })
                 .collect(),
             max_len: None,
+            enums: vec![],
         }),
         rewritten: Rewrite::Unknown,
     }

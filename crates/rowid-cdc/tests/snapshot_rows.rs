@@ -54,6 +54,7 @@ fn schema(relid: u32, relname: &str, columns: &[&str], key: &[&str]) -> Relation
                 })
                 .collect(),
             max_len: None,
+            enums: vec![],
         })
     };
     RelationSchema {

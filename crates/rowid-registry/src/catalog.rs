@@ -117,6 +117,36 @@ pub enum TypeRef {
 }
 
 impl TypeRef {
+    /// Every enum type in this type's tree (itself, a domain's base, an array's element, a
+    /// range's subtype, a multirange's range, a composite's attributes), as (OID, name), each
+    /// once, in the order met: what an identity of this type depends on besides the bytes of
+    /// its values (an enum is encoded by its label).
+    pub fn enums(&self) -> Vec<(u32, String)> {
+        let mut found = Vec::new();
+        self.collect_enums(&mut found);
+        found
+    }
+
+    fn collect_enums(&self, found: &mut Vec<(u32, String)>) {
+        match self {
+            TypeRef::Enum { oid, name } => {
+                if !found.iter().any(|(o, _)| o == oid) {
+                    found.push((*oid, name.clone()));
+                }
+            }
+            TypeRef::Domain { base, .. } => base.collect_enums(found),
+            TypeRef::Array { element, .. } => element.collect_enums(found),
+            TypeRef::Range { subtype, .. } => subtype.collect_enums(found),
+            TypeRef::Multirange { range, .. } => range.collect_enums(found),
+            TypeRef::Composite { fields, .. } => {
+                for f in fields {
+                    f.ty.collect_enums(found);
+                }
+            }
+            TypeRef::Builtin { .. } | TypeRef::AnonymousRecord | TypeRef::Other { .. } => {}
+        }
+    }
+
     /// A built-in type with its usual name.
     pub fn builtin(oid: u32, name: &str) -> TypeRef {
         TypeRef::Builtin {
@@ -288,5 +318,67 @@ impl ServerContext {
             max_char_bytes: 4,
             block_size: 8192,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn enums_are_found_at_any_depth_once_each() {
+        let mood = || TypeRef::Enum {
+            oid: 9001,
+            name: "public.mood".into(),
+        };
+        let ty = TypeRef::Composite {
+            oid: 9002,
+            name: "public.pair".into(),
+            fields: vec![
+                CompositeField {
+                    name: "m".into(),
+                    ty: TypeRef::Array {
+                        oid: 9003,
+                        name: "public.mood[]".into(),
+                        element: Box::new(mood()),
+                    },
+                    typmod: -1,
+                    collation: None,
+                },
+                CompositeField {
+                    name: "d".into(),
+                    ty: TypeRef::Domain {
+                        oid: 9004,
+                        name: "public.shade".into(),
+                        base: Box::new(TypeRef::Enum {
+                            oid: 9005,
+                            name: "public.colour".into(),
+                        }),
+                    },
+                    typmod: -1,
+                    collation: None,
+                },
+                CompositeField {
+                    name: "again".into(),
+                    ty: mood(),
+                    typmod: -1,
+                    collation: None,
+                },
+                CompositeField {
+                    name: "n".into(),
+                    ty: TypeRef::builtin(20, "bigint"),
+                    typmod: -1,
+                    collation: None,
+                },
+            ],
+        };
+        assert_eq!(
+            ty.enums(),
+            [
+                (9001, "public.mood".to_string()),
+                (9005, "public.colour".to_string())
+            ]
+        );
+        assert!(TypeRef::builtin(25, "text").enums().is_empty());
     }
 }

@@ -22,7 +22,7 @@ use crate::source_key::ScanKey;
 pub const MESSAGE_PREFIX: &str = "pgtrickle.identity";
 
 /// The format this crate writes (it reads this one and formats 2 to 4).
-pub const FORMAT: u64 = 5;
+pub const FORMAT: u64 = 6;
 
 /// Schema and name of the table whose rows carry the messages: `relid oid PRIMARY KEY`,
 /// `key_index oid`, `schema text NOT NULL` (the content, JSON). An INSERT or UPDATE of a row
@@ -147,6 +147,21 @@ pub struct IdentityDef {
     /// ([`IdentitySchema::max_encoded_len`], registry.md §3.1); `None` when it has no bound,
     /// or the message (format 2 or 3) did not say: a reader then plans for an unbounded one.
     pub max_len: Option<usize>,
+    /// Every enum type the identity's fields contain, at any depth (a field of the type, an
+    /// array of it, a composite attribute or a domain over it), with its labels in sort
+    /// order, sorted by type name: an enum field's identity bytes are its label, so renaming
+    /// a label (`ALTER TYPE ... RENAME VALUE`) changes what the identities are made of.
+    /// Empty for an identity without enums, and in a message before format 6 (unknown).
+    pub enums: Vec<EnumLabels>,
+}
+
+/// An enum type's labels, as an identity depends on them.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct EnumLabels {
+    /// The type, `format_type` under the search path `pg_catalog, pg_temp` (schema-qualified).
+    pub type_name: String,
+    /// Its labels in `enumsortorder` order.
+    pub labels: Vec<String>,
 }
 
 fn fields_of(schema: &IdentitySchema) -> Vec<IdentityField> {
@@ -170,6 +185,7 @@ impl IdentityDef {
             primary: key.primary,
             fields: fields_of(&key.schema),
             max_len: key.schema.max_encoded_len(),
+            enums: Vec::new(),
         }
     }
 
@@ -182,6 +198,7 @@ impl IdentityDef {
             primary: false,
             fields: fields_of(schema),
             max_len: schema.max_encoded_len(),
+            enums: Vec::new(),
         }
     }
 }
@@ -245,7 +262,7 @@ pub enum Rewrite {
 /// What a relation's identities are made of, as far as their bytes and order go
 /// ([`RelationSchema::identity_signature`]): the domain, and per field its column's `attnum`
 /// (a rename changes nothing), its type OID and its shape.
-pub type IdentitySignature = (Domain, Vec<(Option<i16>, u32, Shape)>);
+pub type IdentitySignature = (Domain, Vec<(Option<i16>, u32, Shape)>, Vec<EnumLabels>);
 
 impl RelationSchema {
     /// What the relation's identities are made of: two schemas with the same signature give
@@ -264,7 +281,7 @@ impl RelationSchema {
                 (attnum, f.type_oid, f.shape.clone())
             })
             .collect();
-        Some((def.domain, fields))
+        Some((def.domain, fields, def.enums.clone()))
     }
 
     /// Whether `written`, a schema as some format wrote it (a row of the identity schema
@@ -292,10 +309,14 @@ impl RelationSchema {
             }
         }
         filled.rewritten = self.rewritten;
-        if let (Ok(def), Ok(mine)) = (filled.identity.as_mut(), self.identity.as_ref())
-            && def.max_len.is_none()
-        {
-            def.max_len = mine.max_len;
+        if let (Ok(def), Ok(mine)) = (filled.identity.as_mut(), self.identity.as_ref()) {
+            if def.max_len.is_none() {
+                def.max_len = mine.max_len;
+            }
+            // Before format 6 a row named no enum labels.
+            if def.enums.is_empty() {
+                def.enums.clone_from(&mine.enums);
+            }
         }
         filled == *self
     }
@@ -620,6 +641,14 @@ impl SchemaMessage {
                                 .into(),
                         );
                         id.insert("max_len".into(), def.max_len.into());
+                        id.insert(
+                            "enums".into(),
+                            def.enums
+                                .iter()
+                                .map(|e| json!({"type": e.type_name, "labels": e.labels}))
+                                .collect::<Vec<_>>()
+                                .into(),
+                        );
                         v["identity"] = Value::Object(id);
                     }
                     Err(r) => {
@@ -729,6 +758,29 @@ fn identity(v: &Value, format: u64) -> Parsed<IdentityDef> {
     } else {
         None
     };
+    let enums = if format >= 6 {
+        o.array("enums")?
+            .iter()
+            .enumerate()
+            .map(|(i, e)| {
+                let at = format!("identity.enums[{i}]");
+                let mut eo = Obj::new(&at, e)?;
+                let type_name = eo.str("type")?;
+                let labels = eo
+                    .array("labels")?
+                    .iter()
+                    .map(|l| match l.as_str() {
+                        Some(label) => Ok(label.to_string()),
+                        None => err(&format!("{at}.labels"), "expected strings"),
+                    })
+                    .collect::<Parsed<Vec<_>>>()?;
+                eo.done()?;
+                Ok(EnumLabels { type_name, labels })
+            })
+            .collect::<Parsed<Vec<_>>>()?
+    } else {
+        Vec::new()
+    };
     o.done()?;
     Ok(IdentityDef {
         domain,
@@ -736,6 +788,7 @@ fn identity(v: &Value, format: u64) -> Parsed<IdentityDef> {
         primary,
         fields,
         max_len,
+        enums,
     })
 }
 

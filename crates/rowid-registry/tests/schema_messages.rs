@@ -1,5 +1,6 @@
-//! Identity schema messages, format 5: the spec's example parses, every shape round-trips,
-//! formats 2 to 4 are still read, and the reader is strict about everything else.
+//! Identity schema messages, format 6: the spec's example parses, every shape round-trips,
+//! formats 2 to 5 are still read, enum labels make an identity's signature, and the reader is
+//! strict about everything else.
 
 // Test code: a failed expectation is a panic by design.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -93,8 +94,15 @@ fn every_shape_round_trips() {
     );
 }
 
-/// Removes the members format 5 added (`rewritten`, every column's `missing`).
+/// Removes the member format 6 added (`identity.enums`).
+fn strip_format_6(v: &mut Value) {
+    v["identity"].as_object_mut().unwrap().remove("enums");
+}
+
+/// Removes the members formats 5 and 6 added (`rewritten`, every column's `missing`, and
+/// `identity.enums`).
 fn strip_format_5(v: &mut Value) {
+    strip_format_6(v);
     v.as_object_mut().unwrap().remove("rewritten");
     for c in v["columns"].as_array_mut().unwrap() {
         c.as_object_mut().unwrap().remove("missing");
@@ -111,7 +119,18 @@ fn mutated(f: impl FnOnce(&mut Value)) -> String {
 fn the_reader_is_strict_and_says_where() {
     let cases: Vec<(String, &str)> = vec![
         (mutated(|v| v["format"] = json!(1)), "format"),
-        (mutated(|v| v["format"] = json!(6)), "format"),
+        (mutated(|v| v["format"] = json!(7)), "format"),
+        // Format 5 had no enum labels; format 6 requires them.
+        (mutated(|v| v["format"] = json!(5)), "enums"),
+        (mutated(strip_format_6), "identity.enums"),
+        (
+            mutated(|v| v["identity"]["enums"] = json!([{"type": "public.mood", "labels": [1]}])),
+            "identity.enums[0].labels",
+        ),
+        (
+            mutated(|v| v["identity"]["enums"] = json!([{"type": "public.mood"}])),
+            "identity.enums[0]",
+        ),
         (
             mutated(|v| v["columns"][3]["missing"] = json!("0000005")),
             "columns[3].missing",
@@ -244,11 +263,11 @@ fn format_3_messages_are_read_with_an_unknown_bound() {
     let msg = SchemaMessage::parse(v3.as_bytes()).unwrap();
     let Msg::Schema(s) = &msg else { panic!() };
     assert_eq!(s.identity.as_ref().unwrap().max_len, None);
-    // Written as format 5 (an unknown bound is null), it reads the same.
+    // Written in the current format (an unknown bound is null), it reads the same.
     let v5 = msg.to_json();
     assert_eq!(
         (v5["format"].clone(), v5["identity"]["max_len"].clone()),
-        (json!(5), Value::Null)
+        (json!(FORMAT), Value::Null)
     );
     assert_eq!(
         SchemaMessage::parse(v5.to_string().as_bytes()).unwrap(),
@@ -270,7 +289,7 @@ fn format_4_messages_are_read_without_missing_values_or_rewrites() {
     let v5 = msg.to_json();
     assert_eq!(
         (v5["format"].clone(), v5["rewritten"].clone()),
-        (json!(5), Value::Null)
+        (json!(FORMAT), Value::Null)
     );
     assert_eq!(
         SchemaMessage::parse(v5.to_string().as_bytes()).unwrap(),
@@ -326,9 +345,10 @@ fn format_2_messages_are_read_without_types_or_shapes() {
             .all(|c| c.type_name.is_none() && c.shape.is_none())
     );
     assert_eq!(s.identity.as_ref().unwrap().fields[0].column, "id");
-    // Written as format 5 (with null types), it reads the same: a state file keeps it.
+    // Written in the current format (with null types), it reads the same: a state file keeps
+    // it.
     let v5 = msg.to_json();
-    assert_eq!(v5["format"], 5);
+    assert_eq!(v5["format"], FORMAT);
     assert_eq!(v5["columns"][0]["type"], Value::Null);
     assert_eq!(
         SchemaMessage::parse(v5.to_string().as_bytes()).unwrap(),
@@ -460,4 +480,44 @@ fn a_missing_value_is_the_element_of_its_one_element_array() {
         let e = missing_from_array_send(bad).unwrap_err();
         assert!(e.contains(why), "{why}: {e}");
     }
+}
+
+/// Item 12 of issue 33: an enum field's identity bytes are its label, so the labels of every
+/// enum an identity contains are part of what it is made of: renaming one changes the
+/// identity's signature (a replica then computes every stored identity again), a message of
+/// format 5 names none (unknown, taken as the schema computed now), and they round-trip.
+#[test]
+fn enum_labels_are_part_of_an_identity() {
+    let with = |labels: &[&str]| {
+        mutated(|v| {
+            v["identity"]["enums"] = json!([{"type": "public.mood", "labels": labels}]);
+        })
+    };
+    let parse = |text: &str| match SchemaMessage::parse(text.as_bytes()).unwrap() {
+        Msg::Schema(s) => s,
+        other => panic!("{other:?}"),
+    };
+    let before = parse(&with(&["sad", "ok", "happy"]));
+    let renamed = parse(&with(&["blue", "ok", "happy"]));
+    let def = before.identity.as_ref().unwrap();
+    assert_eq!(def.enums[0].type_name, "public.mood");
+    assert_eq!(def.enums[0].labels, ["sad", "ok", "happy"]);
+    assert_ne!(
+        before.identity_signature(),
+        renamed.identity_signature(),
+        "a label renamed is another identity"
+    );
+    assert!(!renamed.matches_written(&before));
+    let v5 = mutated(|v| {
+        v["format"] = json!(5);
+        strip_format_6(v);
+    });
+    assert!(
+        before.matches_written(&parse(&v5)),
+        "format 5 named no labels"
+    );
+    assert_eq!(
+        SchemaMessage::parse(Msg::Schema(before.clone()).to_json().to_string().as_bytes()).unwrap(),
+        Msg::Schema(before)
+    );
 }

@@ -385,7 +385,7 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    /// A schema as the extension computes it now (format 5).
+    /// A schema as the extension computed it in format 5 (an identity without enums).
     fn fresh() -> RelationSchema {
         let v = json!({
             "format": 5, "event": "schema", "relid": 16385, "namespace": "public",
@@ -412,16 +412,21 @@ mod tests {
     fn older(format: u64, edit: impl FnOnce(&mut serde_json::Value)) -> String {
         let mut v = SchemaMessage::Schema(fresh()).to_json();
         v["format"] = json!(format);
-        if let Some(o) = v.as_object_mut() {
-            o.remove("rewritten");
-        }
-        for c in v["columns"].as_array_mut().into_iter().flatten() {
-            if let Some(c) = c.as_object_mut() {
-                c.remove("missing");
+        if format < 5 {
+            if let Some(o) = v.as_object_mut() {
+                o.remove("rewritten");
+            }
+            for c in v["columns"].as_array_mut().into_iter().flatten() {
+                if let Some(c) = c.as_object_mut() {
+                    c.remove("missing");
+                }
             }
         }
-        if let Some(id) = v["identity"].as_object_mut().filter(|_| format < 4) {
-            id.remove("max_len");
+        if let Some(id) = v["identity"].as_object_mut() {
+            id.remove("enums");
+            if format < 4 {
+                id.remove("max_len");
+            }
         }
         if format == 2 {
             for c in v["columns"].as_array_mut().into_iter().flatten() {
@@ -448,6 +453,10 @@ mod tests {
         written["rewritten"] = json!(false);
         written["columns"][1]["missing"] = serde_json::Value::Null;
         assert!(is_schema(Some(&written.to_string()), &s));
+        assert!(
+            is_schema(Some(&older(5, |_| {})), &s),
+            "format 5: no enum labels"
+        );
         assert!(
             is_schema(Some(&older(4, |_| {})), &s),
             "format 4: no missing values"

@@ -52,6 +52,7 @@ pub fn schema() -> RelationSchema {
                 shape: Shape::Scalar(TypeTag::Int8),
             }],
             max_len: None,
+            enums: vec![],
         }),
         rewritten: Rewrite::Unknown,
     }

@@ -555,6 +555,7 @@ impl ReplicaWriter {
                      pg_trickle_ext there, then start again"
                 )));
             }
+            check_enum_labels(txn, &relation, &def.enums).await?;
             let fields: Vec<&str> = def.fields.iter().map(|f| f.column.as_str()).collect();
             for sql in replica::rebuild_statements(&have.storage, &want, def.domain, &fields) {
                 txn.batch_execute(&sql).await.map_err(|e| {
@@ -684,6 +685,44 @@ async fn check_types<'a>(
     Ok(())
 }
 
+/// Refuses to compute identities again in the replica's database while an enum they depend on
+/// has other labels there than the source's (`enums`, the identity schema's): its stored rows'
+/// values read as the target's labels, and the identities must be the source's. An enum
+/// renamed at the source (`ALTER TYPE ... RENAME VALUE`) is renamed in the replica's database
+/// by whoever keeps its types; the sink stops, naming both, until that is done.
+async fn check_enum_labels(
+    txn: &Transaction<'_>,
+    relation: &str,
+    enums: &[rowid_registry::schema_message::EnumLabels],
+) -> Result<(), Failure> {
+    for e in enums {
+        let here: Option<Vec<String>> = txn
+            .query_one(
+                "SELECT (SELECT pg_catalog.array_agg(l.enumlabel::pg_catalog.text \
+                          ORDER BY l.enumsortorder) \
+                        FROM pg_catalog.pg_enum l \
+                        WHERE l.enumtypid OPERATOR(pg_catalog.=) pg_catalog.to_regtype($1))",
+                &[&e.type_name],
+            )
+            .await
+            .map_err(|err| db_error(&format!("cannot read the labels of {}", e.type_name), &err))?
+            .get(0);
+        if here.as_deref() != Some(e.labels.as_slice()) {
+            return Err(Failure::from(format!(
+                "{relation}'s identities depend on the labels of enum {}, which are {:?} at the \
+                 source and {} in the replica's database: its stored identities cannot be \
+                 computed again until they agree. Rename them there as at the source (ALTER \
+                 TYPE {} RENAME VALUE ...), then start again",
+                e.type_name,
+                e.labels,
+                here.map_or_else(|| "missing".to_string(), |l| format!("{l:?}")),
+                e.type_name
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// Whether the storage table `name` (quoted, qualified) holds any row.
 async fn holds_rows(txn: &Transaction<'_>, name: &str) -> Result<bool, Failure> {
     Ok(txn
@@ -735,14 +774,25 @@ async fn creation_lock(txn: &Transaction<'_>, schema: &str) -> Result<(), Failur
     Ok(())
 }
 
-/// Whether two identity schema messages (JSON) describe the same identity bytes.
-fn same_identity(a: &str, b: &str) -> bool {
-    let signature = |s: &str| match SchemaMessage::parse(s.as_bytes()) {
-        Ok(SchemaMessage::Schema(s)) => s.identity_signature(),
+/// Whether the identity schema a storage table was built for (`have`, JSON) and the one in
+/// force now (`want`) describe the same identity bytes. A schema recorded before format 6
+/// names no enum labels: it is taken to have the labels `want` names (an extension upgrade
+/// alone is no change; a label renamed since is, from the first format-6 schema on).
+fn same_identity(have: &str, want: &str) -> bool {
+    let parse = |s: &str| match SchemaMessage::parse(s.as_bytes()) {
+        Ok(SchemaMessage::Schema(s)) => Some(s),
         _ => None,
     };
-    let a = signature(a);
-    a.is_some() && a == signature(b)
+    let (Some(mut have), Some(want)) = (parse(have), parse(want)) else {
+        return false;
+    };
+    if let (Ok(h), Ok(w)) = (have.identity.as_mut(), want.identity.as_ref())
+        && h.enums.is_empty()
+    {
+        h.enums.clone_from(&w.enums);
+    }
+    let have = have.identity_signature();
+    have.is_some() && have == want.identity_signature()
 }
 
 /// The delta's fixed columns' types (seq, op, old identity, identity); the storage's columns
