@@ -6,8 +6,9 @@
 //! replica schema that holds another run's storage (refused by name), two sinks starting into
 //! one schema at once (both start), a storage table locked or a statement cancelled while
 //! the target's defaults would time it out (waited for and retried, not reported as
-//! divergence), and an enum label renamed under a key (every stored identity computed again,
-//! once the replica's database has the new label too).
+//! divergence), an enum label renamed under a key (every stored identity computed again,
+//! once the replica's database has the new label too), and `CREATE TABLE ... AS` under
+//! `FOR ALL TABLES` (its rows come before its identity schema).
 //!
 //! Needs a server with `wal_level = logical` and the extension: run through `cargo xtask test`.
 
@@ -560,4 +561,71 @@ fn an_enum_label_renamed_under_a_key_rebuilds_its_identities() {
         "0",
         "every identity of the new label"
     );
+}
+
+/// Item 14: `CREATE TABLE ... AS` (and `SELECT INTO`) under `FOR ALL TABLES` write the new
+/// table's rows before its identity schema, which the event trigger writes at the command's
+/// end: before, its rows were unidentified and stopped the replica at every restart. The
+/// capture holds them (here past a 4 kB memory bound, so through its temporary file) until the
+/// schema, and the replica keeps the table, through a restart, a key added, updates and
+/// deletes.
+#[test]
+#[ignore = "needs a PostgreSQL server with wal_level=logical and the extension: run through `cargo xtask test`"]
+fn create_table_as_under_all_tables_is_replicated() {
+    let slot = "rowid_exact_ctas";
+    let (src, target, dir) = pair(
+        "exact_ctas",
+        slot,
+        "CREATE TABLE seed (id int8 PRIMARY KEY); CREATE PUBLICATION p FOR ALL TABLES;",
+        "CREATE EXTENSION pg_trickle_ext;",
+    );
+    let _drop = DropSlot(&src, slot);
+    let cdc = source_cdc(&src, slot, "p", &dir);
+    let sink = format!("replica:{}", target.dsn());
+    let spawn = |extra: &[&str]| {
+        let mut running = Running(
+            cdc.command_into(&sink, extra)
+                .env("ROWID_CDC_TEST_HOLD_BYTES", "4096")
+                .spawn()
+                .unwrap(),
+        );
+        cdc.wait_started(&mut running);
+        running
+    };
+    let mut running = spawn(&["--create-slot"]);
+    src.run(
+        "CREATE TABLE c AS SELECT g AS id, md5(g::text) AS v FROM generate_series(1, 3000) g;
+         SELECT g AS id, 'into' AS w INTO s FROM generate_series(1, 10) g;
+         INSERT INTO seed VALUES (1);",
+    )
+    .unwrap();
+    wait_for(
+        &target,
+        "SELECT count(*) FROM public.seed;",
+        "1",
+        &mut running,
+        "the transactions after the CREATE TABLE AS",
+    );
+    drop(running);
+    wait_free(&src, slot);
+    let mut running = spawn(&[]);
+    src.run(
+        "ALTER TABLE c ADD PRIMARY KEY (id); UPDATE c SET v = 'u' WHERE id % 7 = 0;
+         DELETE FROM c WHERE id % 11 = 0; INSERT INTO seed VALUES (2);",
+    )
+    .unwrap();
+    wait_for(
+        &target,
+        "SELECT count(*) FROM public.seed;",
+        "2",
+        &mut running,
+        "the changes after the restart",
+    );
+    for (table, columns) in [("c", "id, v"), ("s", "id, w")] {
+        assert_eq!(
+            rows(&target, &format!("SELECT {columns} FROM public.{table};")),
+            rows(&src, &format!("SELECT {columns} FROM {table};")),
+            "{table}"
+        );
+    }
 }

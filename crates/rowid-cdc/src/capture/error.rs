@@ -28,6 +28,14 @@ pub enum CaptureError {
         /// What was out of order.
         detail: String,
     },
+    /// The changes held back until a new table's identity schema (`capture::hold`) could not
+    /// be kept in their temporary file.
+    Hold {
+        /// LSN of the message being held or given back.
+        lsn: Lsn,
+        /// The I/O error.
+        detail: String,
+    },
     /// A message this consumer does not handle (streamed or two-phase transactions under
     /// protocol 1 cannot occur; they mean the replication options are not the ones asked).
     Unsupported {
@@ -161,6 +169,12 @@ impl fmt::Display for CaptureError {
             CaptureError::Protocol { lsn, detail } => {
                 write!(f, "at {lsn}: replication stream out of order: {detail}")
             }
+            CaptureError::Hold { lsn, detail } => write!(
+                f,
+                "at {lsn}: the changes held until a new table's identity schema cannot be \
+                 kept in a temporary file ({}): {detail}",
+                std::env::temp_dir().display()
+            ),
             CaptureError::Unsupported { lsn, message } => write!(
                 f,
                 "at {lsn}: {message} message: streamed and two-phase transactions are not \

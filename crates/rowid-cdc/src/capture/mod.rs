@@ -16,9 +16,15 @@
 //! - **Bindings belong to their Relation message**: a binding is rebuilt whenever a new
 //!   Relation message or a schema message for the relation arrives, and checked against the
 //!   schema (key columns, replica identity) before the first change uses it.
-//! - **Nothing is buffered**: changes are emitted as they arrive, between a `Begin` and a
-//!   `Commit` output; a sink makes them durable at `Commit`, so memory stays flat in
-//!   transaction size. A transaction whose commit is at or below the resume position was
+//! - **Nothing is buffered**, with one exception: changes are emitted as they arrive,
+//!   between a `Begin` and a `Commit` output; a sink makes them durable at `Commit`, so memory
+//!   stays flat in transaction size. The exception: from a transaction's first change of a
+//!   relation that has no identity schema, its messages are held, in order ([`hold`]: in
+//!   memory up to a bound, then in an unlinked temporary file), until that relation's first
+//!   schema arrives in the same transaction, and then applied with it (`CREATE TABLE ... AS`
+//!   and `SELECT INTO` write the new table's rows before the event trigger writes its schema,
+//!   at the command's end); or until the commit, where they are applied as they would have
+//!   been (unidentified). A transaction whose commit is at or below the resume position was
 //!   already delivered: its changes are skipped (its Relation messages still update the
 //!   relation cache).
 //! - **A sink can be ahead of the state file** (a PostgreSQL sink commits the changes and its
@@ -38,6 +44,7 @@ use rowid_pgoutput::{
 };
 
 pub mod error;
+mod hold;
 mod images;
 
 use crate::event::{ChangeEvent, ColumnMeta, Op, RowImage, SendRow, Unidentified};
@@ -147,6 +154,34 @@ pub struct Capture {
     require_complete: bool,
     /// Relations whose changes are not captured (a sink's own tables in the source database).
     ignored: BTreeSet<u32>,
+    /// The messages held since the open transaction's first change of a relation without an
+    /// identity schema ([`hold`]).
+    held: Option<Held>,
+    /// Held messages given back, applied before the stream's next message: the last pushed
+    /// first.
+    redo: Vec<hold::Queue>,
+    /// What the open transaction held is being given back at its commit: nothing more is held
+    /// before that commit.
+    no_hold: bool,
+}
+
+/// Why the held messages could not be kept or read back.
+fn hold_error(lsn: Lsn, e: &std::io::Error) -> CaptureError {
+    CaptureError::Hold {
+        lsn,
+        detail: e.to_string(),
+    }
+}
+
+/// Messages held back (see [`hold`]) and the relations without a schema whose changes are
+/// among them.
+#[derive(Debug)]
+struct Held {
+    relids: BTreeSet<u32>,
+    queue: hold::Queue,
+    /// The identity schema table's Relation message, when one is among the held messages:
+    /// what says which column of its rows names the relation.
+    identity_relation: Option<Relation>,
 }
 
 impl Capture {
@@ -176,6 +211,9 @@ impl Capture {
             strict: false,
             require_complete: false,
             ignored: BTreeSet::new(),
+            held: None,
+            redo: Vec::new(),
+            no_hold: false,
         }
     }
 
@@ -376,8 +414,162 @@ impl Capture {
         self.apply(lsn, msg, out)
     }
 
-    /// Applies one decoded message that starts at `lsn`, appending what it emits to `out`.
+    /// Applies one decoded message that starts at `lsn`, appending what it emits to `out`,
+    /// and any held messages it gives back ([`hold`]).
     pub fn apply(
+        &mut self,
+        lsn: Lsn,
+        msg: Message,
+        out: &mut Vec<Output>,
+    ) -> Result<(), CaptureError> {
+        self.step(lsn, msg, out)?;
+        loop {
+            let Some(queue) = self.redo.last_mut() else {
+                return Ok(());
+            };
+            let next = queue.pop().map_err(|e| hold_error(lsn, &e))?;
+            let Some((at, bytes)) = next else {
+                self.redo.pop();
+                continue;
+            };
+            let msg = self
+                .decoder
+                .decode(bytes)
+                .map_err(|error| CaptureError::Decode { lsn: at, error })?;
+            self.step(at, msg, out)?;
+        }
+    }
+
+    /// One message: held while a hold is open ([`Capture::step_held`]), or the one that opens
+    /// one, or applied.
+    fn step(&mut self, lsn: Lsn, msg: Message, out: &mut Vec<Output>) -> Result<(), CaptureError> {
+        if self.held.is_some() {
+            return self.step_held(lsn, msg, out);
+        }
+        if !self.no_hold
+            && let Some(relid) = self.unschemaed_change(&msg)
+        {
+            let mut queue = hold::Queue::default();
+            queue
+                .push(lsn, rowid_pgoutput::encode(&msg))
+                .map_err(|e| hold_error(lsn, &e))?;
+            self.held = Some(Held {
+                relids: BTreeSet::from([relid]),
+                queue,
+                identity_relation: None,
+            });
+            return Ok(());
+        }
+        if matches!(msg, Message::Commit(_)) {
+            self.no_hold = false;
+        }
+        self.apply_now(lsn, msg, out)
+    }
+
+    /// One message while a hold is open: the commit gives the held messages back before it,
+    /// to be applied as they would have been (no more hold until the commit); the held
+    /// relation's first schema is applied, then gives back what came before it (which had
+    /// none) to be applied with it; anything else is held too.
+    fn step_held(
+        &mut self,
+        lsn: Lsn,
+        msg: Message,
+        out: &mut Vec<Output>,
+    ) -> Result<(), CaptureError> {
+        let schema_of = self.schema_row_relid(&msg);
+        let unschemaed = self.unschemaed_change(&msg);
+        let Some(mut held) = self.held.take() else {
+            return self.apply_now(lsn, msg, out);
+        };
+        if matches!(msg, Message::Commit(_)) {
+            let mut commit = hold::Queue::default();
+            commit
+                .push(lsn, rowid_pgoutput::encode(&msg))
+                .map_err(|e| hold_error(lsn, &e))?;
+            self.redo.push(commit);
+            self.redo.push(held.queue);
+            self.no_hold = true;
+            return Ok(());
+        }
+        if schema_of.is_some_and(|relid| held.relids.contains(&relid)) {
+            // The schema table's own Relation message may be among the held ones: it is the
+            // same all through a transaction (no DDL of the extension's table), so it is
+            // applied here too, before the row it describes.
+            if let Some(relation) = held.identity_relation.take() {
+                self.apply_now(
+                    lsn,
+                    Message::Relation {
+                        xid: None,
+                        relation,
+                    },
+                    out,
+                )?;
+            }
+            self.apply_now(lsn, msg, out)?;
+            self.redo.push(held.queue);
+            return Ok(());
+        }
+        held.relids.extend(unschemaed);
+        if let Message::Relation { relation, .. } = &msg
+            && Some(relation.relid) == self.identity_table
+        {
+            held.identity_relation = Some(relation.clone());
+        }
+        held.queue
+            .push(lsn, rowid_pgoutput::encode(&msg))
+            .map_err(|e| hold_error(lsn, &e))?;
+        self.held = Some(held);
+        Ok(())
+    }
+
+    /// The relation a change is of, when it is emitted (a live transaction, not an ignored
+    /// relation, not the identity schema table) and the relation has no identity schema at
+    /// this position: such a change opens a hold.
+    fn unschemaed_change(&self, msg: &Message) -> Option<u32> {
+        let relids: &[u32] = match msg {
+            Message::Insert { relid, .. }
+            | Message::Update { relid, .. }
+            | Message::Delete { relid, .. } => std::slice::from_ref(relid),
+            Message::Truncate { relids, .. } => relids,
+            _ => return None,
+        };
+        let txn = self.txn.as_ref()?;
+        if txn.skip || txn.replay {
+            return None;
+        }
+        relids.iter().copied().find(|relid| {
+            Some(*relid) != self.identity_table
+                && !self.ignored.contains(relid)
+                && self.schema(*relid).is_none()
+        })
+    }
+
+    /// The relation an identity schema row written by `msg` describes (an INSERT or UPDATE of
+    /// the identity schema table), if it is one; its Relation message is the latest held one,
+    /// else the one in force.
+    fn schema_row_relid(&self, msg: &Message) -> Option<u32> {
+        let new = match msg {
+            Message::Insert { relid, new, .. } | Message::Update { relid, new, .. }
+                if Some(*relid) == self.identity_table =>
+            {
+                new
+            }
+            _ => return None,
+        };
+        let relation = match self
+            .held
+            .as_ref()
+            .and_then(|h| h.identity_relation.as_ref())
+        {
+            Some(held) => held,
+            None => self.relations.get(&self.identity_table?)?,
+        };
+        let at = relation.columns.iter().position(|c| c.name == "relid")?;
+        oid_column(new.get(at))
+    }
+
+    /// Applies one decoded message that starts at `lsn` now.
+    fn apply_now(
         &mut self,
         lsn: Lsn,
         msg: Message,
