@@ -7,6 +7,11 @@ use rowid_codec::send::{write_image_json, write_json_string};
 
 use crate::event::{CellRef, ChangeEvent, ColumnMeta, RowImage};
 
+/// The format of the row images every line carries (spec/row-images.md), in its
+/// `image_format` member: 2 writes a jsonb value as a JSON string (1, which wrote it as the
+/// JSON value itself, could not tell jsonb `null` from SQL NULL).
+pub const IMAGE_FORMAT: u32 = 2;
+
 /// A PostgreSQL timestamp (microseconds since 2000-01-01 UTC) as RFC 3339 in UTC with
 /// microseconds, e.g. `2026-12-01T09:30:00.123456Z` (the row images' `timestamptz` form).
 pub fn rfc3339_utc(pg_micros: i64) -> String {
@@ -37,7 +42,11 @@ pub fn write(event: &ChangeEvent, out: &mut String) {
         event.relid,
     );
     push_str(out, &event.relation);
-    let _ = write!(out, ",\"op\":\"{}\",\"domain\":", event.op.name());
+    let _ = write!(
+        out,
+        ",\"op\":\"{}\",\"image_format\":{IMAGE_FORMAT},\"domain\":",
+        event.op.name()
+    );
     match event.domain {
         Some(d) => {
             let _ = write!(out, "\"{}\"", d.name());

@@ -204,14 +204,26 @@ fn network_addresses_with_their_prefix() {
 }
 
 #[test]
-fn jsonb_is_written_as_stored() {
+fn jsonb_is_written_as_stored_in_a_string() {
     assert_eq!(
         json(&Shape::Jsonb, b"\x01{\"a\": 1.50, \"b\": [true, null]}"),
-        r#"{"a": 1.50, "b": [true, null]}"#
+        r#""{\"a\": 1.50, \"b\": [true, null]}""#
     );
     // A number past any double is still JSON (found by the fuzzer: the checker, not the
     // writer, needed arbitrary precision).
-    assert_eq!(json(&Shape::Jsonb, b"\x01[8.18e8808]"), "[8.18e8808]");
+    assert_eq!(json(&Shape::Jsonb, b"\x01[8.18e8808]"), r#""[8.18e8808]""#);
+    // jsonb's null is a string, not SQL NULL's null; in an array too, where the elements are
+    // strings and the array nests plainly.
+    assert_eq!(json(&Shape::Jsonb, b"\x01null"), r#""null""#);
+    let jsonbs = Shape::Array(Box::new(Shape::Jsonb));
+    let mut b = 1i32.to_be_bytes().to_vec();
+    b.extend(1i32.to_be_bytes());
+    b.extend(3802u32.to_be_bytes());
+    b.extend(2i32.to_be_bytes());
+    b.extend(1i32.to_be_bytes());
+    item(&mut b, b"\x01null");
+    b.extend((-1i32).to_be_bytes());
+    assert_eq!(json(&jsonbs, &b), r#"["null",null]"#);
     // A control byte between tokens would end the JSON line early.
     refused(&Shape::Jsonb, b"\x01{\"a\":\n1}");
     refused(&Shape::Jsonb, b"\x02{}");

@@ -422,8 +422,10 @@ fn interval(b: &[u8], out: &mut String) -> Result<()> {
 }
 
 /// `jsonb_send`: a version byte and jsonb's own text, which is JSON with numbers written as
-/// jsonb stores them. Written verbatim once it parses, is UTF-8 and holds no control byte
-/// (jsonb's output never does; one between tokens would break a JSON line).
+/// jsonb stores them. Written as a JSON *string* holding that text, once it parses, is UTF-8
+/// and holds no control byte (jsonb's output never does): a jsonb `null` is then the string
+/// `"null"`, never the `null` of SQL NULL, also inside arrays and composites (row images
+/// format 2; format 1 wrote the value itself, and the two could not be told apart).
 fn jsonb(b: &[u8], out: &mut String) -> Result<()> {
     let t = TypeTag::Jsonb;
     match b.first() {
@@ -437,21 +439,18 @@ fn jsonb(b: &[u8], out: &mut String) -> Result<()> {
     }
     let text = utf8(t, text)?;
     jsonb_from_text(text.as_bytes())?;
-    out.push_str(text);
+    write_json_string(out, text);
     Ok(())
 }
 
 /// An array: nested JSON arrays, one level per dimension, when every lower bound is 1 and
-/// an element's JSON is never an array itself (scalars and ranges); otherwise (jsonb,
-/// composite and multirange elements, other bounds) `{"lower_bounds": [...], "values":
+/// an element's JSON is never an array itself (scalars, jsonb strings and ranges); otherwise
+/// (composite and multirange elements, other bounds) `{"lower_bounds": [...], "values":
 /// nested}`, whose bounds also say how many levels are dimensions.
 fn array(element: &Shape, b: &[u8], level: u32, out: &mut String) -> Result<()> {
     let mut r = Reader::new(TypeTag::Array, b);
     let (dims, _) = array_header(&mut r)?;
-    let element_is_array = matches!(
-        element,
-        Shape::Jsonb | Shape::Record(_) | Shape::Multirange(_)
-    );
+    let element_is_array = matches!(element, Shape::Record(_) | Shape::Multirange(_));
     let plain = dims.iter().all(|d| d.lower == 1) && !element_is_array;
     if !plain {
         out.push_str("{\"lower_bounds\":[");
