@@ -1,7 +1,8 @@
 //! The replica sink in the cases issue 33 found it inexact, wedged or refusing what it should
 //! take, each against a live server: keyless rows that are equal but spelt differently (each
 //! kept as written), a `NOT NULL` domain column (deletes), a table renamed and then changed
-//! (its storage follows), a replica restored behind its state file (refused), publications
+//! (its storage follows), a replica or a change buffer restored behind its state file
+//! (refused), publications
 //! that cannot keep a replica equal (refused by name; other sinks told), a new slot into a
 //! replica schema that holds another run's storage (refused by name), two sinks starting into
 //! one schema at once (both start), a storage table locked or a statement cancelled while
@@ -258,6 +259,54 @@ fn a_replica_behind_its_state_file_is_refused() {
     assert!(!out.status.success(), "{err}");
     assert!(
         err.contains("the replica in \"pgtrickle_replica\" holds changes through commit 0/1")
+            && err.contains("the state file says it had made durable"),
+        "{err}"
+    );
+}
+
+/// Item 5 for the change buffer (the same check of every sink that records its position): a
+/// buffer's database restored from before the last transaction is refused at restart, naming
+/// the buffer.
+#[test]
+#[ignore = "needs a PostgreSQL server with wal_level=logical and the extension: run through `cargo xtask test`"]
+fn a_change_buffer_behind_its_state_file_is_refused() {
+    let slot = "rowid_exact_buffer_behind";
+    let (src, target, dir) = pair(
+        "exact_buffer_behind",
+        slot,
+        "CREATE TABLE b (id int8 PRIMARY KEY); CREATE PUBLICATION p FOR TABLE b;",
+        "",
+    );
+    let _drop = DropSlot(&src, slot);
+    let cdc = source_cdc(&src, slot, "p", &dir);
+    let sink = format!("postgres:{}", target.dsn());
+    let mut running = cdc.started(&sink, &["--create-slot"]);
+    src.run("INSERT INTO b VALUES (1);").unwrap();
+    src.run("INSERT INTO b VALUES (2);").unwrap();
+    // The buffer of `b`, of the buffers prefixed `"pgtrickle_changes"."rowid_cdc"`.
+    let relid = one(&src, "SELECT 'public.b'::regclass::oid;");
+    let buffer = format!("pgtrickle_changes.rowid_cdc_{relid}");
+    wait_for(
+        &target,
+        &format!("SELECT count(*) FROM {buffer};"),
+        "2",
+        &mut running,
+        "two transactions",
+    );
+    drop(running);
+    wait_free(&src, slot);
+    // As a restore from before the second transaction would leave it.
+    target
+        .run(&format!(
+            "DELETE FROM {buffer} WHERE commit_lsn = (SELECT max(commit_lsn) FROM {buffer});
+             UPDATE pgtrickle_changes.rowid_cdc_position SET commit_lsn = '0/1';"
+        ))
+        .unwrap();
+    let out = cdc.run_into(&sink, &[]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains("\"pgtrickle_changes\".\"rowid_cdc\" holds changes through commit 0/1")
             && err.contains("the state file says it had made durable"),
         "{err}"
     );

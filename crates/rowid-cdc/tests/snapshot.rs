@@ -5,8 +5,10 @@
 //! snapshot rows and the stream in the order they arrive gives each table exactly as it is at
 //! the end: no row missing, none twice, no update or delete of a row not delivered. A run
 //! killed during the keyless copy is refused at restart, naming the fix (the snapshot the copy
-//! was read under is gone); one killed, several times, during the chunks resumes at the last
-//! delivered chunk and still replays exactly.
+//! was read under is gone); one killed, several times, during the chunks (crashed at a named
+//! point inside each window between a chunk's delivery and its watermark and between the
+//! sink's write and the state file's, and killed at random) resumes at the last delivered
+//! chunk and still replays exactly.
 //!
 //! Needs a server with `wal_level = logical` and the extension: run through `cargo xtask test`.
 
@@ -20,7 +22,7 @@ use std::process::Command;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use common::{Cdc, Dir, DropSlot, database, wait_active};
+use common::{Cdc, Dir, DropSlot, Running, database, wait_active};
 use rowid_testkit::psql::Psql;
 use serde_json::Value;
 
@@ -347,38 +349,70 @@ fn chunked_snapshots_survive_kills_exactly() {
         "500",
     ];
     let chunk = ["--snapshot-chunk", "500"];
+    // The first run is killed during the copy; the second and third crash inside the windows
+    // between two durable steps (`ROWID_CDC_TEST_CRASH`: a chunk delivered and its watermark
+    // not arrived; the sink's lines written and the state file not yet); then kills at
+    // random once a later position is recorded.
+    let crashes = [
+        None,
+        Some("after-chunk-delivered#2"),
+        Some("after-sink-commit#7"),
+        None,
+        None,
+    ];
     let mut kills = 0;
     let mut last_after = String::new();
-    while kills < 4 {
-        let running = cdc.spawn(if kills == 0 { &first[..] } else { &chunk[..] });
-        // Killed once a position later than the last kill's is recorded (the first time at
-        // once: during the copy).
-        let t = Instant::now();
-        loop {
-            let state: Value = std::fs::read_to_string(dir.file("cdc.state"))
-                .ok()
-                .and_then(|s| serde_json::from_str(&s).ok())
-                .unwrap_or(Value::Null);
-            let after = state["chunks"]["cursors"][0]["view"]["after"]["identity"].to_string();
-            if state["chunks"]["cursors"][0]["view"]["after"].is_object() && after != last_after {
-                last_after = after;
-                break;
-            }
-            assert!(
-                t.elapsed() < Duration::from_secs(60),
-                "no chunk recorded: {state}"
-            );
-            std::thread::sleep(Duration::from_millis(5));
+    let state = || -> Value {
+        std::fs::read_to_string(dir.file("cdc.state"))
+            .ok()
+            .and_then(|s| serde_json::from_str(&s).ok())
+            .unwrap_or(Value::Null)
+    };
+    while kills < crashes.len() {
+        let mut command = cdc.command(if kills == 0 { &first[..] } else { &chunk[..] });
+        if let Some(point) = crashes[kills] {
+            command.env("ROWID_CDC_TEST_CRASH", point);
         }
-        if kills > 0 {
-            std::thread::sleep(Duration::from_millis(40 * kills));
+        let mut running = Running(command.spawn().unwrap());
+        let t = Instant::now();
+        if let Some(point) = crashes[kills] {
+            // Until it crashes there (or the chunks end first: then it is killed).
+            let point = point.split('#').next().unwrap();
+            loop {
+                if running.0.try_wait().unwrap().is_some() {
+                    let err = running.report();
+                    assert!(err.contains(&format!("test crash at {point}")), "{err}");
+                    break;
+                }
+                if state()["chunks"]["cursors"][0]["done"] == true {
+                    break;
+                }
+                running.still_within(t, Duration::from_secs(60), "no crash");
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        } else {
+            // Killed once a position later than the last kill's is recorded (the first time
+            // at once: during the copy).
+            loop {
+                let state = state();
+                let after = state["chunks"]["cursors"][0]["view"]["after"]["identity"].to_string();
+                if state["chunks"]["cursors"][0]["view"]["after"].is_object() && after != last_after
+                {
+                    last_after = after;
+                    break;
+                }
+                running.still_within(t, Duration::from_secs(60), "no chunk recorded");
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            if kills > 0 {
+                std::thread::sleep(Duration::from_millis(40 * kills as u64));
+            }
         }
         let pid = running.0.id().to_string();
         Command::new("kill").args(["-KILL", &pid]).status().unwrap();
         drop(running);
         kills += 1;
-        let state: Value =
-            serde_json::from_str(&std::fs::read_to_string(dir.file("cdc.state")).unwrap()).unwrap();
+        let state = state();
         if kills == 1 {
             // Killed during the copy in key order: the state says where it stands.
             assert_eq!(state["snapshot"], "done", "{state}");
