@@ -19,7 +19,7 @@
 //! - **Nothing is buffered**, with one exception: changes are emitted as they arrive,
 //!   between a `Begin` and a `Commit` output; a sink makes them durable at `Commit`, so memory
 //!   stays flat in transaction size. The exception: from a transaction's first change of a
-//!   relation that has no identity schema, its messages are held, in order ([`hold`]: in
+//!   relation that has no identity schema, its messages are held, in order (`hold`: in
 //!   memory up to a bound, then in an unlinked temporary file), until that relation's first
 //!   schema arrives in the same transaction, and then applied with it (`CREATE TABLE ... AS`
 //!   and `SELECT INTO` write the new table's rows before the event trigger writes its schema,
@@ -415,7 +415,7 @@ impl Capture {
     }
 
     /// Applies one decoded message that starts at `lsn`, appending what it emits to `out`,
-    /// and any held messages it gives back ([`hold`]).
+    /// and any held messages it gives back (module `hold`).
     pub fn apply(
         &mut self,
         lsn: Lsn,
