@@ -243,10 +243,12 @@ fn heartbeats_move_an_idle_database_forward() {
 }
 
 /// Issue 20 item 5 (requirement 4): under FOR ALL TABLES, a table without an update identity
-/// gets its INSERTs' keyless identity; a table without a usable identity, and the rows CREATE
-/// TABLE AS writes before its schema, become unidentified events naming the reason; the other
-/// tables go on; the identity schema table itself is never a change. `--strict` refuses to
-/// start naming the table, and leaves no slot behind.
+/// gets its INSERTs' keyless identity; a table without a usable identity becomes unidentified
+/// events naming the reason; the other tables go on; the identity schema table itself is never
+/// a change. The rows CREATE TABLE AS writes before its schema are held until the schema
+/// arrives later in the transaction and identified with it (issue 33 item 14; they were
+/// unidentified before). `--strict` refuses to start naming the table, and leaves no slot
+/// behind.
 #[test]
 #[ignore = "needs a PostgreSQL server with wal_level=logical and the extension: run through `cargo xtask test`"]
 fn one_unusable_table_never_halts_the_others() {
@@ -295,8 +297,8 @@ fn one_unusable_table_never_halts_the_others() {
         vec![
             s("public.scratch", "insert", ""),
             s("public.cash", "unidentified", "insert"),
-            s("public.made", "unidentified", "insert"),
-            s("public.made", "unidentified", "insert"),
+            s("public.made", "insert", ""),
+            s("public.made", "insert", ""),
             s("public.made", "insert", ""),
             s("public.good", "insert", ""),
         ]
@@ -314,14 +316,17 @@ fn one_unusable_table_never_halts_the_others() {
         "{}",
         lines[1]
     );
-    assert!(
-        lines[2]["reason"]
-            .as_str()
-            .unwrap()
-            .contains("no identity schema"),
-        "{}",
-        lines[2]
-    );
+    for (line, id) in lines[2..5].iter().zip(1..=3) {
+        assert_eq!(
+            line["new_id"],
+            hex(
+                &db,
+                &format!("pgtrickle.encode_row_id_v2('KEYLESS_ROW', ROW({id}::int8))")
+            )
+            .as_str(),
+            "{line}"
+        );
+    }
     assert_eq!(
         lines[5]["new_id"],
         hex(&db, "pgtrickle.encode_row_id_v2('SCAN_KEY', ROW(1::int8))").as_str()
@@ -332,7 +337,7 @@ fn one_unusable_table_never_halts_the_others() {
         "{err}"
     );
     assert!(
-        err.contains("3 unidentified") || err.contains("unidentified"),
+        !err.contains("public.made: a change without identity"),
         "{err}"
     );
     wait_free(&db, "hard_all");

@@ -326,6 +326,38 @@ fn the_sink_commits_synchronously_whatever_the_default() {
     assert_eq!(sink.opened().synchronous_commit, "on");
 }
 
+/// Two change-buffer sinks (two slots) opening one buffer schema at the same moment both
+/// open: they create the schema and the position table, and revoke PUBLIC's rights on it, one
+/// after the other (before, the second could die on the catalog's unique index or with
+/// "tuple concurrently updated" from two REVOKEs of one table). Forty times, the schema
+/// dropped in between.
+#[test]
+#[ignore = "needs a PostgreSQL server: run through `cargo xtask test`"]
+fn two_sinks_opening_one_schema_both_open() {
+    let psql = Psql::fresh_database("rowid_cdc_pg_sink_two").unwrap();
+    let b = QualifiedName::new("two", "wal");
+    for round in 0..40 {
+        psql.run("DROP SCHEMA IF EXISTS two CASCADE;").unwrap();
+        let barrier = Arc::new(std::sync::Barrier::new(2));
+        let opened: Vec<_> = ["a", "b"]
+            .map(|slot| {
+                let mut t = target(&psql, &b, true);
+                t.slot = slot.into();
+                let barrier = Arc::clone(&barrier);
+                std::thread::spawn(move || {
+                    barrier.wait();
+                    PostgresSink::open(t).map(drop).map_err(|e| e.to_string())
+                })
+            })
+            .into_iter()
+            .map(|h| h.join().unwrap())
+            .collect();
+        for (slot, result) in ["a", "b"].iter().zip(opened) {
+            assert_eq!(result, Ok(()), "round {round}: slot {slot}");
+        }
+    }
+}
+
 /// A buffer, position table or schema someone else prepared is refused before anything is
 /// written: another owner, a write grant to another role, a trigger (it would run as the
 /// sink's role), a schema another role owns.

@@ -197,6 +197,13 @@ pub struct Target {
     pub wait: std::time::Duration,
 }
 
+/// The text of the transaction-level advisory lock under which sinks create the schema and
+/// the position table `pos` (`pg_advisory_xact_lock(hashtextextended(text, 0))`,
+/// spec/change-buffer.md §5).
+fn creation_lock(pos: &QualifiedName) -> String {
+    format!("rowid-cdc change buffer position table {}", pos.quoted())
+}
+
 fn position_table(buffer: &QualifiedName) -> QualifiedName {
     QualifiedName {
         schema: buffer.schema.clone(),
@@ -217,10 +224,25 @@ async fn prepare(client: &mut Client, target: &Target) -> Result<(Option<Lsn>, V
         .map_err(|e| db_error("cannot read the sink's role", &e))?
         .get(0);
     let me_quoted = sink_role(client).await?;
+    // Another sink opening a buffer of this position table waits here: its CREATE SCHEMA or
+    // CREATE TABLE IF NOT EXISTS would otherwise race this one's on the catalog's unique
+    // indexes, and its REVOKE this one's on the same pg_class row ("tuple concurrently
+    // updated").
+    let creating = client
+        .transaction()
+        .await
+        .map_err(|e| db_error(&format!("cannot begin creating {}", pos.quoted()), &e))?;
+    creating
+        .execute(
+            "SELECT pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtextextended($1, 0))",
+            &[&creation_lock(&pos)],
+        )
+        .await
+        .map_err(|e| db_error(&format!("cannot lock the creation of {}", pos.quoted()), &e))?;
     if let Some(schema) = &b.schema {
-        create_schema_if_missing(client, schema, &name).await?;
+        create_schema_if_missing(&creating, schema, &name).await?;
         // Whoever owns the schema can drop or rename what is in it.
-        let owner: Option<(String, bool)> = client
+        let owner: Option<(String, bool)> = creating
             .query_opt(
                 "SELECT n.nspowner::pg_catalog.regrole::pg_catalog.text, r.rolsuper \
                  FROM pg_catalog.pg_namespace n \
@@ -242,7 +264,7 @@ async fn prepare(client: &mut Client, target: &Target) -> Result<(Option<Lsn>, V
             )));
         }
     }
-    client
+    creating
         .batch_execute(&format!(
             "CREATE TABLE IF NOT EXISTS {p} (\"buffer\" pg_catalog.text NOT NULL, \
              \"slot\" pg_catalog.text NOT NULL, \"commit_lsn\" pg_catalog.pg_lsn NOT NULL, \
@@ -250,6 +272,10 @@ async fn prepare(client: &mut Client, target: &Target) -> Result<(Option<Lsn>, V
              REVOKE ALL ON TABLE {p} FROM PUBLIC",
             p = pos.quoted()
         ))
+        .await
+        .map_err(|e| db_error(&format!("cannot create {}", pos.quoted()), &e))?;
+    creating
+        .commit()
         .await
         .map_err(|e| db_error(&format!("cannot create {}", pos.quoted()), &e))?;
     buffer::check_writers(

@@ -1050,8 +1050,10 @@ impl Writer for ReplicaWriter {
             .get::<_, i32>(0)
             .try_into()
             .unwrap_or(8192);
-        // Another sink starting into the same schema waits here (its CREATE SCHEMA IF NOT
-        // EXISTS would otherwise race this one's on the catalog's unique index).
+        // Another sink starting into the same schema waits here: its CREATE SCHEMA IF NOT
+        // EXISTS would otherwise race this one's on the catalog's unique index, and its REVOKE
+        // this one's on the same pg_class row ("tuple concurrently updated": PostgreSQL takes
+        // no lock for a GRANT or REVOKE, the second writer of the row fails).
         let creating = client
             .transaction()
             .await
@@ -1063,6 +1065,13 @@ impl Writer for ReplicaWriter {
                 db_error(&format!("cannot create the replica's tables in {meta}"), &e)
             })?;
         }
+        for t in [replica::TABLES, replica::POSITION] {
+            let name = meta_table(&meta, t);
+            creating
+                .batch_execute(&format!("REVOKE ALL ON TABLE {name} FROM PUBLIC"))
+                .await
+                .map_err(|e| db_error(&format!("cannot revoke PUBLIC's rights on {name}"), &e))?;
+        }
         creating
             .commit()
             .await
@@ -1070,10 +1079,6 @@ impl Writer for ReplicaWriter {
         let mut oids = Vec::new();
         for t in [replica::TABLES, replica::POSITION] {
             let name = meta_table(&meta, t);
-            client
-                .batch_execute(&format!("REVOKE ALL ON TABLE {name} FROM PUBLIC"))
-                .await
-                .map_err(|e| db_error(&format!("cannot revoke PUBLIC's rights on {name}"), &e))?;
             buffer::check_writers(&name, &super::writers(client, &name).await?, &me)
                 .map_err(|e| Failure::from(e.to_string()))?;
             let oid = oid_of(client, &name)
