@@ -75,6 +75,8 @@ fn schema(key: u8, ri: ReplicaIdentity) -> RelationSchema {
             fields: cols[..key_cols].iter().map(field).collect(),
             // The bound does not change what capture emits.
             max_len: None,
+            // No enum among the fuzzed key types.
+            enums: vec![],
         }),
         rewritten: Rewrite::Unknown,
     }
