@@ -101,8 +101,9 @@ struct Plan {
     fields: Vec<Field>,
     /// Zero-based attribute index of each field in the source's tuple descriptor.
     attnos: Vec<usize>,
-    /// The kept `INSERT` for buffers the heap path may not write, prepared when first needed.
-    spi: Option<pg_sys::SPIPlanPtr>,
+    /// The kept `INSERT` for buffers the heap path may not write, prepared when first needed;
+    /// an execution holds a clone (a nested capture may drop this plan meanwhile).
+    spi: Option<Rc<spi::KeptPlan>>,
     /// Per attribute of the buffer's tuple descriptor when the plan was built (with the
     /// buffer locked): what it holds.
     heap_columns: Vec<HeapColumn>,
@@ -118,10 +119,6 @@ struct Plan {
 impl Drop for Plan {
     fn drop(&mut self) {
         fields::release(&mut self.fields);
-        if let Some(plan) = self.spi {
-            // SAFETY: the plan this Plan kept, freed once.
-            unsafe { spi::free_plan(plan) };
-        }
     }
 }
 
@@ -324,7 +321,7 @@ pub fn follow_source_ddl(sources: &[pg_sys::Oid]) -> i32 {
 }
 
 /// Who can write the table, and whether writing it runs code ([`buffer::WRITERS_QUERY`]).
-fn writers(oid: pg_sys::Oid) -> Writers {
+pub(crate) fn writers(oid: pg_sys::Oid) -> Writers {
     let name = relation_name(oid);
     spi::rows(buffer::WRITERS_QUERY, &[name.as_str().into()], |row| {
         Ok(Writers {
@@ -335,6 +332,8 @@ fn writers(oid: pg_sys::Oid) -> Writers {
             triggers: row.get::<String>(5)?,
             rules: row.get::<bool>(6)?.unwrap_or(false),
             row_security: row.get::<bool>(7)?.unwrap_or(false),
+            code: row.get::<String>(8)?,
+            access_method: row.get::<String>(9)?,
         })
     })
     .pop()
@@ -720,10 +719,7 @@ unsafe fn insert_columns(
 
 /// The kept `INSERT` into the buffer: every live column (`columns`), commit_lsn NULL (a
 /// trigger runs before its commit).
-fn prepare_insert(
-    buffer: &str,
-    columns: &[(String, pg_sys::Oid, HeapColumn)],
-) -> pg_sys::SPIPlanPtr {
+fn prepare_insert(buffer: &str, columns: &[(String, pg_sys::Oid, HeapColumn)]) -> spi::KeptPlan {
     let names: Vec<String> = columns.iter().map(|(c, _, _)| quote_ident(c)).collect();
     let params: Vec<String> = (1..=columns.len()).map(|i| format!("${i}")).collect();
     let types: Vec<pg_sys::Oid> = columns.iter().map(|(_, t, _)| *t).collect();
@@ -1100,6 +1096,18 @@ unsafe fn insert(tgoid: pg_sys::Oid, rel: pg_sys::Relation, row: &Row) {
                 ),
             );
         }
+        // The plan's check refused another access method when it was built (and changing
+        // it rewrites the table, which invalidates the plan); this is the heap path's own
+        // guard: simple_heap_insert into anything but a heap would corrupt it.
+        if form.relam != pg_sys::HEAP_TABLE_AM_OID {
+            errors::invalid_buffer(
+                FUNCTION,
+                &format!(
+                    "{} is refused: it is not a heap table (its access method was changed)",
+                    name().unwrap_or_default()
+                ),
+            );
+        }
         if !form.relhasindex && !form.relrowsecurity {
             let tupdesc = (*rel).rd_att;
             let natts = (*tupdesc).natts as usize;
@@ -1139,7 +1147,9 @@ unsafe fn insert(tgoid: pg_sys::Oid, rel: pg_sys::Relation, row: &Row) {
             return;
         }
         pg_sys::table_close(rel, pg_sys::NoLock as i32);
-        let kept = PLANS.with(|p| p.borrow().get(&tgoid).and_then(|plan| plan.spi));
+        // Held until the execution returns: the code it runs (a constraint, an index
+        // expression) can enter this trigger again, which may drop the cached plan.
+        let kept = PLANS.with(|p| p.borrow().get(&tgoid).and_then(|plan| plan.spi.clone()));
         let columns = PLANS.with(|p| {
             p.borrow()
                 .get(&tgoid)
@@ -1149,16 +1159,16 @@ unsafe fn insert(tgoid: pg_sys::Oid, rel: pg_sys::Relation, row: &Row) {
         let plan = match kept {
             Some(plan) => plan,
             None => {
-                let plan = prepare_insert(&name().unwrap_or_default(), &columns);
+                let plan = Rc::new(prepare_insert(&name().unwrap_or_default(), &columns));
                 let stored = PLANS.with(|p| match p.borrow_mut().get_mut(&tgoid) {
                     Some(cached) => {
-                        cached.spi = Some(plan);
+                        cached.spi = Some(Rc::clone(&plan));
                         true
                     }
                     None => false,
                 });
                 if !stored {
-                    spi::free_plan(plan);
+                    drop(plan);
                     errors::invalid_argument(FUNCTION, "no capture plan".into());
                 }
                 plan
@@ -1171,7 +1181,8 @@ unsafe fn insert(tgoid: pg_sys::Oid, rel: pg_sys::Relation, row: &Row) {
                 (value, if null { b'n' } else { b' ' } as std::ffi::c_char)
             })
             .unzip();
-        let rc = spi::execute_plan(plan, &mut values, &nulls);
+        let rc = plan.execute(&mut values, &nulls);
+        drop(plan);
         if rc != pg_sys::SPI_OK_INSERT as i32 {
             errors::invalid_argument(FUNCTION, format!("the buffer insert returned {rc}"));
         }

@@ -554,6 +554,7 @@ mod tests {
     include!("tests_fields.rs");
     include!("tests_capture.rs");
     include!("tests_hardening.rs");
+    include!("tests_owner.rs");
     include!("tests_images.rs");
 }
 

@@ -56,9 +56,44 @@ pub fn run(sql: &str, args: &[DatumWithOid<'_>]) {
         .unwrap_or_else(|e| errors::catalog_query(&e));
 }
 
+/// A plan prepared with [`prepare_kept`] and kept beyond its SPI connection, freed when
+/// dropped. Whoever executes it holds it (an `Rc` clone where it is shared), so a plan is
+/// never freed while it runs: code the execution runs can enter the same caller again, find
+/// its cache stale and drop the cache's reference (issue 36 item 1: the plan was freed under
+/// the execution that was still using it).
+pub struct KeptPlan(pg_sys::SPIPlanPtr);
+
+impl KeptPlan {
+    /// Executes the plan with `values` and `nulls` (`'n'` for NULL, `' '` otherwise, one per
+    /// parameter); returns SPI's result code.
+    ///
+    /// # Safety
+    /// `values` must be of the plan's parameter types, one per parameter.
+    pub unsafe fn execute(&self, values: &mut [pg_sys::Datum], nulls: &[std::ffi::c_char]) -> i32 {
+        with_locked_search_path(|| {
+            Spi::connect_mut(|_| {
+                // SAFETY: a kept plan of this backend, alive while `self` is; its parameter
+                // count is `values.len()` (and `nulls.len()`); SPI is connected for this
+                // scope.
+                unsafe {
+                    pg_sys::SPI_execute_plan(self.0, values.as_mut_ptr(), nulls.as_ptr(), false, 0)
+                }
+            })
+        })
+    }
+}
+
+impl Drop for KeptPlan {
+    fn drop(&mut self) {
+        // SAFETY: the kept plan this value owns, freed once, by its last owner (nothing that
+        // executes it can be running: an execution holds the value).
+        unsafe { pg_sys::SPI_freeplan(self.0) };
+    }
+}
+
 /// Prepares `sql` with parameters of `types` as a kept plan (outliving the SPI connection);
-/// `None` when it cannot be prepared or kept. Free it with [`free_plan`].
-pub fn prepare_kept(sql: &std::ffi::CStr, types: &[pg_sys::Oid]) -> Option<pg_sys::SPIPlanPtr> {
+/// `None` when it cannot be prepared or kept.
+pub fn prepare_kept(sql: &std::ffi::CStr, types: &[pg_sys::Oid]) -> Option<KeptPlan> {
     let mut types = types.to_vec();
     with_locked_search_path(|| {
         Spi::connect(|_| {
@@ -67,38 +102,10 @@ pub fn prepare_kept(sql: &std::ffi::CStr, types: &[pg_sys::Oid]) -> Option<pg_sy
             unsafe {
                 let plan =
                     pg_sys::SPI_prepare(sql.as_ptr(), types.len() as i32, types.as_mut_ptr());
-                (!plan.is_null() && pg_sys::SPI_keepplan(plan) == 0).then_some(plan)
+                (!plan.is_null() && pg_sys::SPI_keepplan(plan) == 0).then_some(KeptPlan(plan))
             }
         })
     })
-}
-
-/// Executes a kept plan with `values` and `nulls` (`'n'` for NULL, `' '` otherwise, one per
-/// parameter); returns SPI's result code.
-///
-/// # Safety
-/// `plan` must be a live plan from [`prepare_kept`] whose parameters are `values`' types.
-pub unsafe fn execute_plan(
-    plan: pg_sys::SPIPlanPtr,
-    values: &mut [pg_sys::Datum],
-    nulls: &[std::ffi::c_char],
-) -> i32 {
-    with_locked_search_path(|| {
-        Spi::connect_mut(|_| {
-            // SAFETY: a kept plan of this backend whose parameter count is `values.len()`
-            // (and `nulls.len()`); SPI is connected for this scope.
-            unsafe { pg_sys::SPI_execute_plan(plan, values.as_mut_ptr(), nulls.as_ptr(), false, 0) }
-        })
-    })
-}
-
-/// Frees a plan [`prepare_kept`] made.
-///
-/// # Safety
-/// `plan` must be a live plan from [`prepare_kept`], not used afterwards.
-pub unsafe fn free_plan(plan: pg_sys::SPIPlanPtr) {
-    // SAFETY: a kept plan of this backend, freed once by its owner.
-    unsafe { pg_sys::SPI_freeplan(plan) };
 }
 
 #[cfg(test)]

@@ -371,6 +371,43 @@ fn one_unusable_table_never_halts_the_others() {
     assert!(!dir.file("cdc.state").exists());
 }
 
+/// Issue 36 item 3: a member of `pg_write_all_data` can write `pgtrickle.identity_schemas`
+/// (a forged schema would be read as the extension's): the start refuses to trust the table,
+/// naming the role, and creates no slot; once the membership is gone, it starts.
+#[test]
+#[ignore = "needs a PostgreSQL server with wal_level=logical and the extension: run through `cargo xtask test`"]
+fn a_member_of_pg_write_all_data_makes_identity_schemas_untrusted() {
+    let _serial = serial();
+    let f = Followed::new("write_all", "");
+    f.db.run(
+        "DROP ROLE IF EXISTS hard_write_all; CREATE ROLE hard_write_all;
+         GRANT pg_write_all_data TO hard_write_all;",
+    )
+    .unwrap();
+    let out = f.cdc().run(&["--create-slot"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    f.db.run("DROP ROLE hard_write_all;").unwrap();
+    assert!(!out.status.success(), "started: {err}");
+    assert!(
+        err.contains("the identity schema table cannot be trusted")
+            && err.contains("hard_write_all"),
+        "{err}"
+    );
+    assert_eq!(
+        one(
+            &f.db,
+            "SELECT count(*) FROM pg_replication_slots WHERE slot_name = 'hard_write_all';"
+        ),
+        "0",
+        "a refusal creates no slot"
+    );
+    let running = f.start("(1)");
+    running.interrupt();
+    wait_free(&f.db, &f.name);
+    f.db.run(&format!("SELECT pg_drop_replication_slot('{}');", f.name))
+        .unwrap();
+}
+
 /// A fresh database `rowid_cdc_hard_<name>` whose table `pub (id int8 PRIMARY KEY<columns>)`
 /// is published as `hard_<name>`, with a scratch directory: what the slot tests start from.
 struct Followed {

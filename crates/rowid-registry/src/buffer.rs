@@ -30,7 +30,7 @@
 //! let ddl = buffer::create_table(&QualifiedName::new("pgtrickle_changes", "orders"), &[id]);
 //! assert!(ddl[0].starts_with("CREATE TABLE \"pgtrickle_changes\".\"orders\" ("));
 //! assert!(ddl[0].contains("\"row_identity_version\" smallint NOT NULL DEFAULT 2"));
-//! assert!(ddl[0].ends_with("\"new_id\" bigint, \"old_id\" bigint)"));
+//! assert!(ddl[0].ends_with("\"new_id\" bigint, \"old_id\" bigint) USING heap"));
 //! assert_eq!(ddl[1], "COMMENT ON COLUMN \"pgtrickle_changes\".\"orders\".\"new_id\" \
 //!                     IS 'new image of source column 1'");
 //! ```
@@ -395,7 +395,10 @@ pub fn create_table(table: &QualifiedName, images: &[ImageColumn]) -> Vec<String
          CHECK (\"old_image\" IS NULL OR \"op\" IN ('U', 'D', 'X')))"
     ));
     let mut statements = Vec::with_capacity(1 + 2 * images.len());
+    // The heap, whatever `default_table_access_method` says: the capture trigger writes rows
+    // into it directly, and a buffer of another method is refused ([`check_writers`]).
     if images.is_empty() {
+        sql.push_str(" USING heap");
         statements.push(sql);
         return statements;
     }
@@ -409,7 +412,7 @@ pub fn create_table(table: &QualifiedName, images: &[ImageColumn]) -> Vec<String
             ));
         }
     }
-    sql.push(')');
+    sql.push_str(") USING heap");
     statements.push(sql);
     statements.extend(comments(table, images));
     statements
@@ -632,21 +635,85 @@ pub fn check_version_constraints(table: &str, defs: &[String]) -> Result<(), Buf
 }
 
 /// A query over a table's catalog entry saying who can write it or run code when it is
-/// written; one parameter, the table's name as text. One row: the owner (`regrole` text),
-/// `relkind`, `relpersistence`, the grants of anything but `SELECT` to another role than the
-/// owner (`role:PRIVILEGE, ...`, `PUBLIC` for PUBLIC; NULL when none), its triggers' names
-/// (NULL when none), and whether it has rules or row-level security.
+/// written; one parameter, the table's name as text. One row:
+///
+/// 1. the owner (`regrole` text);
+/// 2. `relkind`; 3. `relpersistence`;
+/// 4. who else may write it (NULL when nobody): every grant of anything but `SELECT` on the
+///    table or on one of its columns to another role than the owner (`role:PRIVILEGE`, with
+///    ` (column)` for a column grant, `PUBLIC` for PUBLIC), and every other role PostgreSQL
+///    itself says may write it (`has_table_privilege`, `has_any_column_privilege`: a member
+///    of a grantee, of `pg_write_all_data`) without a grant of its own (`role:INSERT ... via
+///    membership`). Superusers and members of the owner are the owner's equals, not listed;
+/// 5. its triggers' names (NULL when none); 6. whether it has rules; 7. row-level security;
+/// 8. its constraints and indexes that run code someone created (NULL when none): each that
+///    depends on a function, operator or type with an OID past the built-in ones and not of
+///    the extension `pg_trickle_ext` (whose `row_probe_v1` a replica's probe index calls)
+///    (`object uses object`, as `pg_describe_object` names them);
+/// 9. its table access method (`pg_am.amname`; NULL for relations without one).
 pub const WRITERS_QUERY: &str = "SELECT c.relowner::pg_catalog.regrole::pg_catalog.text, \
      c.relkind::pg_catalog.text, c.relpersistence::pg_catalog.text, \
-     (SELECT pg_catalog.string_agg(DISTINCT CASE WHEN a.grantee OPERATOR(pg_catalog.=) 0 \
-             THEN 'PUBLIC' ELSE a.grantee::pg_catalog.regrole::pg_catalog.text END \
-             OPERATOR(pg_catalog.||) ':' OPERATOR(pg_catalog.||) a.privilege_type, ', ') \
-      FROM pg_catalog.aclexplode(c.relacl) a \
-      WHERE a.grantee OPERATOR(pg_catalog.<>) c.relowner \
-        AND a.privilege_type OPERATOR(pg_catalog.<>) 'SELECT'), \
+     (WITH granted AS ( \
+        SELECT a.grantee, a.privilege_type, t.attname \
+        FROM (SELECT NULL::pg_catalog.name AS attname, c.relacl AS acl \
+              UNION ALL \
+              SELECT t.attname, t.attacl FROM pg_catalog.pg_attribute t \
+              WHERE t.attrelid OPERATOR(pg_catalog.=) c.oid AND t.attnum OPERATOR(pg_catalog.>) 0 \
+                AND NOT t.attisdropped AND t.attacl IS NOT NULL) t, \
+             pg_catalog.aclexplode(t.acl) a \
+        WHERE a.grantee OPERATOR(pg_catalog.<>) c.relowner \
+          AND a.privilege_type OPERATOR(pg_catalog.<>) 'SELECT') \
+      SELECT pg_catalog.string_agg(w.what, ', ' ORDER BY w.what) FROM ( \
+        SELECT DISTINCT CASE WHEN g.grantee OPERATOR(pg_catalog.=) 0 THEN 'PUBLIC' \
+               ELSE g.grantee::pg_catalog.regrole::pg_catalog.text END \
+               OPERATOR(pg_catalog.||) ':' OPERATOR(pg_catalog.||) g.privilege_type \
+               OPERATOR(pg_catalog.||) CASE WHEN g.attname IS NULL THEN '' \
+               ELSE ' (' OPERATOR(pg_catalog.||) pg_catalog.quote_ident(g.attname) \
+                    OPERATOR(pg_catalog.||) ')' END AS what \
+        FROM granted g \
+        UNION ALL \
+        SELECT r.oid::pg_catalog.regrole::pg_catalog.text \
+               OPERATOR(pg_catalog.||) ':INSERT, UPDATE or DELETE via membership' \
+        FROM pg_catalog.pg_roles r \
+        WHERE r.oid OPERATOR(pg_catalog.>=) 16384::pg_catalog.oid AND NOT r.rolsuper \
+          AND NOT pg_catalog.pg_has_role(r.oid, c.relowner, 'MEMBER') \
+          AND NOT EXISTS (SELECT FROM granted g WHERE g.grantee OPERATOR(pg_catalog.=) r.oid \
+                          OR g.grantee OPERATOR(pg_catalog.=) 0) \
+          AND (pg_catalog.has_table_privilege(r.oid, c.oid, \
+                 'INSERT, UPDATE, DELETE, TRUNCATE, REFERENCES, TRIGGER') \
+               OR pg_catalog.has_any_column_privilege(r.oid, c.oid, \
+                 'INSERT, UPDATE, REFERENCES'))) w), \
      (SELECT pg_catalog.string_agg(t.tgname::pg_catalog.text, ', ' ORDER BY t.tgname) \
       FROM pg_catalog.pg_trigger t WHERE t.tgrelid OPERATOR(pg_catalog.=) c.oid), \
-     c.relhasrules, c.relrowsecurity \
+     c.relhasrules, c.relrowsecurity, \
+     (SELECT pg_catalog.string_agg(DISTINCT pg_catalog.pg_describe_object(d.classid, d.objid, 0) \
+             OPERATOR(pg_catalog.||) ' uses ' \
+             OPERATOR(pg_catalog.||) pg_catalog.pg_describe_object(d.refclassid, d.refobjid, 0), \
+             '; ') \
+      FROM pg_catalog.pg_depend d \
+      WHERE d.refobjid OPERATOR(pg_catalog.>=) 16384::pg_catalog.oid \
+        AND d.refclassid OPERATOR(pg_catalog.=) ANY (ARRAY[ \
+              'pg_catalog.pg_proc'::pg_catalog.regclass, \
+              'pg_catalog.pg_operator'::pg_catalog.regclass, \
+              'pg_catalog.pg_type'::pg_catalog.regclass]::pg_catalog.oid[]) \
+        AND NOT EXISTS (SELECT FROM pg_catalog.pg_depend e \
+                        JOIN pg_catalog.pg_extension x ON x.oid OPERATOR(pg_catalog.=) e.refobjid \
+                        WHERE e.classid OPERATOR(pg_catalog.=) d.refclassid \
+                          AND e.objid OPERATOR(pg_catalog.=) d.refobjid \
+                          AND e.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_extension'::pg_catalog.regclass \
+                          AND e.deptype OPERATOR(pg_catalog.=) 'e' \
+                          AND x.extname OPERATOR(pg_catalog.=) 'pg_trickle_ext') \
+        AND (EXISTS (SELECT FROM pg_catalog.pg_constraint k \
+                     WHERE d.classid OPERATOR(pg_catalog.=) \
+                           'pg_catalog.pg_constraint'::pg_catalog.regclass \
+                       AND k.oid OPERATOR(pg_catalog.=) d.objid \
+                       AND k.conrelid OPERATOR(pg_catalog.=) c.oid) \
+          OR EXISTS (SELECT FROM pg_catalog.pg_index i \
+                     WHERE d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_class'::pg_catalog.regclass \
+                       AND i.indexrelid OPERATOR(pg_catalog.=) d.objid \
+                       AND i.indrelid OPERATOR(pg_catalog.=) c.oid))), \
+     (SELECT m.amname::pg_catalog.text FROM pg_catalog.pg_am m \
+      WHERE m.oid OPERATOR(pg_catalog.=) c.relam) \
      FROM pg_catalog.pg_class c \
      WHERE c.oid OPERATOR(pg_catalog.=) $1::pg_catalog.text::pg_catalog.regclass";
 
@@ -659,7 +726,8 @@ pub struct Writers {
     pub kind: String,
     /// `relpersistence`.
     pub persistence: String,
-    /// Grants of anything but `SELECT` to other roles (`role:PRIVILEGE, ...`).
+    /// Who else may write it: grants of anything but `SELECT` to other roles on the table or
+    /// its columns, and roles that may write through a membership (`role:PRIVILEGE, ...`).
     pub grants: Option<String>,
     /// Trigger names.
     pub triggers: Option<String>,
@@ -667,13 +735,21 @@ pub struct Writers {
     pub rules: bool,
     /// Row-level security is enabled.
     pub row_security: bool,
+    /// Constraints and indexes that run code someone created (`object uses object; ...`).
+    pub code: Option<String>,
+    /// The table access method's name.
+    pub access_method: Option<String>,
 }
 
 /// Checks that only `owner` can write `table` (a buffer, or a writer's own bookkeeping
-/// table) and that writing it runs no code: an ordinary, permanent table owned by `owner`,
-/// granting nothing but `SELECT` to anyone else, without triggers, rules or row-level
-/// security. A table someone else created first (squatted) or prepared (a trigger would run
-/// as its writer) is refused, naming what is wrong.
+/// table) and that writing it runs no code but PostgreSQL's own: an ordinary, permanent heap
+/// table owned by `owner`, that no other role may write (by a grant on it or on a column, or
+/// through a membership PostgreSQL honours, `pg_write_all_data` among them; superusers and
+/// members of `owner` are `owner`'s equals), without triggers, rules or row-level security,
+/// whose constraints and indexes call only built-in functions, operators and types (and the
+/// extension `pg_trickle_ext`'s). A table
+/// someone else created first (squatted) or prepared (code that would run as its writer) is
+/// refused, naming what is wrong.
 pub fn check_writers(table: &str, w: &Writers, owner: &str) -> Result<(), BufferMismatch> {
     let refuse = |detail: String| {
         Err(BufferMismatch::Unsafe {
@@ -687,11 +763,18 @@ pub fn check_writers(table: &str, w: &Writers, owner: &str) -> Result<(), Buffer
     if w.persistence != "p" {
         return refuse("it is unlogged or temporary".into());
     }
+    if w.access_method.as_deref() != Some("heap") {
+        return refuse(format!(
+            "it uses the table access method {}, not heap (its rows are written into the \
+             heap directly)",
+            w.access_method.as_deref().unwrap_or("(none)")
+        ));
+    }
     if w.owner != owner {
         return refuse(format!("it is owned by {}, not {owner}", w.owner));
     }
     if let Some(g) = &w.grants {
-        return refuse(format!("it grants {g}"));
+        return refuse(format!("other roles may write it: {g}"));
     }
     if let Some(t) = &w.triggers {
         return refuse(format!("it has triggers ({t})"));
@@ -701,6 +784,11 @@ pub fn check_writers(table: &str, w: &Writers, owner: &str) -> Result<(), Buffer
     }
     if w.row_security {
         return refuse("it has row-level security enabled".into());
+    }
+    if let Some(code) = &w.code {
+        return refuse(format!(
+            "its constraints or indexes run code that is not built in ({code})"
+        ));
     }
     Ok(())
 }
@@ -1181,6 +1269,7 @@ mod tests {
             owner: "app".into(),
             kind: "r".into(),
             persistence: "p".into(),
+            access_method: Some("heap".into()),
             ..Writers::default()
         };
         assert_eq!(check_writers(t(), &ok, "app"), Ok(()));
@@ -1195,7 +1284,23 @@ mod tests {
                 ..ok.clone()
             },
             "app",
-            "grants mallory:INSERT",
+            "other roles may write it: mallory:INSERT",
+        );
+        refused(
+            Writers {
+                code: Some("constraint c on table t uses function f(bigint)".into()),
+                ..ok.clone()
+            },
+            "app",
+            "not built in (constraint c on table t uses function f(bigint))",
+        );
+        refused(
+            Writers {
+                access_method: Some("columnar".into()),
+                ..ok.clone()
+            },
+            "app",
+            "access method columnar, not heap",
         );
         refused(
             Writers {

@@ -321,14 +321,14 @@ pub fn metadata_statements(schema: &str) -> Vec<String> {
              \"index_class\" text NOT NULL, \
              \"row_identity_version\" smallint NOT NULL, \
              \"row_probe_version\" smallint NOT NULL, \
-             \"slot\" text)",
+             \"slot\" text) USING heap",
             quote_ident(TABLES)
         ),
         format!(
             "CREATE TABLE IF NOT EXISTS {s}.{} (\
              \"slot\" text PRIMARY KEY, \
              \"commit_lsn\" pg_lsn NOT NULL, \
-             \"chunks\" text)",
+             \"chunks\" text) USING heap",
             quote_ident(POSITION)
         ),
         format!(

@@ -188,6 +188,8 @@ async fn identity_table(client: &impl GenericClient) -> Result<u32, CdcError> {
         triggers: w.get(4),
         rules: w.get(5),
         row_security: w.get(6),
+        code: w.get(7),
+        access_method: w.get(8),
     };
     buffer::check_writers(&name, &writers, &owner).map_err(|e| {
         setup(format!(

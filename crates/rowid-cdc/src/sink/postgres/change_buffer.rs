@@ -268,7 +268,7 @@ async fn prepare(client: &mut Client, target: &Target) -> Result<(Option<Lsn>, V
         .batch_execute(&format!(
             "CREATE TABLE IF NOT EXISTS {p} (\"buffer\" pg_catalog.text NOT NULL, \
              \"slot\" pg_catalog.text NOT NULL, \"commit_lsn\" pg_catalog.pg_lsn NOT NULL, \
-             PRIMARY KEY (\"buffer\", \"slot\")); \
+             PRIMARY KEY (\"buffer\", \"slot\")) USING heap; \
              REVOKE ALL ON TABLE {p} FROM PUBLIC",
             p = pos.quoted()
         ))

@@ -801,6 +801,8 @@ async fn writers(client: &impl GenericClient, table: &str) -> Result<Writers, Fa
         triggers: row.get(4),
         rules: row.get(5),
         row_security: row.get(6),
+        code: row.get(7),
+        access_method: row.get(8),
     })
 }
 

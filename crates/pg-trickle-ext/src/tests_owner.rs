@@ -1,0 +1,174 @@
+// The extension under a hostile owner (issue 36): code a buffer's owner attaches to the
+// buffer, a buffer moved to another access method, and write rights PostgreSQL grants other
+// than through the table's ACL. Included into lib.rs's `tests` module after
+// tests_hardening.rs (whose helpers it uses).
+
+/// How many rows `buffer` holds.
+fn buffer_rows(buffer: &str) -> i64 {
+    Spi::get_one::<i64>(&format!("SELECT count(*) FROM {buffer}"))
+        .expect("count")
+        .expect("a count")
+}
+
+/// Issue 36 item 1: a CHECK constraint on the buffer whose code grants on the source (an
+/// invalidation that makes the trigger's plan stale) and inserts into the source again runs
+/// the capture inside the capture. The nested call rebuilds the plan; the outer call is still
+/// executing the kept INSERT of the old one, which must stay alive until it returns (it was
+/// freed under it: a crash, or worse). The constraint reaches user code through a built-in
+/// that runs SQL (`query_to_xml`), which the refusal of user code below cannot see. Both
+/// changes are captured, once each, with their identities.
+#[pg_test]
+fn a_buffer_constraint_that_enters_the_capture_again_frees_nothing_in_use() {
+    let buffer = captured("cap_again", "id int4 PRIMARY KEY, v text");
+    Spi::run(&format!(
+        "CREATE FUNCTION public.cap_again_nested() RETURNS boolean VOLATILE LANGUAGE plpgsql
+           SET search_path FROM CURRENT AS $$
+         BEGIN
+           IF (SELECT count(*) FROM cap_again) < 2 THEN
+             GRANT SELECT ON cap_again TO PUBLIC;
+             INSERT INTO cap_again VALUES (100, 'nested');
+           END IF;
+           RETURN true;
+         END $$;
+         CREATE INDEX ON {buffer} (xid);
+         ALTER TABLE {buffer} ADD CONSTRAINT cap_again_check
+           CHECK (pg_catalog.query_to_xml('SELECT public.cap_again_nested()', false, false, '')
+                  IS NOT NULL);"
+    ))
+    .expect("a constraint of built-in calls is accepted");
+    Spi::run("INSERT INTO cap_again VALUES (1, 'outer');").expect("insert");
+    assert_eq!(buffer_rows(&buffer), 2, "one change each");
+    assert_same_changes("cap_again", &buffer);
+}
+
+/// Issue 36 item 1, the decision: a buffer may carry constraints and indexes, but only of
+/// built-in code: a CHECK constraint, an index expression or predicate that calls a function,
+/// operator or type someone created is code that would run as the owner inside every writer's
+/// statement (and could enter the capture again), and is refused by the trigger and by
+/// readers, naming the object and what it uses. A plain index on the buffer's columns is
+/// accepted.
+#[pg_test]
+fn buffer_constraints_and_indexes_of_user_code_are_refused() {
+    Spi::run(
+        "CREATE FUNCTION public.cap_user_true(bigint) RETURNS boolean IMMUTABLE
+           LANGUAGE sql AS 'SELECT true';",
+    )
+    .expect("function");
+    for (i, (change, names)) in [
+        (
+            "ALTER TABLE {b} ADD CONSTRAINT cap_user_check CHECK (public.cap_user_true(xid))",
+            "cap_user_check",
+        ),
+        (
+            "CREATE INDEX cap_user_expr ON {b} ((public.cap_user_true(xid)))",
+            "cap_user_expr",
+        ),
+        (
+            "CREATE INDEX cap_user_pred ON {b} (xid) WHERE public.cap_user_true(xid)",
+            "cap_user_pred",
+        ),
+    ]
+    .iter()
+    .enumerate()
+    {
+        let t = format!("cap_user{i}");
+        let buffer = captured(&t, "k int8 PRIMARY KEY");
+        Spi::run(&format!("CREATE INDEX ON {buffer} (seq)")).expect("a plain index");
+        Spi::run(&format!("INSERT INTO {t} VALUES (1)")).expect("a plain index is accepted");
+        Spi::run(&change.replace("{b}", &buffer)).expect("change");
+        let reader = error_of(
+            None,
+            &format!("SELECT pgtrickle.check_change_buffer('{buffer}')"),
+        );
+        let writer = error_of(None, &format!("INSERT INTO {t} VALUES (2)"));
+        for (who, e) in [("reader", reader), ("writer", writer)] {
+            assert!(
+                e.as_deref().is_some_and(|e| e.contains("is refused")
+                    && e.contains(names)
+                    && e.contains("cap_user_true")),
+                "{change}: the {who} accepted it or did not name it: {e:?}"
+            );
+        }
+        assert_eq!(buffer_rows(&buffer), 1, "{change}: nothing written");
+    }
+}
+
+/// Issue 36 item 2: the trigger writes into the heap directly; a buffer its owner moved to
+/// another table access method is refused by the trigger and by readers, naming the method.
+/// (`heap2` uses the heap's handler, so the write would even succeed: the refusal is by the
+/// method's name, as the rule is.)
+#[pg_test]
+fn a_buffer_of_another_access_method_is_refused() {
+    let buffer = captured("cap_am", "k int8 PRIMARY KEY");
+    Spi::run(&format!(
+        "CREATE ACCESS METHOD cap_heap2 TYPE TABLE HANDLER heap_tableam_handler;
+         ALTER TABLE {buffer} SET ACCESS METHOD cap_heap2;"
+    ))
+    .expect("access method");
+    let reader = error_of(
+        None,
+        &format!("SELECT pgtrickle.check_change_buffer('{buffer}')"),
+    );
+    let writer = error_of(None, "INSERT INTO cap_am VALUES (1)");
+    for (who, e) in [("reader", reader), ("writer", writer)] {
+        assert!(
+            e.as_deref()
+                .is_some_and(|e| e.contains("is refused") && e.contains("cap_heap2")),
+            "the {who} accepted it or did not name the method: {e:?}"
+        );
+    }
+    assert_eq!(buffer_rows(&buffer), 0);
+}
+
+/// Issue 36 item 3: PostgreSQL grants writes other than through the table's ACL: a column
+/// grant (`GRANT INSERT (op) ...` lets a role insert a forged `D` row) and the predefined
+/// role `pg_write_all_data`. Both are refused by the trigger and by readers, naming the role;
+/// the identity schema table is refused by the same check (what `rowid-cdc` runs on it).
+#[pg_test]
+fn writers_by_column_grants_and_predefined_roles_are_refused() {
+    for (i, change) in [
+        "CREATE ROLE cap_colw{i}; GRANT INSERT (op) ON {b} TO cap_colw{i}",
+        "CREATE ROLE cap_colw{i}; GRANT UPDATE (__pgt_row_id) ON {b} TO cap_colw{i}",
+        "CREATE ROLE cap_colw{i}; GRANT pg_write_all_data TO cap_colw{i}",
+    ]
+    .iter()
+    .enumerate()
+    {
+        let t = format!("cap_colw_t{i}");
+        let buffer = captured(&t, "k int8 PRIMARY KEY");
+        Spi::run(&change.replace("{b}", &buffer).replace("{i}", &i.to_string()))
+            .expect("change");
+        let role = format!("cap_colw{i}");
+        let reader = error_of(
+            None,
+            &format!("SELECT pgtrickle.check_change_buffer('{buffer}')"),
+        );
+        let writer = error_of(None, &format!("INSERT INTO {t} VALUES (1)"));
+        for (who, e) in [("reader", reader), ("writer", writer)] {
+            assert!(
+                e.as_deref()
+                    .is_some_and(|e| e.contains("is refused") && e.contains(&role)),
+                "{change}: the {who} accepted it or did not name {role}: {e:?}"
+            );
+        }
+        let identity_table = crate::capture::writers(
+            Spi::get_one::<pg_sys::Oid>("SELECT 'pgtrickle.identity_schemas'::regclass::oid")
+                .expect("oid")
+                .expect("identity_schemas exists"),
+        );
+        let owner = identity_table.owner.clone();
+        let checked = rowid_registry::buffer::check_writers(
+            "pgtrickle.identity_schemas",
+            &identity_table,
+            &owner,
+        );
+        if change.contains("pg_write_all_data") {
+            assert!(
+                checked.as_ref().is_err_and(|e| e.to_string().contains(&role)),
+                "a member of pg_write_all_data can write identity schemas: {checked:?}"
+            );
+        } else {
+            assert_eq!(checked, Ok(()), "{change}: identity_schemas untouched");
+        }
+    }
+}
