@@ -58,25 +58,35 @@ impl Drop for CallSite {
 }
 
 impl CallSite {
-    /// Rebuilds the cache for a record type.
+    /// Rebuilds the cache for a record type. Exception-safe: the cache is marked empty
+    /// before anything is replaced and keyed to `typid`/`typmod` only once every field is
+    /// resolved, so an error raised meanwhile (a field without an identity, caught by a
+    /// caller that goes on) leaves a cache the next call rebuilds, never a descriptor under
+    /// another type's key; readers resolved before the error are released.
     ///
     /// # Safety
     /// Must run inside a backend with `mcxt` the FmgrInfo's memory context.
     unsafe fn rebuild(&mut self, typid: pg_sys::Oid, typmod: i32, mcxt: pg_sys::MemoryContext) {
+        self.typid = pg_sys::InvalidOid;
+        self.typmod = -1;
+        fields::release(&mut self.fields);
+        self.fields.clear();
+        self.attnos.clear();
         // SAFETY: the copy is made in fn_mcxt so it lives as long as this cache; the old copy
-        // (if any) is freed.
+        // (if any) is freed, and the pointer cleared before anything else can fail.
         unsafe {
             if !self.tupdesc.is_null() {
                 pg_sys::FreeTupleDesc(self.tupdesc);
+                self.tupdesc = std::ptr::null_mut();
             }
             self.tupdesc = row_descriptor(typid, typmod, mcxt);
         }
         // SAFETY: a valid tuple descriptor with natts attributes.
         let natts = unsafe { (*self.tupdesc).natts } as usize;
         let row_id = row_id_domain();
-        fields::release(&mut self.fields);
-        self.fields.clear();
-        self.attnos.clear();
+        // Released if resolving a later field raises.
+        let mut built = fields::Resolving::with_capacity(natts);
+        let mut attnos = Vec::with_capacity(natts);
         for i in 0..natts {
             // SAFETY: i < natts.
             let att = unsafe { attribute(self.tupdesc, i) };
@@ -92,9 +102,11 @@ impl CallSite {
             let expr = format!("field {} ({name})", i + 1);
             // SAFETY: mcxt is the FmgrInfo's context, which outlives this cache.
             let f = unsafe { fields::resolve(FUNCTION, expr, name, ty, row_id, mcxt) };
-            self.fields.push(f);
-            self.attnos.push(i);
+            built.push(f);
+            attnos.push(i);
         }
+        self.fields = built.finish();
+        self.attnos = attnos;
         self.values = vec![pg_sys::Datum::from(0); natts];
         self.nulls = vec![true; natts];
         self.typid = typid;
@@ -117,7 +129,11 @@ impl CallSite {
             let header = datum::tuple_header(record);
             let typid = pgrx::heap_tuple_header_get_type_id(header);
             let typmod = pgrx::heap_tuple_header_get_typmod(header);
-            if self.tupdesc.is_null() || typid != self.typid || typmod != self.typmod {
+            if self.tupdesc.is_null()
+                || self.typid == pg_sys::InvalidOid
+                || typid != self.typid
+                || typmod != self.typmod
+            {
                 self.rebuild(typid, typmod, mcxt);
             }
             let mut tuple = pg_sys::HeapTupleData {

@@ -578,7 +578,8 @@ unsafe fn build(
     }
     let row_id = row_id_domain();
     let mcxt = memory_context();
-    let mut fields = Vec::with_capacity(def.fields.len());
+    // Released if a later step raises (the plan is not built).
+    let mut fields = fields::Resolving::with_capacity(def.fields.len());
     let mut attnos = Vec::with_capacity(def.fields.len());
     let mut composites = Vec::new();
     for f in &def.fields {
@@ -615,7 +616,7 @@ unsafe fn build(
         buffer_name,
         valid,
         domain: def.domain,
-        fields,
+        fields: fields.finish(),
         attnos,
         spi: None,
         heap_values: Vec::with_capacity(heap_columns.len()),
@@ -971,6 +972,11 @@ unsafe fn capture_as_owner(
                     continue;
                 }
             }
+            // Plans made stale by an invalidation are dropped here, this trigger's and any
+            // other's: a dropped trigger's plan (its source's relcache was invalidated) would
+            // otherwise stay for the backend's life. A plan still executing elsewhere keeps
+            // its kept INSERT (held by that execution); its readers are not in use then.
+            PLANS.with(|p| p.borrow_mut().retain(|_, plan| plan.valid.get()));
             let valid = Rc::new(Cell::new(true));
             let plan = build(relation, buffer, rel, valid);
             PLANS.with(|p| p.borrow_mut().insert(tgoid, plan));

@@ -92,6 +92,34 @@ pub unsafe fn from_shape(
     Field { reader, name }
 }
 
+/// Fields being resolved for a cache: released when dropped before the cache takes them
+/// ([`Resolving::finish`]), so an error unwinding through a rebuild leaves no reader memory
+/// behind.
+pub struct Resolving(Vec<Field>);
+
+impl Resolving {
+    /// No fields yet, room for `n`.
+    pub fn with_capacity(n: usize) -> Resolving {
+        Resolving(Vec::with_capacity(n))
+    }
+
+    /// Adds a resolved field.
+    pub fn push(&mut self, field: Field) {
+        self.0.push(field);
+    }
+
+    /// The fields, now the caller's to release.
+    pub fn finish(mut self) -> Vec<Field> {
+        std::mem::take(&mut self.0)
+    }
+}
+
+impl Drop for Resolving {
+    fn drop(&mut self) {
+        release(&mut self.0);
+    }
+}
+
 /// Releases what the fields' readers hold (before they are dropped or rebuilt).
 pub fn release(fields: &mut [Field]) {
     for f in fields {
