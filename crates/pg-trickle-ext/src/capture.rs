@@ -515,6 +515,102 @@ fn verify_made_for(function: &str, buffer: pg_sys::Oid, source: pg_sys::Oid) {
     }
 }
 
+/// The capture triggers `capture_table` makes on a source, as `pg_trigger` records them:
+/// `(name, tgtype, tgenabled)`, each AFTER, enabled ALWAYS (so a session in
+/// `session_replication_role = replica`, a subscription's apply worker among them, fires
+/// them too), without `WHEN` or `UPDATE OF`, with the buffer as its one argument.
+const CAPTURE_TRIGGERS: [(&str, i32, &str); 2] = [
+    // ROW | INSERT | DELETE | UPDATE
+    ("pgtrickle_capture", 1 | 4 | 8 | 16, "A"),
+    // TRUNCATE, FOR EACH STATEMENT
+    ("pgtrickle_capture_truncate", 32, "A"),
+];
+
+/// Refuses `source` (by `function`) unless the triggers that run the capture function (or,
+/// built with the `bench` feature, its floor `bench_capture_floor`) on it
+/// are exactly [`CAPTURE_TRIGGERS`] writing into `buffer` (quoted): a role with `TRIGGER` on
+/// the source can replace one (`CREATE OR REPLACE TRIGGER ... WHEN (false)`: no change is
+/// captured) or add another (every change twice). Checked by the trigger when it builds its
+/// plan and by readers before they read.
+fn check_capture_triggers(function: &str, source: pg_sys::Oid, buffer: pg_sys::Oid) {
+    let found = spi::rows(
+        &format!(
+            "SELECT t.tgname::pg_catalog.text, t.tgtype::pg_catalog.int4, \
+                    t.tgenabled::pg_catalog.text, t.tgqual IS NOT NULL, \
+                    pg_catalog.cardinality(t.tgattr::pg_catalog.int2[]), \
+                    t.tgnargs OPERATOR(pg_catalog.=) 1 AND pg_catalog.to_regclass( \
+                      pg_catalog.convert_from(pg_catalog.substring(t.tgargs, 1, \
+                        pg_catalog.length(t.tgargs) OPERATOR(pg_catalog.-) 1), \
+                        pg_catalog.getdatabaseencoding()::pg_catalog.name)) \
+                      IS NOT DISTINCT FROM {}::pg_catalog.regclass \
+             FROM pg_catalog.pg_trigger t \
+             WHERE t.tgrelid OPERATOR(pg_catalog.=) {} \
+               AND t.tgfoid OPERATOR(pg_catalog.=) ANY (ARRAY[ \
+                   pg_catalog.to_regprocedure('pgtrickle.capture_changes()'), \
+                   pg_catalog.to_regprocedure('pgtrickle.bench_capture_floor()')]::pg_catalog.oid[]) \
+             ORDER BY t.tgname",
+            u32::from(buffer),
+            u32::from(source)
+        ),
+        &[],
+        |row| {
+            Ok((
+                row.get::<String>(1)?.unwrap_or_default(),
+                row.get::<i32>(2)?.unwrap_or(0),
+                row.get::<String>(3)?.unwrap_or_default(),
+                row.get::<bool>(4)?.unwrap_or(true),
+                row.get::<i32>(5)?.unwrap_or(0),
+                row.get::<bool>(6)?.unwrap_or(false),
+            ))
+        },
+    );
+    let source_name = relation_name(source);
+    let buffer = relation_name(buffer);
+    let refuse = |what: String| -> ! {
+        errors::invalid_buffer(
+            function,
+            &format!(
+                "{source_name}: {what}: its changes may be missing or doubled in {buffer}; run \
+                 SELECT pgtrickle.capture_table('{}') to restore the capture triggers",
+                source_name.replace('\'', "''")
+            ),
+        )
+    };
+    for (name, tgtype, enabled, qual, attrs, into_buffer) in &found {
+        let Some(&(_, want_type, want_enabled)) =
+            CAPTURE_TRIGGERS.iter().find(|(n, _, _)| n == name)
+        else {
+            refuse(format!(
+                "the trigger {} runs the capture too (drop it)",
+                quote_ident(name)
+            ));
+        };
+        let wrong = if *qual {
+            Some("it has a WHEN condition")
+        } else if *attrs > 0 {
+            Some("it fires for UPDATE OF some columns only")
+        } else if *tgtype != want_type {
+            Some("it fires on other events")
+        } else if enabled != want_enabled {
+            Some("it is not enabled ALWAYS")
+        } else if !into_buffer {
+            Some("it writes another buffer")
+        } else {
+            None
+        };
+        if let Some(wrong) = wrong {
+            refuse(format!(
+                "its capture trigger {name} is not the one capture_table made ({wrong})"
+            ));
+        }
+    }
+    for (name, _, _) in CAPTURE_TRIGGERS {
+        if !found.iter().any(|f| f.0 == name) {
+            refuse(format!("its capture trigger {name} is missing"));
+        }
+    }
+}
+
 /// The key (or keyless) identity of `relid` as its identity schema says, refused by name
 /// when it has none.
 fn identity_of(function: &str, relid: pg_sys::Oid) -> IdentityDef {
@@ -553,6 +649,7 @@ unsafe fn build(
     let def = identity_of(FUNCTION, relid);
     let buffer_name = relation_name(buffer);
     let images = verify_buffer(FUNCTION, buffer, relid, owner);
+    check_capture_triggers(FUNCTION, relid, buffer);
     // The event trigger follows every ALTER TABLE in its own transaction; a buffer behind its
     // source (event triggers off) is refused, never written under the old shape.
     if images != source_images(FUNCTION, relid) {
@@ -1286,8 +1383,15 @@ pub fn capture_table(source_oid: pg_sys::Oid) -> String {
                 ),
                 &[],
             );
+            // Fired in every session_replication_role, `replica` (a subscription's apply
+            // worker) too.
+            spi::run(
+                &format!("ALTER TABLE {} ENABLE ALWAYS TRIGGER {name}", src.name),
+                &[],
+            );
         }
     });
+    check_capture_triggers(CAPTURE_TABLE, source_oid, oid);
     quoted
 }
 
@@ -1352,6 +1456,9 @@ pub fn check_buffer(function: &str, oid: pg_sys::Oid) {
     if let Err(e) = buffer::check_writers(&name, &w, &owner) {
         errors::invalid_buffer(function, &e.to_string());
     }
+    if let Some(source) = trigger_buffer_source(oid) {
+        check_capture_triggers(function, source, oid);
+    }
     let found = spi::rows(&buffer::foreign_versions_query(&name), &[], |row| {
         Ok((
             row.get::<i16>(1)?.unwrap_or(0),
@@ -1365,4 +1472,21 @@ pub fn check_buffer(function: &str, oid: pg_sys::Oid) {
             &buffer::foreign_versions(&name, identity, probe).to_string(),
         );
     }
+}
+
+/// The source of a trigger buffer (`capture_table` records the buffer's automatic
+/// dependency on it); `None` for a buffer another writer made.
+fn trigger_buffer_source(buffer: pg_sys::Oid) -> Option<pg_sys::Oid> {
+    spi::one::<pg_sys::Oid>(
+        &format!(
+            "SELECT d.refobjid FROM pg_catalog.pg_depend d \
+             WHERE d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_class'::pg_catalog.regclass \
+               AND d.objid OPERATOR(pg_catalog.=) {} \
+               AND d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_class'::pg_catalog.regclass \
+               AND d.refobjsubid OPERATOR(pg_catalog.=) 0 \
+               AND d.deptype OPERATOR(pg_catalog.=) 'a' LIMIT 1",
+            u32::from(buffer)
+        ),
+        &[],
+    )
 }

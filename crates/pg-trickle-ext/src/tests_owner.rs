@@ -250,3 +250,80 @@ fn plans_of_dropped_triggers_are_released() {
         after[1]
     );
 }
+
+/// Issue 36 item 10: the capture triggers are checked, not trusted. A role with `TRIGGER` on
+/// the source can replace `pgtrickle_capture` with one that fires never (`WHEN (false)`) or
+/// for some columns only (`UPDATE OF`), or add a second trigger of the capture function
+/// (every change twice): readers refuse the buffer naming the trigger, and the trigger
+/// refuses to write while a second one exists. `capture_table` run again restores them.
+#[pg_test]
+fn capture_triggers_that_are_not_the_ones_capture_table_made_are_refused() {
+    for (i, change) in [
+        "CREATE OR REPLACE TRIGGER pgtrickle_capture AFTER INSERT OR UPDATE OR DELETE ON {t} \
+         FOR EACH ROW WHEN (false) EXECUTE FUNCTION pgtrickle.capture_changes('{b}')",
+        "CREATE OR REPLACE TRIGGER pgtrickle_capture AFTER INSERT OR UPDATE OF k OR DELETE \
+         ON {t} FOR EACH ROW EXECUTE FUNCTION pgtrickle.capture_changes('{b}')",
+        "CREATE TRIGGER a_second AFTER INSERT OR UPDATE OR DELETE ON {t} \
+         FOR EACH ROW EXECUTE FUNCTION pgtrickle.capture_changes('{b}')",
+    ]
+    .iter()
+    .enumerate()
+    {
+        let t = format!("cap_trig{i}");
+        let buffer = captured(&t, "k int8 PRIMARY KEY, v text");
+        Spi::run(&format!("INSERT INTO {t} VALUES (1, 'a')")).expect("insert");
+        Spi::run(&change.replace("{t}", &t).replace("{b}", &buffer)).expect("change");
+        let writer = error_of(None, &format!("INSERT INTO {t} VALUES (2, 'b')"));
+        let reader = error_of(
+            None,
+            &format!("SELECT pgtrickle.check_change_buffer('{buffer}')"),
+        );
+        assert!(
+            reader
+                .as_deref()
+                .is_some_and(|e| e.contains("capture trigger") && e.contains(&t)),
+            "{change}: a reader accepted it: {reader:?}"
+        );
+        if change.contains("a_second") {
+            assert!(
+                writer.as_deref().is_some_and(|e| e.contains("a_second")),
+                "{change}: the trigger wrote: {writer:?}"
+            );
+        }
+        Spi::run(&format!(
+            "DROP TRIGGER IF EXISTS a_second ON {t}; SELECT pgtrickle.capture_table('{t}')"
+        ))
+        .expect("capture again");
+        assert_eq!(
+            error_of(
+                None,
+                &format!("SELECT pgtrickle.check_change_buffer('{buffer}')")
+            ),
+            None,
+            "{change}: restored"
+        );
+    }
+}
+
+/// Issue 36 item 10: a session with `session_replication_role = replica` (what a
+/// subscription's apply worker runs with, from PostgreSQL 16 as the subscription's owner)
+/// fires only triggers enabled ALWAYS: the capture triggers are, so its changes are captured.
+#[pg_test]
+fn changes_applied_in_replica_mode_are_captured() {
+    let buffer = captured("cap_replica_mode", "k int8 PRIMARY KEY");
+    Spi::run(
+        "SET LOCAL session_replication_role = replica;
+         INSERT INTO cap_replica_mode VALUES (1);
+         UPDATE cap_replica_mode SET k = 2;
+         TRUNCATE cap_replica_mode;
+         SET LOCAL session_replication_role = origin;",
+    )
+    .expect("writes");
+    assert_eq!(
+        Spi::get_one::<String>(&format!(
+            "SELECT string_agg(op::text, '' ORDER BY seq) FROM {buffer}"
+        ))
+        .expect("ops"),
+        Some("IUT".to_string())
+    );
+}
