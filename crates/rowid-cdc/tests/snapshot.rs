@@ -349,12 +349,16 @@ fn chunked_snapshots_survive_kills_exactly() {
         "500",
     ];
     let chunk = ["--snapshot-chunk", "500"];
-    // The first run is killed during the copy; the second and third crash inside the windows
-    // between two durable steps (`ROWID_CDC_TEST_CRASH`: a chunk delivered and its watermark
-    // not arrived; the sink's lines written and the state file not yet); then kills at
-    // random once a later position is recorded.
+    // The first run crashes during the copy, at its third checkpoint (the sink's lines
+    // written, the state file not yet): at a fixed point, so that most of the table is left
+    // for the chunks. (It was killed once the state recorded a checkpoint; on a loaded
+    // machine the copy could nearly finish before the kill landed, leaving fewer chunks than
+    // the crash points below need: a fresh-machine run failed so.) The second and third crash
+    // inside the windows between two durable steps (`ROWID_CDC_TEST_CRASH`: a chunk
+    // delivered and its watermark not arrived; the sink's lines written and the state file
+    // not yet); then kills at random once a later position is recorded.
     let crashes = [
-        None,
+        Some("after-sink-commit#3"),
         Some("after-chunk-delivered#2"),
         Some("after-sink-commit#7"),
         None,
