@@ -51,6 +51,7 @@ SELECT pgtrickle.capture_table('cap_floor') AS floor_buf \gset
 DROP TRIGGER pgtrickle_capture ON cap_floor;
 CREATE TRIGGER pgtrickle_capture AFTER INSERT OR UPDATE OR DELETE ON cap_floor
   FOR EACH ROW EXECUTE FUNCTION pgtrickle.bench_capture_floor(:'floor_buf');
+ALTER TABLE cap_floor ENABLE ALWAYS TRIGGER pgtrickle_capture;
 VACUUM ANALYZE cap_none, cap_v1, cap_v2, cap_floor;
 CHECKPOINT;
 
