@@ -238,10 +238,7 @@ fn follow_columns(function: &str, source: pg_sys::Oid, buffer: pg_sys::Oid) -> u
         Err(e) => errors::invalid_buffer(function, &e.to_string()),
     };
     let want = source_images(function, source);
-    let qualified = QualifiedName::new(
-        buffer::DEFAULT_SCHEMA,
-        &format!("changes_{}", u32::from(source)),
-    );
+    let qualified = buffer_name(buffer);
     let count = buffer::alter_statements(&qualified, &have, &want, true).len();
     if count > 0 {
         let owner = writers_owner(buffer);
@@ -305,11 +302,9 @@ fn writers_owner(rel: pg_sys::Oid) -> pg_sys::Oid {
 pub fn follow_source_ddl(sources: &[pg_sys::Oid]) -> i32 {
     let mut altered = 0;
     for &source in sources {
-        let name = QualifiedName::new(
-            buffer::DEFAULT_SCHEMA,
-            &format!("changes_{}", u32::from(source)),
-        );
-        let Some(buffer) = buffer_oid(&name) else {
+        // Found by its dependency, not its name: a table someone else placed under the
+        // buffer's name is no buffer and stops no DDL.
+        let Some(buffer) = made_buffer(source) else {
             continue;
         };
         verify_made_for("pgtrickle.follow_source_ddl", buffer, source);
@@ -1318,12 +1313,15 @@ pub fn capture_table(source_oid: pg_sys::Oid) -> String {
     check_source(CAPTURE_TABLE, &src);
     // Refused by name when the source has no usable identity.
     identity_of(CAPTURE_TABLE, source_oid);
-    let buffer = QualifiedName::new(
-        buffer::DEFAULT_SCHEMA,
-        &format!("changes_{}", u32::from(source_oid)),
-    );
+    // The buffer capture_table made before, found by its dependency on the source; a new
+    // one is named `changes_<source oid>`, or with a suffix when a table (a capture role's,
+    // which may create tables in the schema) already has that name.
+    let existing = made_buffer(source_oid);
+    let buffer = match existing {
+        Some(oid) => buffer_name(oid),
+        None => free_buffer_name(source_oid),
+    };
     let quoted = buffer.quoted();
-    let existing = buffer_oid(&buffer);
     let owner_name = role_name(src.owner);
     // Creating in, and giving away objects of, the extension's schema is its owner's right:
     // done as that role, restricted, with the locked path, from OIDs and quoted names.
@@ -1393,6 +1391,56 @@ pub fn capture_table(source_oid: pg_sys::Oid) -> String {
     });
     check_capture_triggers(CAPTURE_TABLE, source_oid, oid);
     quoted
+}
+
+/// The trigger buffer `capture_table` made for `source`: the ordinary table in the
+/// extension's buffer schema that depends automatically on the whole source (a dependency
+/// only `capture_table` records; no role can place one with SQL). `None` when it has none.
+fn made_buffer(source: pg_sys::Oid) -> Option<pg_sys::Oid> {
+    spi::one::<pg_sys::Oid>(
+        &format!(
+            "SELECT c.oid FROM pg_catalog.pg_depend d \
+             JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) d.objid \
+             JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace \
+             WHERE d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_class'::pg_catalog.regclass \
+               AND d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_class'::pg_catalog.regclass \
+               AND d.refobjid OPERATOR(pg_catalog.=) {} \
+               AND d.refobjsubid OPERATOR(pg_catalog.=) 0 \
+               AND d.deptype OPERATOR(pg_catalog.=) 'a' \
+               AND c.relkind OPERATOR(pg_catalog.=) 'r' \
+               AND n.nspname OPERATOR(pg_catalog.=) $1 \
+             ORDER BY c.oid LIMIT 1",
+            u32::from(source)
+        ),
+        &[buffer::DEFAULT_SCHEMA.into()],
+    )
+}
+
+/// The name of the buffer `oid` (in the extension's buffer schema).
+fn buffer_name(oid: pg_sys::Oid) -> QualifiedName {
+    let name = spi::one::<String>(
+        &format!(
+            "SELECT relname::pg_catalog.text FROM pg_catalog.pg_class \
+             WHERE oid OPERATOR(pg_catalog.=) {}",
+            u32::from(oid)
+        ),
+        &[],
+    )
+    .unwrap_or_default();
+    QualifiedName::new(buffer::DEFAULT_SCHEMA, &name)
+}
+
+/// A name for a new buffer of `source`: `changes_<oid>`, or `changes_<oid>_<n>` with the
+/// first `n` from 1 whose name no relation has.
+fn free_buffer_name(source: pg_sys::Oid) -> QualifiedName {
+    let base = format!("changes_{}", u32::from(source));
+    (0..)
+        .map(|n| match n {
+            0 => QualifiedName::new(buffer::DEFAULT_SCHEMA, &base),
+            n => QualifiedName::new(buffer::DEFAULT_SCHEMA, &format!("{base}_{n}")),
+        })
+        .find(|name| buffer_oid(name).is_none())
+        .unwrap_or_else(|| QualifiedName::new(buffer::DEFAULT_SCHEMA, &base))
 }
 
 /// The OID of the relation `name` names, read from the catalog (the caller may not have

@@ -181,25 +181,29 @@ fn the_buffer_schema_cannot_be_squatted() {
 }
 
 /// A table placed in the schema under a buffer's name before capture_table (here by a
-/// superuser, as a role with CREATE there could) is not adopted.
+/// superuser, as a role with CREATE there could) is not adopted: the buffer is found by its
+/// dependency on the source, and a new one takes another name.
 #[pg_test]
-#[should_panic(expected = "was not made by pgtrickle.capture_table")]
 fn a_table_named_like_a_buffer_is_not_adopted() {
     Spi::run("CREATE TABLE cap_preexisting (k int8 PRIMARY KEY)").expect("table");
     let oid = Spi::get_one::<pg_sys::Oid>("SELECT 'cap_preexisting'::regclass::oid")
         .expect("oid")
         .map(u32::from)
         .unwrap_or(0);
-    Spi::run(&format!(
-        "{}; {}",
-        rowid_registry::buffer::create_table(
-            &rowid_registry::sql::QualifiedName::new("pgtrickle_changes", &format!("changes_{oid}")),
-            &[]
-        )
-        .join("; "),
-        "SELECT pgtrickle.capture_table('cap_preexisting')"
-    ))
-    .expect("refused");
+    let squatted =
+        rowid_registry::sql::QualifiedName::new("pgtrickle_changes", &format!("changes_{oid}"));
+    Spi::run(&rowid_registry::buffer::create_table(&squatted, &[]).join("; ")).expect("squat");
+    let buffer = Spi::get_one::<String>("SELECT pgtrickle.capture_table('cap_preexisting')")
+        .expect("capture_table")
+        .expect("buffer");
+    assert_eq!(buffer, format!("\"pgtrickle_changes\".\"changes_{oid}_1\""));
+    Spi::run("INSERT INTO cap_preexisting VALUES (1)").expect("insert");
+    assert_eq!(
+        Spi::get_one::<i64>(&format!("SELECT count(*) FROM {}", squatted.quoted()))
+            .expect("count"),
+        Some(0),
+        "the table named like the buffer received a change"
+    );
 }
 
 /// Dropping the source drops its buffer (a pg_depend entry), so an OID reused by a later

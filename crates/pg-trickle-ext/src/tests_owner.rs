@@ -327,3 +327,54 @@ fn changes_applied_in_replica_mode_are_captured() {
         Some("IUT".to_string())
     );
 }
+
+/// Issue 36 item 9: a capture role (`grant_capture`: CREATE on `pgtrickle_changes`, for
+/// rowid-cdc's sink) creates a table named like the buffer of a table it does not own. Every
+/// `ALTER TABLE` of that table failed (the DDL event trigger found the name and refused it),
+/// and `capture_table` refused the table. A trigger buffer is found by its recorded dependency
+/// on its source, never by its name: the squatted table is neither adopted nor in the way
+/// (the buffer takes another name).
+#[pg_test]
+fn a_table_squatting_a_buffer_name_blocks_nothing() {
+    Spi::run(
+        "CREATE TABLE cap_sq (k int8 PRIMARY KEY);
+         CREATE ROLE cap_squatter;
+         SELECT pgtrickle.grant_capture('cap_squatter');",
+    )
+    .expect("setup");
+    let oid = Spi::get_one::<pg_sys::Oid>("SELECT 'cap_sq'::regclass::oid")
+        .expect("oid")
+        .map_or(0, u32::from);
+    let squatted = format!("pgtrickle_changes.changes_{oid}");
+    Spi::run(&format!(
+        "SET ROLE cap_squatter; CREATE TABLE {squatted} (x int); RESET ROLE;"
+    ))
+    .expect("squat");
+    assert_eq!(
+        error_of(None, "ALTER TABLE cap_sq ADD COLUMN v text"),
+        None,
+        "an ALTER TABLE of an uncaptured table failed"
+    );
+    let buffer = Spi::get_one::<String>("SELECT pgtrickle.capture_table('cap_sq')")
+        .expect("capture_table")
+        .expect("buffer");
+    assert_ne!(buffer.replace('"', ""), squatted, "the squatted table was adopted");
+    Spi::run("INSERT INTO cap_sq VALUES (1, 'a'); ALTER TABLE cap_sq ADD COLUMN w int4;")
+        .expect("write and alter");
+    assert_eq!(buffer_rows(&buffer), 1);
+    assert_eq!(buffer_rows(&squatted), 0);
+    assert_eq!(
+        Spi::get_one::<bool>(&format!(
+            "SELECT EXISTS (SELECT FROM pg_attribute WHERE attrelid = '{buffer}'::regclass \
+             AND attname = 'new_w')"
+        ))
+        .expect("query"),
+        Some(true),
+        "the buffer follows the source's DDL"
+    );
+    assert_eq!(
+        Spi::get_one::<String>("SELECT pgtrickle.capture_table('cap_sq')").expect("again"),
+        Some(buffer),
+        "capture_table again finds the same buffer"
+    );
+}
