@@ -343,6 +343,39 @@ BEGIN
   PERFORM pgtrickle.write_identity_schemas(ARRAY(
     WITH RECURSIVE
     cmd AS (SELECT classid, objid FROM pg_catalog.pg_event_trigger_ddl_commands()),
+    -- which type is made of which: an array of its element, a domain of its base type, a
+    -- composite type of its attributes' types, a range of its subtype, a multirange of its
+    -- range
+    made_of(part, whole) AS (
+      SELECT t.typelem, t.oid FROM pg_catalog.pg_type t
+      WHERE t.typelem OPERATOR(pg_catalog.<>) 0
+      UNION ALL
+      SELECT t.typbasetype, t.oid FROM pg_catalog.pg_type t
+      WHERE t.typbasetype OPERATOR(pg_catalog.<>) 0
+      UNION ALL
+      SELECT a.atttypid, c.reltype FROM pg_catalog.pg_class c
+      JOIN pg_catalog.pg_attribute a ON a.attrelid OPERATOR(pg_catalog.=) c.oid
+       AND a.attnum OPERATOR(pg_catalog.>) 0 AND NOT a.attisdropped
+      WHERE c.relkind OPERATOR(pg_catalog.=) 'c'
+      UNION ALL
+      SELECT r.rngsubtype, r.rngtypid FROM pg_catalog.pg_range r
+      UNION ALL
+      SELECT r.rngtypid, r.rngmultitypid FROM pg_catalog.pg_range r
+    ),
+    -- ALTER TYPE / ALTER DOMAIN (a pg_type object), ALTER TYPE ... ADD | DROP | ALTER
+    -- ATTRIBUTE of a composite (a pg_class object of relkind c), and every type made of one
+    changed_type(oid) AS (
+      SELECT cmd.objid FROM cmd
+      WHERE cmd.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_type'::pg_catalog.regclass
+      UNION
+      SELECT c.reltype FROM cmd JOIN pg_catalog.pg_class c
+        ON cmd.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_class'::pg_catalog.regclass
+       AND c.oid OPERATOR(pg_catalog.=) cmd.objid
+       AND c.relkind OPERATOR(pg_catalog.=) 'c'
+      UNION
+      SELECT m.whole FROM changed_type ct
+      JOIN made_of m ON m.part OPERATOR(pg_catalog.=) ct.oid
+    ),
     touched(relid) AS (
       -- tables, and the table of an index (CREATE INDEX [CONCURRENTLY], ALTER INDEX)
       SELECT CASE WHEN c.relkind OPERATOR(pg_catalog.=) ANY (ARRAY['i', 'I']::pg_catalog."char"[])
@@ -375,12 +408,9 @@ BEGIN
        AND pn.oid OPERATOR(pg_catalog.=) cmd.objid
       JOIN pg_catalog.pg_class c ON c.relnamespace OPERATOR(pg_catalog.=) pn.pnnspid
       UNION
-      -- ALTER TYPE / ALTER DOMAIN: tables with a column of the type, its array or a domain over it
-      SELECT a.attrelid FROM cmd JOIN pg_catalog.pg_type t
-        ON cmd.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_type'::pg_catalog.regclass
-       AND (t.oid OPERATOR(pg_catalog.=) cmd.objid OR t.typelem OPERATOR(pg_catalog.=) cmd.objid
-            OR t.typbasetype OPERATOR(pg_catalog.=) cmd.objid)
-      JOIN pg_catalog.pg_attribute a ON a.atttypid OPERATOR(pg_catalog.=) t.oid
+      -- a changed type: tables with a column of it or of a type made of it
+      SELECT a.attrelid FROM changed_type ct
+      JOIN pg_catalog.pg_attribute a ON a.atttypid OPERATOR(pg_catalog.=) ct.oid
        AND a.attnum OPERATOR(pg_catalog.>) 0 AND NOT a.attisdropped
     ),
     tables(relid) AS (

@@ -378,3 +378,40 @@ fn a_table_squatting_a_buffer_name_blocks_nothing() {
         "capture_table again finds the same buffer"
     );
 }
+
+/// Issue 36 item 4: `ALTER TYPE comp ADD | DROP ATTRIBUTE` arrives in the DDL event trigger as
+/// the composite's `pg_class` object (relkind `c`), which the trigger's filter dropped: the
+/// identity schema rows of the tables whose key holds the type (directly, or inside another
+/// composite, an array or a domain) kept the old shape, and a composite type's owner could
+/// make every later change of another role's table unidentified. Every such row is written
+/// again, equal to the identity schema computed now.
+#[pg_test]
+fn altering_a_composite_type_rewrites_the_schemas_of_tables_that_hold_it() {
+    Spi::run(
+        "SELECT pgtrickle.enable_identity_messages();
+         CREATE TYPE cap_inner AS (a int4, b text);
+         CREATE TYPE cap_outer AS (x cap_inner, y int4);
+         CREATE DOMAIN cap_inner_d AS cap_inner;
+         CREATE TABLE cap_direct (k cap_inner PRIMARY KEY);
+         CREATE TABLE cap_nested (k cap_outer PRIMARY KEY);
+         CREATE TABLE cap_array (k cap_inner[] PRIMARY KEY);
+         CREATE TABLE cap_domain (k cap_inner_d PRIMARY KEY);
+         CREATE PUBLICATION cap_types FOR TABLE cap_direct, cap_nested, cap_array, cap_domain;",
+    )
+    .expect("setup");
+    let tables = ["cap_direct", "cap_nested", "cap_array", "cap_domain"];
+    for ddl in [
+        "ALTER TYPE cap_inner ADD ATTRIBUTE c int8",
+        "ALTER TYPE cap_inner DROP ATTRIBUTE b",
+    ] {
+        Spi::run(ddl).expect("alter type");
+        for t in tables {
+            let written = written_schema_of(t);
+            let now = identity_schema_of(t);
+            assert!(
+                now.matches_written(&written),
+                "{ddl}: the row of {t} is not the schema now: {written:?} vs {now:?}"
+            );
+        }
+    }
+}
