@@ -483,11 +483,17 @@ BEGIN
     AND objsubid OPERATOR(pg_catalog.>) 0;
   -- A dropped table's row goes: the WAL carries its DELETE, which says "dropped".
   DELETE FROM pgtrickle.identity_schemas s WHERE s.relid OPERATOR(pg_catalog.=) ANY (dropped);
-  -- What the DROP touched and still exists: tables whose key came from a dropped index, that
-  -- lost a column (DROP TYPE ... CASCADE), or partitioned tables that may have lost a leaf.
+  -- What the DROP touched and still exists: tables whose key came from a dropped index, or
+  -- from an index that no longer exists under the OID the row records (REINDEX INDEX
+  -- CONCURRENTLY gives the index a new OID and, before PostgreSQL 17, fires no event
+  -- trigger), that lost a column (DROP TYPE ... CASCADE), or partitioned tables that may have
+  -- lost a leaf.
   PERFORM pgtrickle.write_identity_schemas(ARRAY(
     SELECT s.relid FROM pgtrickle.identity_schemas s
     WHERE s.key_index OPERATOR(pg_catalog.=) ANY (dropped_index)
+       OR (s.key_index IS NOT NULL AND NOT EXISTS (
+             SELECT 1 FROM pg_catalog.pg_index i
+             WHERE i.indexrelid OPERATOR(pg_catalog.=) s.key_index))
        OR s.relid OPERATOR(pg_catalog.=) ANY (dropped_column)
        OR (dropped IS NOT NULL AND EXISTS (
              SELECT 1 FROM pg_catalog.pg_class c WHERE c.oid OPERATOR(pg_catalog.=) s.relid

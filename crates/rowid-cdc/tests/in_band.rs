@@ -306,6 +306,51 @@ fn every_identity_changing_ddl_writes_what_it_touched() {
          SELECT pgtrickle.disable_identity_messages();");
 }
 
+/// Issue 36 item 11: `REINDEX INDEX CONCURRENTLY` gives the key's index a new OID; before
+/// PostgreSQL 17 it fires no event trigger, so the row keeps the old OID, and a later `DROP
+/// INDEX` of the (new) index matched no row: the table kept a key it no longer had. A DROP now
+/// also writes the rows whose recorded key index no longer exists. Here: a unique index that is
+/// the registry's key (no primary key), reindexed concurrently, then dropped.
+#[test]
+#[ignore = "needs a PostgreSQL server with wal_level=logical and the extension: run through `cargo xtask test`"]
+fn a_key_index_reindexed_concurrently_then_dropped_is_followed() {
+    use_database("rowid_cdc_in_band_reindex", "reindex_slot");
+    sql("CREATE EXTENSION IF NOT EXISTS pg_trickle_ext;
+         SELECT pgtrickle.enable_identity_messages();
+         CREATE TABLE ri (k int8 NOT NULL, v text);
+         CREATE UNIQUE INDEX ri_k ON ri (k);
+         CREATE PUBLICATION ri_pub FOR TABLE ri;");
+    let before = schemas_of(&["ri"]).remove(0);
+    assert_eq!(
+        before
+            .identity
+            .as_ref()
+            .ok()
+            .and_then(|d| d.index.as_deref()),
+        Some("public.ri_k"),
+        "the unique index is the key"
+    );
+    for ddl in ["REINDEX INDEX CONCURRENTLY ri_k", "DROP INDEX ri_k"] {
+        sql(&format!("{ddl};"));
+    }
+    let written =
+        one("SELECT schema FROM pgtrickle.identity_schemas WHERE relid = 'ri'::regclass;");
+    let written = match SchemaMessage::parse(written.as_bytes()).unwrap() {
+        SchemaMessage::Schema(s) => s,
+        other => panic!("{other:?}"),
+    };
+    let now = schemas_of(&["ri"]).remove(0);
+    assert!(
+        now.matches_written(&written),
+        "the row is not the schema now: {written:?} vs {now:?}"
+    );
+    assert_eq!(
+        written.identity.as_ref().map(|d| d.domain).ok(),
+        Some(rowid_codec::Domain::KeylessRow)
+    );
+    sql("SELECT pgtrickle.disable_identity_messages();");
+}
+
 /// The event triggers take no lock on a table the DDL did not lock itself: with a lock queued
 /// on a published table (a reader holds it, an ALTER waits), a DDL elsewhere in the database
 /// goes through at once. Reading `pg_publication_tables` or `pg_partition_tree()` there (as
