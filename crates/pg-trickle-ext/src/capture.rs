@@ -640,6 +640,15 @@ unsafe fn build(
             (*(*relation).rd_rel).relowner,
         )
     };
+    // Watched before anything is read: an invalidation of the source or the buffer that
+    // arrives while the plan is built (its catalog reads process them) marks it stale, and
+    // the caller builds it again, instead of keeping what was read before it.
+    WATCH.with(|w| {
+        let mut w = w.borrow_mut();
+        w.retain(|(_, v)| Rc::strong_count(v) > 1);
+        w.push((relid, valid.clone()));
+        w.push((buffer, valid.clone()));
+    });
     check_source(FUNCTION, &source(relid));
     let def = identity_of(FUNCTION, relid);
     let buffer_name = relation_name(buffer);
@@ -692,8 +701,7 @@ unsafe fn build(
     }
     WATCH.with(|w| {
         let mut w = w.borrow_mut();
-        w.retain(|(_, v)| Rc::strong_count(v) > 1);
-        for rel in [relid, buffer].into_iter().chain(composites) {
+        for rel in composites {
             w.push((rel, valid.clone()));
         }
     });

@@ -646,3 +646,18 @@ pub unsafe fn attribute<'a>(
         }
     }
 }
+
+/// Raises `serialization_failure` (retry the statement): the composite type `oid` has
+/// `live` attributes now and the shape read for it a moment before has `shaped` (an
+/// `ALTER TYPE` committed in between).
+pub fn changed_meanwhile(oid: pg_sys::Oid, live: usize, shaped: usize) -> ! {
+    pgrx::ereport!(
+        ERROR,
+        pgrx::PgSqlErrorCode::ERRCODE_T_R_SERIALIZATION_FAILURE,
+        format!(
+            "the composite type {} has {live} attributes, the identity shape read for it {shaped}: \
+             it was altered meanwhile; run the statement again",
+            u32::from(oid)
+        )
+    );
+}

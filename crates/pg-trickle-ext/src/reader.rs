@@ -159,19 +159,30 @@ impl Reader {
                 // SAFETY: a valid descriptor.
                 let natts = unsafe { (*tupdesc).natts } as usize;
                 let mut fields = Vec::with_capacity(shapes.len());
-                let mut shapes = shapes.iter();
+                let mut shape_of = shapes.iter();
+                let mut live = 0;
                 for i in 0..natts {
                     // SAFETY: i < natts.
                     let att = unsafe { attribute(tupdesc, i) };
                     if att.attisdropped {
                         continue;
                     }
-                    if let Some(s) = shapes.next() {
+                    live += 1;
+                    if let Some(s) = shape_of.next() {
                         // SAFETY: as above.
                         fields.push((i, unsafe { Reader::build(att.atttypid, s, mcxt) }));
                     }
                 }
-                Reader::Record { tupdesc, fields }
+                let reader = Reader::Record { tupdesc, fields };
+                if live != shapes.len() {
+                    // Never read a composite with a shape of another number of attributes (an
+                    // attribute past the shape would be left out of the identity): the type
+                    // changed between the shape's catalog read and this one.
+                    let mut reader = reader;
+                    reader.release();
+                    catalog::changed_meanwhile(oid, live, shapes.len());
+                }
+                reader
             }
         }
     }

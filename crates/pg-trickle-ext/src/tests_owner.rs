@@ -415,3 +415,21 @@ fn altering_a_composite_type_rewrites_the_schemas_of_tables_that_hold_it() {
         }
     }
 }
+
+/// Issue 36 item 12 (the reader's half): a composite's reader built from a shape with fewer
+/// attributes than the type has now (the type altered between the two catalog reads) is
+/// refused with `serialization_failure`, never built leaving the attribute past the shape out
+/// of every identity.
+#[pg_test]
+#[should_panic(expected = "it was altered meanwhile")]
+fn a_composite_reader_never_drops_attributes_past_its_shape() {
+    use rowid_codec::TypeTag;
+    use rowid_codec::structure::Shape;
+    Spi::run("CREATE TYPE cap_three AS (a int4, b int4, c int4)").expect("type");
+    let oid = Spi::get_one::<pg_sys::Oid>("SELECT 'cap_three'::regtype::oid")
+        .expect("oid")
+        .expect("a type");
+    let shape = Shape::Record(vec![Shape::Scalar(TypeTag::Int4), Shape::Scalar(TypeTag::Int4)]);
+    // SAFETY: a composite type's OID; CurrentMemoryContext lives for this test's transaction.
+    let _ = unsafe { crate::reader::Reader::build(oid, &shape, pg_sys::CurrentMemoryContext) };
+}
