@@ -308,11 +308,36 @@ pub fn follow_source_ddl(sources: &[pg_sys::Oid]) -> i32 {
             continue;
         };
         verify_made_for("pgtrickle.follow_source_ddl", buffer, source);
+        // ALTER TABLE ... OWNER TO: the new owner gets the buffer in the same transaction
+        // (the trigger writes as the source's owner, and the old one must no longer be able
+        // to edit pending changes).
+        give_to_source_owner(buffer, source);
         if follow_columns("pgtrickle.follow_source_ddl", source, buffer) > 0 {
             altered += 1;
         }
     }
     altered
+}
+
+/// Gives `buffer` (verified as made for `source`) to the source's owner when another role
+/// owns it, as the extension's owner (the right to give away objects of its schema), with
+/// `USAGE` on the schema for the new owner.
+fn give_to_source_owner(buffer: pg_sys::Oid, source: pg_sys::Oid) {
+    let owner = role_name(writers_owner(source));
+    if writers(buffer).owner == owner {
+        return;
+    }
+    let quoted = buffer_name(buffer).quoted();
+    as_owner(extension_owner(), || {
+        spi::run(&format!("ALTER TABLE {quoted} OWNER TO {owner}"), &[]);
+        spi::run(
+            &format!(
+                "GRANT USAGE ON SCHEMA {} TO {owner}",
+                quote_ident(buffer::DEFAULT_SCHEMA)
+            ),
+            &[],
+        );
+    });
 }
 
 /// Who can write the table, and whether writing it runs code ([`buffer::WRITERS_QUERY`]).
@@ -1339,11 +1364,7 @@ pub fn capture_table(source_oid: pg_sys::Oid) -> String {
             // An existing buffer is adopted only if capture_table made it for this source; a
             // new owner of the source is given it.
             verify_made_for(CAPTURE_TABLE, oid, source_oid);
-            if writers(oid).owner != owner_name {
-                as_extension(&|| {
-                    spi::run(&format!("ALTER TABLE {quoted} OWNER TO {owner_name}"), &[])
-                });
-            }
+            give_to_source_owner(oid, source_oid);
             // A DDL the event trigger did not follow (event triggers off) is followed now.
             follow_columns(CAPTURE_TABLE, source_oid, oid);
             oid

@@ -433,3 +433,38 @@ fn a_composite_reader_never_drops_attributes_past_its_shape() {
     // SAFETY: a composite type's OID; CurrentMemoryContext lives for this test's transaction.
     let _ = unsafe { crate::reader::Reader::build(oid, &shape, pg_sys::CurrentMemoryContext) };
 }
+
+/// Issue 36 item 6: `ALTER TABLE src OWNER TO` a new owner left the buffer with the old one:
+/// every write to the source was refused until `capture_table` ran again, and meanwhile the
+/// old owner still owned, and could edit, the pending changes. The DDL event trigger gives the
+/// buffer to the new owner in the same transaction.
+#[pg_test]
+fn a_new_owner_of_the_source_gets_its_buffer_at_once() {
+    Spi::run(
+        "CREATE ROLE cap_old; CREATE ROLE cap_new;
+         CREATE TABLE cap_own (k int8 PRIMARY KEY);
+         ALTER TABLE cap_own OWNER TO cap_old;",
+    )
+    .expect("setup");
+    Spi::run("SET ROLE cap_old").expect("role");
+    let buffer = Spi::get_one::<String>("SELECT pgtrickle.capture_table('cap_own')")
+        .expect("capture as the owner")
+        .expect("buffer");
+    Spi::run("INSERT INTO cap_own VALUES (1); RESET ROLE;").expect("insert");
+    Spi::run("ALTER TABLE cap_own OWNER TO cap_new").expect("owner");
+    assert_eq!(
+        Spi::get_one::<String>(&format!(
+            "SELECT relowner::regrole::text FROM pg_class WHERE oid = '{buffer}'::regclass"
+        ))
+        .expect("owner")
+        .as_deref(),
+        Some("cap_new")
+    );
+    assert_eq!(error_of(None, "INSERT INTO cap_own VALUES (2)"), None);
+    let old = error_of(Some("cap_old"), &format!("DELETE FROM {buffer}"));
+    assert!(
+        old.as_deref().is_some_and(|e| e.contains("permission denied")),
+        "the old owner can still edit the buffer: {old:?}"
+    );
+    assert_eq!(buffer_rows(&buffer), 2);
+}
