@@ -468,3 +468,41 @@ fn a_new_owner_of_the_source_gets_its_buffer_at_once() {
     );
     assert_eq!(buffer_rows(&buffer), 2);
 }
+
+/// Issue 36 item 7: what a buffer reader sees. A buffer holds every row and every column of
+/// its source as the capture saw them: the source's row-level security and column
+/// privileges are not carried to it (the capture writes as the owner). A tenant that may
+/// read one row and one column of the source reads all of them from the buffer once granted
+/// `SELECT` on it; spec/change-buffer.md §4 says so and advises granting a buffer only to
+/// roles that may read the whole source.
+#[pg_test]
+fn a_buffer_reader_sees_every_row_and_column_of_the_source() {
+    let buffer = captured("cap_rls", "k int8 PRIMARY KEY, tenant text, secret text");
+    Spi::run(&format!(
+        "CREATE ROLE cap_tenant;
+         ALTER TABLE cap_rls ENABLE ROW LEVEL SECURITY;
+         CREATE POLICY mine ON cap_rls FOR SELECT TO cap_tenant USING (tenant = 'a');
+         GRANT SELECT (k, tenant) ON cap_rls TO cap_tenant;
+         INSERT INTO cap_rls VALUES (1, 'a', 's1'), (2, 'b', 's2');
+         GRANT USAGE ON SCHEMA pgtrickle_changes TO cap_tenant;
+         GRANT SELECT ON {buffer} TO cap_tenant;"
+    ))
+    .expect("setup");
+    let as_tenant = |sql: &str| {
+        Spi::run("SET ROLE cap_tenant").expect("role");
+        let n = Spi::get_one::<i64>(sql).expect("query").expect("a count");
+        Spi::run("RESET ROLE").expect("reset");
+        n
+    };
+    assert_eq!(as_tenant("SELECT count(*) FROM cap_rls"), 1, "the policy holds on the source");
+    let secret = error_of(Some("cap_tenant"), "SELECT secret FROM cap_rls");
+    assert!(
+        secret.as_deref().is_some_and(|e| e.contains("permission denied")),
+        "{secret:?}"
+    );
+    assert_eq!(
+        as_tenant(&format!("SELECT count(*) FROM {buffer} WHERE new_secret IS NOT NULL")),
+        2,
+        "a buffer reader sees every row and column"
+    );
+}
