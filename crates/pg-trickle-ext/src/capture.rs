@@ -246,14 +246,11 @@ fn follow_columns(function: &str, source: pg_sys::Oid, buffer: pg_sys::Oid) -> u
         let source_name = relation_name(source);
         // As the buffer's owner, restricted: a cast a USING runs is the owner's to trust, not
         // the extension owner's.
+        // Decided with the buffer locked and a snapshot taken then, not in the DDL's own
+        // snapshot: a REPEATABLE READ transaction's snapshot can predate a change another
+        // session committed into the buffer (its value would be converted as NULL).
+        let holds_rows = holds_rows(function, buffer);
         as_owner(owner, || {
-            // Nobody else writes the buffer meanwhile: its only writer is the source's
-            // trigger, and the source's DDL holds the source locked.
-            let holds_rows = spi::one::<bool>(
-                &format!("SELECT EXISTS (SELECT FROM {})", qualified.quoted()),
-                &[],
-            )
-            .unwrap_or(true);
             for sql in &buffer::alter_statements(&qualified, &have, &want, holds_rows) {
                 PgTryBuilder::new(|| spi::run(sql, &[]))
                     // Raises at once: the caught error is not resumed from.
@@ -282,6 +279,40 @@ fn follow_columns(function: &str, source: pg_sys::Oid, buffer: pg_sys::Oid) -> u
         });
     }
     count
+}
+
+/// Whether the buffer `oid` holds any row: read after locking it `ACCESS EXCLUSIVE` (the
+/// lock its `ALTER TABLE` takes anyway: every transaction that wrote it has ended) with the
+/// latest snapshot (which sees what they committed, and this transaction's own rows), not
+/// the transaction's snapshot.
+fn holds_rows(function: &str, oid: pg_sys::Oid) -> bool {
+    // SAFETY: table_open raises for a missing relation; the scan is the heap AM's own, on a
+    // relation checked to be a heap; the snapshot is registered for the scan's life.
+    unsafe {
+        let rel = pg_sys::table_open(oid, pg_sys::AccessExclusiveLock as i32);
+        if (*(*rel).rd_rel).relam != pg_sys::HEAP_TABLE_AM_OID {
+            pg_sys::table_close(rel, pg_sys::NoLock as i32);
+            errors::invalid_buffer(
+                function,
+                &format!("{} is refused: it is not a heap table", relation_name(oid)),
+            );
+        }
+        let snapshot = pg_sys::RegisterSnapshot(pg_sys::GetLatestSnapshot());
+        let scan = pg_sys::heap_beginscan(
+            rel,
+            snapshot,
+            0,
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            pg_sys::ScanOptions::SO_TYPE_SEQSCAN | pg_sys::ScanOptions::SO_ALLOW_PAGEMODE,
+        );
+        let found =
+            !pg_sys::heap_getnext(scan, pg_sys::ScanDirection::ForwardScanDirection).is_null();
+        pg_sys::heap_endscan(scan);
+        pg_sys::UnregisterSnapshot(snapshot);
+        pg_sys::table_close(rel, pg_sys::NoLock as i32);
+        found
+    }
 }
 
 /// The owner of a relation.
@@ -1344,6 +1375,11 @@ pub fn capture_table(source_oid: pg_sys::Oid) -> String {
         );
     }
     check_source(CAPTURE_TABLE, &src);
+    // The lock CREATE TRIGGER takes below, taken first: no DDL of the source and no write to
+    // it (which writes the buffer) runs while its columns and identity are read and the
+    // buffer follows them.
+    // SAFETY: a relation lock on an existing relation's OID, held to the transaction's end.
+    unsafe { pg_sys::LockRelationOid(source_oid, pg_sys::ShareRowExclusiveLock as i32) };
     // Refused by name when the source has no usable identity.
     identity_of(CAPTURE_TABLE, source_oid);
     // The buffer capture_table made before, found by its dependency on the source; a new
