@@ -250,18 +250,58 @@ pub struct PublishedColumn {
     pub not_null: bool,
     /// The type, resolved for the registry.
     pub ty: TypeRef,
-    /// `array_send(attmissingval)` when `atthasmissing`: the value rows stored before the
-    /// column was added hold, as a one-element array.
+    /// `array_send(attmissingval)` when `atthasmissing` and the type has a binary send form:
+    /// the value rows stored before the column was added hold, as a one-element array.
     pub missing: Option<Vec<u8>>,
+    /// `atthasmissing`, but the type or a type it is made of has no binary send function
+    /// (`aclitem`): `array_send` would raise, so `missing` is `None`.
+    pub missing_without_send_form: bool,
 }
+
+/// Whether the type of the column `a` (the enclosing query's `pg_attribute` row) or any
+/// type a value of it is made of (a domain's
+/// base, an array's element, a composite's attributes, a range's subtype, a multirange's
+/// range) has no binary send function, so that its send form (`array_send`, `record_send`)
+/// raises. A composite cannot contain itself, and the depth is bounded all the same.
+const WITHOUT_SEND_FORM: &str = "\
+    (WITH RECURSIVE made_of(t, depth) AS ( \
+       SELECT a.atttypid, 0 \
+       UNION ALL \
+       SELECT part.t, m.depth OPERATOR(pg_catalog.+) 1 \
+       FROM made_of m \
+       JOIN pg_catalog.pg_type ty ON ty.oid OPERATOR(pg_catalog.=) m.t \
+       CROSS JOIN LATERAL ( \
+         SELECT ty.typbasetype WHERE ty.typtype OPERATOR(pg_catalog.=) 'd' \
+         UNION ALL \
+         SELECT ty.typelem \
+         WHERE ty.typsend OPERATOR(pg_catalog.=) 'pg_catalog.array_send'::pg_catalog.regproc \
+         UNION ALL \
+         SELECT att.atttypid FROM pg_catalog.pg_attribute att \
+         WHERE ty.typtype OPERATOR(pg_catalog.=) 'c' \
+           AND att.attrelid OPERATOR(pg_catalog.=) ty.typrelid \
+           AND att.attnum OPERATOR(pg_catalog.>) 0 AND NOT att.attisdropped \
+         UNION ALL \
+         SELECT r.rngsubtype FROM pg_catalog.pg_range r \
+         WHERE r.rngtypid OPERATOR(pg_catalog.=) ty.oid \
+         UNION ALL \
+         SELECT r.rngtypid FROM pg_catalog.pg_range r \
+         WHERE r.rngmultitypid OPERATOR(pg_catalog.=) ty.oid \
+       ) part(t) \
+       WHERE m.depth OPERATOR(pg_catalog.<) 64) \
+     SELECT pg_catalog.bool_or(ty.typsend::pg_catalog.oid OPERATOR(pg_catalog.=) 0) \
+     FROM made_of m JOIN pg_catalog.pg_type ty ON ty.oid OPERATOR(pg_catalog.=) m.t)";
 
 /// The published columns of `rel`, in attnum order.
 pub fn published_columns(rel: pg_sys::Oid) -> Vec<PublishedColumn> {
     let query = format!(
         "SELECT attnum, attname::pg_catalog.text, atttypid, attnotnull, \
                 pg_catalog.format_type(atttypid, atttypmod), \
-                CASE WHEN atthasmissing THEN pg_catalog.array_send(attmissingval) END \
-         FROM pg_catalog.pg_attribute \
+                CASE WHEN atthasmissing AND NOT unsendable \
+                     THEN pg_catalog.array_send(attmissingval) END, \
+                atthasmissing AND unsendable \
+         FROM pg_catalog.pg_attribute a, \
+              LATERAL (SELECT CASE WHEN a.atthasmissing THEN {WITHOUT_SEND_FORM} \
+                               ELSE false END) s(unsendable) \
          WHERE attrelid OPERATOR(pg_catalog.=) {} AND attnum OPERATOR(pg_catalog.>) 0 \
            AND NOT attisdropped AND attgenerated OPERATOR(pg_catalog.=) '' \
          ORDER BY attnum",
@@ -277,6 +317,7 @@ pub fn published_columns(rel: pg_sys::Oid) -> Vec<PublishedColumn> {
             not_null: row.get::<bool>(4)?.unwrap_or(false),
             ty: type_ref(ty, &collation),
             missing: row.get::<Vec<u8>>(6)?,
+            missing_without_send_form: row.get::<bool>(7)?.unwrap_or(false),
         })
     })
 }

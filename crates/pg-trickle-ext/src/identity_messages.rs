@@ -130,6 +130,7 @@ pub fn relation_schema(rel: pg_sys::Oid) -> RelationSchema {
                 type_name: Some(c.type_name),
                 not_null: c.not_null,
                 missing,
+                missing_without_send_form: c.missing_without_send_form,
             }
         })
         .collect();

@@ -768,6 +768,46 @@ fn written_schema_of(table: &str) -> rowid_registry::schema_message::RelationSch
     ))
 }
 
+/// Issue 36 item 14, format 7: `ADD COLUMN ... DEFAULT` of a type without a binary send
+/// function (`aclitem`; an array or a composite holding one) on a published table. The event
+/// trigger took `array_send(attmissingval)`, which raised and failed the user's DDL. The DDL
+/// succeeds; each such column says its rows hold a value the message cannot carry
+/// (`missing_without_send_form`), and the other columns' missing values are still carried.
+#[pg_test]
+fn a_default_of_a_type_without_a_send_function_fails_no_ddl() {
+    Spi::run(
+        "SELECT pgtrickle.enable_identity_messages();
+         CREATE TYPE im_acl_pair AS (n int4, a aclitem);
+         CREATE TABLE im_acl (id int8 PRIMARY KEY);
+         CREATE PUBLICATION im_acl FOR TABLE im_acl;
+         INSERT INTO im_acl VALUES (1);
+         ALTER TABLE im_acl ADD COLUMN a aclitem DEFAULT 'postgres=r/postgres',
+                            ADD COLUMN l aclitem[] DEFAULT '{postgres=r/postgres}',
+                            ADD COLUMN p im_acl_pair DEFAULT ROW(1, 'postgres=r/postgres'),
+                            ADD COLUMN c int4 DEFAULT 7,
+                            ADD COLUMN z aclitem;",
+    )
+    .expect("the DDL succeeds");
+    let s = written_schema_of("im_acl");
+    let missing: Vec<(&str, Option<&[u8]>, bool)> = s
+        .columns
+        .iter()
+        .map(|c| (c.name.as_str(), c.missing.as_deref(), c.missing_without_send_form))
+        .collect();
+    assert_eq!(
+        missing,
+        [
+            ("id", None, false),
+            ("a", None, true),
+            ("l", None, true),
+            ("p", None, true),
+            ("c", Some(&[0u8, 0, 0, 7][..]), false),
+            ("z", None, false),
+        ],
+        "no default: NULL, nothing missing"
+    );
+}
+
 /// Format 5: what rows stored before a column hold (`missing`, from `attmissingval`), and
 /// whether a DDL rewrote the table's values (`rewritten`, noted by the `table_rewrite` event
 /// trigger), in the rows the event triggers write. A pgrx test is one transaction, so every

@@ -104,6 +104,7 @@ fn schema(ri: ReplicaIdentity, cols: &[(&str, u32, TypeTag)], key: &[&str]) -> R
                 not_null: key.contains(&c.0),
                 shape: Some(Shape::Scalar(c.2)),
                 missing: None,
+                missing_without_send_form: false,
             })
             .collect(),
         primary_key: key.iter().map(|k| k.to_string()).collect(),
@@ -916,6 +917,7 @@ fn logical_messages_claiming_to_be_schemas_change_and_stop_nothing() {
         not_null: false,
         shape: Some(Shape::Scalar(TypeTag::Text)),
         missing: None,
+        missing_without_send_form: false,
     });
     let forgery = SchemaMessage::Schema(retyped).to_json().to_string();
     for transactional in [true, false] {

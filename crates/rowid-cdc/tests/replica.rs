@@ -649,11 +649,13 @@ impl Drop for ReplicaOfW {
 /// A DDL that gives the existing rows values no WAL record carries stops the sink, naming the
 /// table and the column or the rewrite, and the storage keeps what it could vouch for: a
 /// retype with a USING conversion, a rewrite that keeps the shape (each rewrite is a message
-/// of its own, format 5), and a column added with a volatile default (a rewrite).
+/// of its own, format 5), a column added with a volatile default (a rewrite), and a column
+/// added with a default of a type without a binary send form (`aclitem`: its rows' value is in
+/// no message, format 7; before it the DDL itself failed).
 #[test]
 #[ignore = "needs a PostgreSQL server with wal_level=logical and the extension: run through `cargo xtask test`"]
 fn a_rewrite_no_wal_record_carries_stops_the_sink_by_name() {
-    let cases: [(&str, &str, &[&str]); 3] = [
+    let cases: [(&str, &str, &[&str]); 4] = [
         (
             "retype",
             "ALTER TABLE w ALTER COLUMN v TYPE int8 USING v * 100;",
@@ -668,6 +670,11 @@ fn a_rewrite_no_wal_record_carries_stops_the_sink_by_name() {
             "volatile",
             "ALTER TABLE w ADD COLUMN r float8 DEFAULT random();",
             &["gained column \"r\"", "rewrote the table"],
+        ),
+        (
+            "unsendable",
+            "ALTER TABLE w ADD COLUMN a aclitem DEFAULT 'postgres=r/postgres';",
+            &["new column \"a\"", "aclitem", "no binary send form"],
         ),
     ];
     for (name, ddl, expected) in cases {

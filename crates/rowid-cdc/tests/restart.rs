@@ -48,6 +48,7 @@ fn schema(key: &[&str]) -> RelationSchema {
                 not_null: true,
                 shape: None,
                 missing: None,
+                missing_without_send_form: false,
             })
             .collect(),
         primary_key: key.iter().map(|k| k.to_string()).collect(),

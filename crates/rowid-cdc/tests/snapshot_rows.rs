@@ -31,6 +31,7 @@ fn column(attnum: i16, name: &str) -> SchemaColumn {
         not_null: true,
         shape: Some(Shape::Scalar(TypeTag::Int8)),
         missing: None,
+        missing_without_send_form: false,
     }
 }
 

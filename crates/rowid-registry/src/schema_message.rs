@@ -1,4 +1,4 @@
-//! Identity schema messages, format 5 (spec/identity-messages.md): a relation's identity
+//! Identity schema messages, format 7 (spec/identity-messages.md): a relation's identity
 //! schema as of one WAL position. The extension's event trigger writes them as rows of
 //! [`IDENTITY_TABLE`], a table only the extension's owner may write, published by
 //! [`IDENTITY_PUBLICATION`]; a WAL consumer reads those rows from the stream (and keeps the
@@ -21,8 +21,8 @@ use crate::source_key::ScanKey;
 /// message says nothing about who wrote it.
 pub const MESSAGE_PREFIX: &str = "pgtrickle.identity";
 
-/// The format this crate writes (it reads this one and formats 2 to 4).
-pub const FORMAT: u64 = 6;
+/// The format this crate writes (it reads this one and formats 2 to 6).
+pub const FORMAT: u64 = 7;
 
 /// Schema and name of the table whose rows carry the messages: `relid oid PRIMARY KEY`,
 /// `key_index oid`, `schema text NOT NULL` (the content, JSON). An INSERT or UPDATE of a row
@@ -119,6 +119,12 @@ pub struct SchemaColumn {
     /// 4) did not carry it. No WAL record carries it: a copy of the table's rows made before
     /// the column existed needs it to stay equal.
     pub missing: Option<Vec<u8>>,
+    /// Whether rows stored before the column was added hold a value that `missing` cannot
+    /// carry: the type (or a type it is made of, such as `aclitem`) has no binary send
+    /// function, so `missing` is `None` although such rows are not NULL there. A reader that
+    /// needs the value refuses. `false` in a message before format 7 (whose writer failed
+    /// the DDL instead).
+    pub missing_without_send_form: bool,
 }
 
 /// One field of an identity: the column it reads and the column's resolved type.
@@ -306,6 +312,7 @@ impl RelationSchema {
                 // clear `attmissingval` with no DDL, and a schema computed now knows of no
                 // rewrite.
                 column.missing.clone_from(&mine.missing);
+                column.missing_without_send_form = mine.missing_without_send_form;
             }
         }
         filled.rewritten = self.rewritten;
@@ -610,6 +617,7 @@ impl SchemaMessage {
                         "not_null": c.not_null,
                         "shape": c.shape.as_ref().map(shape_to_json),
                         "missing": c.missing.as_deref().map(rowid_codec::hex::encode),
+                        "missing_without_send_form": c.missing_without_send_form,
                     })).collect::<Vec<_>>(),
                     "primary_key": s.primary_key,
                     "rewritten": match s.rewritten {
@@ -662,7 +670,8 @@ impl SchemaMessage {
     }
 }
 
-/// A column; `type` and `shape` are members from format 3 on, `missing` from format 5.
+/// A column; `type` and `shape` are members from format 3 on, `missing` from format 5,
+/// `missing_without_send_form` from format 7.
 fn column(at: &str, v: &Value, format: u64) -> Parsed<SchemaColumn> {
     let mut o = Obj::new(at, v)?;
     let attnum = o.int("attnum")?;
@@ -695,6 +704,13 @@ fn column(at: &str, v: &Value, format: u64) -> Parsed<SchemaColumn> {
     } else {
         None
     };
+    let missing_without_send_form = format >= 7 && o.bool("missing_without_send_form")?;
+    if missing_without_send_form && missing.is_some() {
+        return err(
+            &format!("{at}.missing_without_send_form"),
+            "true, but the column's missing value is given",
+        );
+    }
     let c = SchemaColumn {
         attnum,
         name,
@@ -703,6 +719,7 @@ fn column(at: &str, v: &Value, format: u64) -> Parsed<SchemaColumn> {
         not_null,
         shape,
         missing,
+        missing_without_send_form,
     };
     o.done()?;
     Ok(c)

@@ -1,5 +1,5 @@
-//! Identity schema messages, format 6: the spec's example parses, every shape round-trips,
-//! formats 2 to 5 are still read, enum labels make an identity's signature, and the reader is
+//! Identity schema messages, format 7: the spec's example parses, every shape round-trips,
+//! formats 2 to 6 are still read, enum labels make an identity's signature, and the reader is
 //! strict about everything else.
 
 // Test code: a failed expectation is a panic by design.
@@ -94,13 +94,23 @@ fn every_shape_round_trips() {
     );
 }
 
-/// Removes the member format 6 added (`identity.enums`).
+/// Removes the member format 7 added (every column's `missing_without_send_form`).
+fn strip_format_7(v: &mut Value) {
+    for c in v["columns"].as_array_mut().unwrap() {
+        c.as_object_mut()
+            .unwrap()
+            .remove("missing_without_send_form");
+    }
+}
+
+/// Removes the members formats 6 and 7 added (`identity.enums`, and format 7's).
 fn strip_format_6(v: &mut Value) {
+    strip_format_7(v);
     v["identity"].as_object_mut().unwrap().remove("enums");
 }
 
-/// Removes the members formats 5 and 6 added (`rewritten`, every column's `missing`, and
-/// `identity.enums`).
+/// Removes the members formats 5 to 7 added (`rewritten`, every column's `missing`, and
+/// the later formats').
 fn strip_format_5(v: &mut Value) {
     strip_format_6(v);
     v.as_object_mut().unwrap().remove("rewritten");
@@ -119,10 +129,39 @@ fn mutated(f: impl FnOnce(&mut Value)) -> String {
 fn the_reader_is_strict_and_says_where() {
     let cases: Vec<(String, &str)> = vec![
         (mutated(|v| v["format"] = json!(1)), "format"),
-        (mutated(|v| v["format"] = json!(7)), "format"),
+        (mutated(|v| v["format"] = json!(8)), "format"),
+        // Format 6 had no missing_without_send_form; format 7 requires it.
+        (
+            mutated(|v| v["format"] = json!(6)),
+            "missing_without_send_form",
+        ),
+        (
+            mutated(strip_format_7),
+            "columns[0].missing_without_send_form",
+        ),
+        (
+            mutated(|v| v["columns"][3]["missing_without_send_form"] = json!(1)),
+            "columns[3].missing_without_send_form",
+        ),
+        // A value both carried and not.
+        (
+            mutated(|v| v["columns"][3]["missing_without_send_form"] = json!(true)),
+            "columns[3].missing_without_send_form",
+        ),
         // Format 5 had no enum labels; format 6 requires them.
-        (mutated(|v| v["format"] = json!(5)), "enums"),
-        (mutated(strip_format_6), "identity.enums"),
+        (
+            mutated(|v| {
+                v["format"] = json!(5);
+                strip_format_7(v);
+            }),
+            "enums",
+        ),
+        (
+            mutated(|v| {
+                v["identity"].as_object_mut().unwrap().remove("enums");
+            }),
+            "identity.enums",
+        ),
         (
             mutated(|v| v["identity"]["enums"] = json!([{"type": "public.mood", "labels": [1]}])),
             "identity.enums[0].labels",
@@ -157,7 +196,13 @@ fn the_reader_is_strict_and_says_where() {
             "rewritten",
         ),
         // Format 4 had neither.
-        (mutated(|v| v["format"] = json!(4)), "missing"),
+        (
+            mutated(|v| {
+                v["format"] = json!(4);
+                strip_format_6(v);
+            }),
+            "missing",
+        ),
         (
             mutated(|v| v["identity"]["max_len"] = json!(0)),
             "identity.max_len",
@@ -520,4 +565,42 @@ fn enum_labels_are_part_of_an_identity() {
         SchemaMessage::parse(Msg::Schema(before.clone()).to_json().to_string().as_bytes()).unwrap(),
         Msg::Schema(before)
     );
+}
+
+/// Format 7: a column whose rows from before it hold a value of a type without a binary send
+/// form says so, with no value; format 6 is read as saying nothing of it; the flag is a fact
+/// of the DDL's moment like `missing`.
+#[test]
+fn a_missing_value_without_a_send_form_is_said_not_dropped() {
+    let text = mutated(|v| {
+        v["columns"][3]["missing"] = Value::Null;
+        v["columns"][3]["missing_without_send_form"] = json!(true);
+    });
+    let msg = SchemaMessage::parse(text.as_bytes()).unwrap();
+    let Msg::Schema(s) = &msg else { panic!() };
+    let flags: Vec<(Option<&[u8]>, bool)> = s
+        .columns
+        .iter()
+        .map(|c| (c.missing.as_deref(), c.missing_without_send_form))
+        .collect();
+    assert_eq!(
+        flags,
+        [(None, false), (None, false), (None, false), (None, true)]
+    );
+    assert_eq!(
+        SchemaMessage::parse(msg.to_json().to_string().as_bytes()).unwrap(),
+        msg
+    );
+    let v6 = mutated(|v| {
+        v["format"] = json!(6);
+        strip_format_7(v);
+    });
+    let Msg::Schema(old) = SchemaMessage::parse(v6.as_bytes()).unwrap() else {
+        panic!()
+    };
+    assert!(old.columns.iter().all(|c| !c.missing_without_send_form));
+    let Msg::Schema(spec) = SchemaMessage::parse(spec_example().as_bytes()).unwrap() else {
+        panic!()
+    };
+    assert!(s.matches_written(&spec) && spec.matches_written(s));
 }

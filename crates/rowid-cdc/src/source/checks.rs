@@ -414,6 +414,11 @@ mod tests {
     fn older(format: u64, edit: impl FnOnce(&mut serde_json::Value)) -> String {
         let mut v = SchemaMessage::Schema(fresh()).to_json();
         v["format"] = json!(format);
+        for c in v["columns"].as_array_mut().into_iter().flatten() {
+            if let Some(c) = c.as_object_mut() {
+                c.remove("missing_without_send_form");
+            }
+        }
         if format < 5 {
             if let Some(o) = v.as_object_mut() {
                 o.remove("rewritten");
@@ -425,7 +430,9 @@ mod tests {
             }
         }
         if let Some(id) = v["identity"].as_object_mut() {
-            id.remove("enums");
+            if format < 6 {
+                id.remove("enums");
+            }
             if format < 4 {
                 id.remove("max_len");
             }
@@ -455,6 +462,10 @@ mod tests {
         written["rewritten"] = json!(false);
         written["columns"][1]["missing"] = serde_json::Value::Null;
         assert!(is_schema(Some(&written.to_string()), &s));
+        assert!(
+            is_schema(Some(&older(6, |_| {})), &s),
+            "format 6: no missing_without_send_form"
+        );
         assert!(
             is_schema(Some(&older(5, |_| {})), &s),
             "format 5: no enum labels"

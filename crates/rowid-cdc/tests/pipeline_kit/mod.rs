@@ -39,6 +39,7 @@ pub fn schema() -> RelationSchema {
                 not_null: true,
                 shape: None,
                 missing: None,
+                missing_without_send_form: false,
             })
             .collect(),
         primary_key: vec!["id".into()],

@@ -336,6 +336,18 @@ impl PostgresSink {
         join_error(self.worker.take())
     }
 
+    /// `refusal`, a row this side cannot write, as the run's error, unless a command sent
+    /// before the row (a shape change) failed in the worker: that failure came first and is
+    /// the cause. The worker is stopped mid-transaction, so nothing of it is committed.
+    fn refused(&mut self, refusal: io::Error) -> io::Error {
+        self.tx = None;
+        match self.worker.take().map(JoinHandle::join) {
+            Some(Ok(Err(earlier))) => earlier.into_io(),
+            Some(Err(_)) => io::Error::other("the sink's connection thread panicked"),
+            Some(Ok(Ok(()))) | None => refusal,
+        }
+    }
+
     /// Whether `relid` is one of the sink's own tables in the captured database (its changes
     /// are the sink's own writes coming back).
     fn is_own(&self, relid: u32) -> bool {
@@ -502,11 +514,11 @@ impl Sink for PostgresSink {
             backfilled: names(&event.backfilled),
             unchanged_toast: names(&event.unchanged_toast),
             new: match (&event.new, known) {
-                (Some(image), true) => Some(cells(event, image)?),
+                (Some(image), true) => Some(cells(event, image).map_err(|e| self.refused(e))?),
                 _ => None,
             },
             old: match (&event.old, known) {
-                (Some(image), true) => Some(cells(event, image)?),
+                (Some(image), true) => Some(cells(event, image).map_err(|e| self.refused(e))?),
                 _ => None,
             },
         };

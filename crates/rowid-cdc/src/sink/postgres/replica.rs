@@ -510,12 +510,21 @@ impl ReplicaWriter {
             // Rows stored before the column hold its missing value: one UPDATE per column
             // that has one, the value as the source's send form (as COPY writes every value).
             for column in &changes.added {
-                let missing = schema
-                    .columns
-                    .iter()
-                    .find(|c| c.attnum == column.attnum)
-                    .and_then(|c| c.missing.as_deref());
-                if let Some(value) = missing {
+                let described = schema.columns.iter().find(|c| c.attnum == column.attnum);
+                if described.is_some_and(|c| c.missing_without_send_form)
+                    && holds_rows(txn, &name).await?
+                {
+                    return Err(Failure::from(format!(
+                        "{relation}'s rows stored before its new column {:?} hold a value of \
+                         type {}, which has no binary send form, so its identity schema \
+                         cannot carry it and {name} cannot follow it exactly: drop {name} and \
+                         its row in {}, then snapshot the table again",
+                        column.name,
+                        column.sql_type,
+                        meta_table(self.target.meta(), replica::TABLES)
+                    )));
+                }
+                if let Some(value) = described.and_then(|c| c.missing.as_deref()) {
                     let sql = replica::fill_added_column(&have.storage.table, &column.name);
                     txn.execute(&sql, &[&SendForm(Some(value))])
                         .await
