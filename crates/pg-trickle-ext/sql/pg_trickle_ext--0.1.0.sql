@@ -34,11 +34,10 @@ COMMENT ON FUNCTION pgtrickle.encode_row_id_v2(text, record) IS
 --   row_id_domain
 
 
-CREATE FUNCTION pgtrickle.encode_row_id_v2_fields(domain text, VARIADIC fields "any")
-RETURNS bytea STABLE PARALLEL SAFE
-LANGUAGE c AS 'MODULE_PATHNAME', 'encode_row_id_v2_fields';
-COMMENT ON FUNCTION pgtrickle.encode_row_id_v2_fields(text, "any") IS
-  'Row Identity V2 of the arguments, each one field: the bytes of encode_row_id_v2(domain, ROW(...)) without the ROW';
+CREATE FUNCTION pgtrickle.capture_changes() RETURNS trigger
+LANGUAGE c AS 'MODULE_PATHNAME', 'capture_changes';
+COMMENT ON FUNCTION pgtrickle.capture_changes() IS
+  'Trigger: appends each change with its old and new Row Identity V2 to the change buffer named by its argument (pgtrickle.capture_table creates both)';
 /* </end connected objects> */
 
 /* <begin connected objects> */
@@ -46,10 +45,11 @@ COMMENT ON FUNCTION pgtrickle.encode_row_id_v2_fields(text, "any") IS
 --   row_id_domain
 
 
-CREATE FUNCTION pgtrickle.capture_changes() RETURNS trigger
-LANGUAGE c AS 'MODULE_PATHNAME', 'capture_changes';
-COMMENT ON FUNCTION pgtrickle.capture_changes() IS
-  'Trigger: appends each change with its old and new Row Identity V2 to the change buffer named by its argument (pgtrickle.capture_table creates both)';
+CREATE FUNCTION pgtrickle.encode_row_id_v2_fields(domain text, VARIADIC fields "any")
+RETURNS bytea STABLE PARALLEL SAFE
+LANGUAGE c AS 'MODULE_PATHNAME', 'encode_row_id_v2_fields';
+COMMENT ON FUNCTION pgtrickle.encode_row_id_v2_fields(text, "any") IS
+  'Row Identity V2 of the arguments, each one field: the bytes of encode_row_id_v2(domain, ROW(...)) without the ROW';
 /* </end connected objects> */
 
 /* <begin connected objects> */
@@ -106,23 +106,6 @@ STABLE STRICT LANGUAGE c AS 'MODULE_PATHNAME', 'check_change_buffer_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- pg_trickle_ext::pgtrickle::row_probe_v1
-CREATE  FUNCTION pgtrickle."row_probe_v1"(
-	"id" bytea /* & [u8] */
-) RETURNS bytea /* Vec < u8 > */
-IMMUTABLE STRICT PARALLEL SAFE
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'row_probe_v1_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- pg_trickle_ext::pgtrickle::capture_table
-
-CREATE FUNCTION pgtrickle.capture_table(source regclass) RETURNS text
-VOLATILE STRICT LANGUAGE c AS 'MODULE_PATHNAME', 'capture_table_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
 -- pg_trickle_ext::pgtrickle::write_identity_schemas
 CREATE  FUNCTION pgtrickle."write_identity_schemas"(
 	"relids" oid[] /* Vec < pg_sys :: Oid > */
@@ -130,36 +113,6 @@ CREATE  FUNCTION pgtrickle."write_identity_schemas"(
 STRICT VOLATILE
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', 'write_identity_schemas_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- pg_trickle_ext::pgtrickle::row_id_describe
-CREATE  FUNCTION pgtrickle."row_id_describe"(
-	"id" bytea /* & [u8] */
-) RETURNS TEXT /* String */
-IMMUTABLE STRICT PARALLEL SAFE
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'row_id_describe_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- pg_trickle_ext::validate::validate_source_identity
-CREATE  FUNCTION pgtrickle."validate_source_identity"(
-	"rel" oid, /* pg_sys :: Oid */
-	"mode" TEXT DEFAULT 'refresh', /* & str */
-	"require_key" bool DEFAULT false /* bool */
-) RETURNS TABLE (
-	"identity" TEXT,  /* String */
-	"index_name" TEXT,  /* Option < String > */
-	"key_columns" TEXT[],  /* Vec < String > */
-	"max_identity_bytes" bigint,  /* Option < i64 > */
-	"index_class" TEXT,  /* String */
-	"index_ddl" TEXT,  /* String */
-	"passed_over" TEXT[]  /* Vec < String > */
-)
-STRICT STABLE 
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'validate_source_identity_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
@@ -184,13 +137,14 @@ AS 'MODULE_PATHNAME', 'validate_identity_fields_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- pg_trickle_ext::pgtrickle::row_id_fingerprint
-CREATE  FUNCTION pgtrickle."row_id_fingerprint"(
-	"id" bytea /* & [u8] */
-) RETURNS TEXT /* String */
-IMMUTABLE STRICT PARALLEL SAFE
+-- pg_trickle_ext::pgtrickle::write_published_identity_schemas
+CREATE  FUNCTION pgtrickle."write_published_identity_schemas"(
+	"candidates" oid[], /* Vec < pg_sys :: Oid > */
+	"publishing" oid[] /* Vec < pg_sys :: Oid > */
+) RETURNS INT /* i32 */
+STRICT VOLATILE
 LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'row_id_fingerprint_wrapper';
+AS 'MODULE_PATHNAME', 'write_published_identity_schemas_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
@@ -208,6 +162,7 @@ AS 'MODULE_PATHNAME', 'note_table_rewrite_wrapper';
 -- requires:
 --   pgtrickle::identity_schema
 --   pgtrickle::write_identity_schemas
+--   pgtrickle::write_published_identity_schemas
 --   pgtrickle::note_table_rewrite
 
 
@@ -236,6 +191,7 @@ COMMENT ON TABLE pgtrickle.identity_schemas IS
 CREATE PUBLICATION pgtrickle_identity FOR TABLE pgtrickle.identity_schemas;
 
 REVOKE EXECUTE ON FUNCTION pgtrickle.write_identity_schemas(pg_catalog.oid[]) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION pgtrickle.write_published_identity_schemas(pg_catalog.oid[], pg_catalog.oid[]) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION pgtrickle.note_table_rewrite(pg_catalog.oid, integer) FROM PUBLIC;
 
 -- The tables publication `pubid` carries, the set pg_get_publication_tables() gives, read
@@ -318,12 +274,19 @@ COMMENT ON FUNCTION pgtrickle.publication_relids(pg_catalog.oid) IS
 -- what is written. They run at the end of every DDL, so JIT is off for them: the catalog
 -- queries are tiny, but a set-returning function's estimate (1000 rows per call, per
 -- publication) passes jit_above_cost, and compiling them cost every DDL about a second on a
--- server built with LLVM (measured on PostgreSQL 15, with pg_publication_tables). They take
--- no lock on a table the DDL did not lock itself (pgtrickle.publication_relids).
+-- server built with LLVM (measured on PostgreSQL 15, with pg_publication_tables). Their
+-- catalog queries take no lock on a table (pgtrickle.publication_relids). A table whose row
+-- changes, and a table a publication DDL may publish now, is locked SHARE UPDATE EXCLUSIVE
+-- (no writer waits for it; every DDL that can change an identity does) and its schema read
+-- again, so that a concurrent key change cannot commit between that read and this DDL's
+-- commit unseen (as PostgreSQL's own ALTER PUBLICATION ... ADD TABLE locks its tables); a
+-- table whose row stays takes no lock.
 CREATE FUNCTION pgtrickle.identity_messages_on_ddl() RETURNS event_trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp SET jit = off AS $fn$
+DECLARE
+  candidates pg_catalog.oid[];
+  publishing pg_catalog.oid[];
 BEGIN
-  PERFORM pgtrickle.write_identity_schemas(ARRAY(
     WITH RECURSIVE
     cmd AS (SELECT classid, objid FROM pg_catalog.pg_event_trigger_ddl_commands()),
     -- which type is made of which: an array of its element, a domain of its base type, a
@@ -359,20 +322,8 @@ BEGIN
       SELECT m.whole FROM changed_type ct
       JOIN made_of m ON m.part OPERATOR(pg_catalog.=) ct.oid
     ),
-    touched(relid) AS (
-      -- tables, and the table of an index (CREATE INDEX [CONCURRENTLY], ALTER INDEX)
-      SELECT CASE WHEN c.relkind OPERATOR(pg_catalog.=) ANY (ARRAY['i', 'I']::pg_catalog."char"[])
-                  THEN i.indrelid ELSE c.oid END
-      FROM cmd JOIN pg_catalog.pg_class c
-        ON cmd.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_class'::pg_catalog.regclass
-       AND c.oid OPERATOR(pg_catalog.=) cmd.objid
-      LEFT JOIN pg_catalog.pg_index i ON i.indexrelid OPERATOR(pg_catalog.=) c.oid
-      UNION
-      -- constraints (primary keys, unique constraints)
-      SELECT con.conrelid FROM cmd JOIN pg_catalog.pg_constraint con
-        ON cmd.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_constraint'::pg_catalog.regclass
-       AND con.oid OPERATOR(pg_catalog.=) cmd.objid
-      UNION
+    -- what a publication DDL may publish now
+    by_publication(relid) AS (
       -- CREATE / ALTER PUBLICATION: every table the publication now carries
       SELECT pt.relid FROM cmd
       JOIN pg_catalog.pg_publication p
@@ -390,6 +341,29 @@ BEGIN
         ON cmd.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_publication_namespace'::pg_catalog.regclass
        AND pn.oid OPERATOR(pg_catalog.=) cmd.objid
       JOIN pg_catalog.pg_class c ON c.relnamespace OPERATOR(pg_catalog.=) pn.pnnspid
+    ),
+    -- and their partitions, all levels
+    published_now(relid) AS (
+      SELECT relid FROM by_publication
+      UNION
+      SELECT i.inhrelid FROM published_now d
+      JOIN pg_catalog.pg_inherits i ON i.inhparent OPERATOR(pg_catalog.=) d.relid
+    ),
+    touched(relid) AS (
+      -- tables, and the table of an index (CREATE INDEX [CONCURRENTLY], ALTER INDEX)
+      SELECT CASE WHEN c.relkind OPERATOR(pg_catalog.=) ANY (ARRAY['i', 'I']::pg_catalog."char"[])
+                  THEN i.indrelid ELSE c.oid END
+      FROM cmd JOIN pg_catalog.pg_class c
+        ON cmd.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_class'::pg_catalog.regclass
+       AND c.oid OPERATOR(pg_catalog.=) cmd.objid
+      LEFT JOIN pg_catalog.pg_index i ON i.indexrelid OPERATOR(pg_catalog.=) c.oid
+      UNION
+      -- constraints (primary keys, unique constraints)
+      SELECT con.conrelid FROM cmd JOIN pg_catalog.pg_constraint con
+        ON cmd.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_constraint'::pg_catalog.regclass
+       AND con.oid OPERATOR(pg_catalog.=) cmd.objid
+      UNION
+      SELECT relid FROM by_publication
       UNION
       -- a changed type: tables with a column of it or of a type made of it
       SELECT a.attrelid FROM changed_type ct
@@ -419,19 +393,15 @@ BEGIN
       JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) u.relid AND c.relispartition
       JOIN pg_catalog.pg_inherits i ON i.inhrelid OPERATOR(pg_catalog.=) u.relid
     ),
-    expanded(relid) AS (SELECT relid FROM down UNION SELECT relid FROM up),
-    published(relid) AS (
-      SELECT DISTINCT r.relid FROM pg_catalog.pg_publication p
-      CROSS JOIN LATERAL pgtrickle.publication_relids(p.oid) r(relid)
-    )
-    SELECT e.relid FROM expanded e JOIN published p ON p.relid OPERATOR(pg_catalog.=) e.relid
-    UNION
-    -- a published table without a row yet (created under FOR ALL TABLES or IN SCHEMA, a
-    -- partition detached under publish_via_partition_root, ...)
-    SELECT p.relid FROM published p
-    WHERE NOT EXISTS (SELECT 1 FROM pgtrickle.identity_schemas s
-                      WHERE s.relid OPERATOR(pg_catalog.=) p.relid)
-    ORDER BY 1));
+    expanded(relid) AS (SELECT relid FROM down UNION SELECT relid FROM up)
+    SELECT ARRAY(SELECT relid FROM expanded ORDER BY 1),
+           ARRAY(SELECT relid FROM published_now ORDER BY 1)
+    INTO candidates, publishing;
+  -- Which candidates are published, and which published tables have no row yet, is decided
+  -- by the function under a snapshot of its own (a publication committed while this DDL
+  -- waited for a lock counts); the tables this DDL may publish are locked before their
+  -- schema is read.
+  PERFORM pgtrickle.write_published_identity_schemas(candidates, publishing);
 END
 $fn$;
 
@@ -534,6 +504,63 @@ $fn$;
 REVOKE EXECUTE ON FUNCTION pgtrickle.grant_capture(pg_catalog.regrole) FROM PUBLIC;
 COMMENT ON FUNCTION pgtrickle.grant_capture(pg_catalog.regrole) IS
   'Grants a capture role (LOGIN REPLICATION) what rowid-cdc needs beyond REPLICATION: USAGE and CREATE on pgtrickle_changes (superuser)';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- pg_trickle_ext::pgtrickle::row_id_fingerprint
+CREATE  FUNCTION pgtrickle."row_id_fingerprint"(
+	"id" bytea /* & [u8] */
+) RETURNS TEXT /* String */
+IMMUTABLE STRICT PARALLEL SAFE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'row_id_fingerprint_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- pg_trickle_ext::pgtrickle::row_probe_v1
+CREATE  FUNCTION pgtrickle."row_probe_v1"(
+	"id" bytea /* & [u8] */
+) RETURNS bytea /* Vec < u8 > */
+IMMUTABLE STRICT PARALLEL SAFE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'row_probe_v1_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- pg_trickle_ext::validate::validate_source_identity
+CREATE  FUNCTION pgtrickle."validate_source_identity"(
+	"rel" oid, /* pg_sys :: Oid */
+	"mode" TEXT DEFAULT 'refresh', /* & str */
+	"require_key" bool DEFAULT false /* bool */
+) RETURNS TABLE (
+	"identity" TEXT,  /* String */
+	"index_name" TEXT,  /* Option < String > */
+	"key_columns" TEXT[],  /* Vec < String > */
+	"max_identity_bytes" bigint,  /* Option < i64 > */
+	"index_class" TEXT,  /* String */
+	"index_ddl" TEXT,  /* String */
+	"passed_over" TEXT[]  /* Vec < String > */
+)
+STRICT STABLE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'validate_source_identity_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- pg_trickle_ext::pgtrickle::capture_table
+
+CREATE FUNCTION pgtrickle.capture_table(source regclass) RETURNS text
+VOLATILE STRICT LANGUAGE c AS 'MODULE_PATHNAME', 'capture_table_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- pg_trickle_ext::pgtrickle::row_id_describe
+CREATE  FUNCTION pgtrickle."row_id_describe"(
+	"id" bytea /* & [u8] */
+) RETURNS TEXT /* String */
+IMMUTABLE STRICT PARALLEL SAFE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'row_id_describe_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */

@@ -253,7 +253,22 @@ pub fn schema_json(rel: pg_sys::Oid) -> String {
 /// which must be allowed to write that table: only the extension's owner is (the event
 /// triggers' functions are SECURITY DEFINER SET search_path = pg_catalog, pg_temp).
 pub fn write_schemas(relids: &[pg_sys::Oid]) -> i32 {
+    write_schemas_locking(relids, &[])
+}
+
+/// [`write_schemas`], each table locked `SHARE UPDATE EXCLUSIVE` (which no writer waits
+/// for, and every DDL that can change an identity does) before the schema that is written
+/// is read, under a snapshot taken then (issue 36 item 12). A DDL that did not lock the table
+/// itself (`ALTER PUBLICATION ... ADD TABLES IN SCHEMA`, `FOR ALL TABLES`, a changed type)
+/// could otherwise write the schema of before a concurrent key change that commits after its
+/// read, while the key change's own event trigger saw the table unpublished or was
+/// overwritten. A table whose row already says its schema takes no lock (nothing is written;
+/// a concurrent change of a published table writes its own row), except those of
+/// `publishing`, the tables the DDL may publish now: a row there may be left from an earlier
+/// publication, unseen by the concurrent change.
+fn write_schemas_locking(relids: &[pg_sys::Oid], publishing: &[pg_sys::Oid]) -> i32 {
     let (schema, table) = IDENTITY_TABLE;
+    let t = QualifiedName::new(schema, table).quoted();
     let upsert = format!(
         "INSERT INTO {t} AS s (relid, key_index, schema) VALUES ($1, $2, $3) \
          ON CONFLICT (relid) DO UPDATE SET key_index = EXCLUDED.key_index, \
@@ -262,30 +277,99 @@ pub fn write_schemas(relids: &[pg_sys::Oid]) -> i32 {
             OR COALESCE(s.key_index, 0) \
                OPERATOR(pg_catalog.<>) COALESCE(EXCLUDED.key_index, 0) \
             OR $4 \
-         RETURNING 1",
-        t = QualifiedName::new(schema, table).quoted()
+         RETURNING 1"
     );
+    let row_is = format!(
+        "SELECT EXISTS (SELECT 1 FROM {t} s WHERE s.relid OPERATOR(pg_catalog.=) $1 \
+           AND s.schema OPERATOR(pg_catalog.=) $2 \
+           AND COALESCE(s.key_index, 0) OPERATOR(pg_catalog.=) COALESCE($3, 0))"
+    );
+    let lock = |rel: pg_sys::Oid| {
+        // SAFETY: a lock on a relation OID (one that no longer exists locks nothing that
+        // matters), held until the transaction ends.
+        unsafe {
+            pg_sys::LockRelationOid(rel, pg_sys::ShareUpdateExclusiveLock as pg_sys::LOCKMODE);
+        }
+    };
     let mut written = 0;
     let mut seen = Vec::with_capacity(relids.len());
     for &rel in relids {
-        if seen.contains(&rel) || relation_facts(rel).is_none() {
+        if seen.contains(&rel) {
             continue;
         }
         seen.push(rel);
-        let s = relation_schema(rel);
-        let index = key_index(rel, &s);
-        let rewritten = matches!(s.rewritten, Rewrite::By(_));
-        let json = SchemaMessage::Schema(s).to_json().to_string();
-        let wrote = spi::rows_mut(
-            &upsert,
-            &[
-                rel.into(),
-                index.into(),
-                json.as_str().into(),
-                rewritten.into(),
-            ],
-        );
-        written += wrote as i32;
+        let mut locked = publishing.contains(&rel);
+        if locked {
+            lock(rel);
+        }
+        // Read, and when the row must change and the table was not locked, lock it and read
+        // again: at most two turns.
+        let read = || {
+            spi::with_latest_snapshot(|| {
+                relation_facts(rel).map(|_| {
+                    let s = relation_schema(rel);
+                    let index = key_index(rel, &s);
+                    let rewritten = matches!(s.rewritten, Rewrite::By(_));
+                    let json = SchemaMessage::Schema(s).to_json().to_string();
+                    let same = spi::one::<bool>(
+                        &row_is,
+                        &[rel.into(), json.as_str().into(), index.into()],
+                    )
+                    .unwrap_or(false);
+                    (json, index, rewritten, same)
+                })
+            })
+        };
+        while let Some((json, index, rewritten, same)) = read() {
+            if same && !rewritten {
+                break;
+            }
+            if !locked {
+                lock(rel);
+                locked = true;
+                continue;
+            }
+            let wrote = spi::rows_mut(
+                &upsert,
+                &[
+                    rel.into(),
+                    index.into(),
+                    json.as_str().into(),
+                    rewritten.into(),
+                ],
+            );
+            written += wrote as i32;
+            break;
+        }
     }
     written
+}
+
+/// The tables of `candidates` that a publication carries, and every published table without
+/// a row in `pgtrickle.identity_schemas` yet (created under `FOR ALL TABLES` or `IN SCHEMA`,
+/// a partition detached under `publish_via_partition_root`, ...), read under a snapshot
+/// taken now: a publication that committed while the DDL waited for its table's lock counts
+/// (a REPEATABLE READ transaction's own snapshot may predate it). Then [`write_schemas`] of
+/// them, locking those of `publishing` (the tables the DDL may publish now) before their
+/// schema is read; returns how many rows were written.
+pub fn write_published_schemas(candidates: &[pg_sys::Oid], publishing: &[pg_sys::Oid]) -> i32 {
+    let (schema, table) = IDENTITY_TABLE;
+    let query = format!(
+        "WITH published(relid) AS ( \
+           SELECT DISTINCT r.relid FROM pg_catalog.pg_publication p \
+           CROSS JOIN LATERAL pgtrickle.publication_relids(p.oid) r(relid)) \
+         SELECT p.relid FROM published p \
+         WHERE p.relid OPERATOR(pg_catalog.=) ANY ($1) \
+         UNION \
+         SELECT p.relid FROM published p \
+         WHERE NOT EXISTS (SELECT 1 FROM {t} s WHERE s.relid OPERATOR(pg_catalog.=) p.relid) \
+         ORDER BY 1",
+        t = QualifiedName::new(schema, table).quoted()
+    );
+    let relids = spi::with_latest_snapshot(|| {
+        spi::rows(&query, &[candidates.to_vec().into()], |row| {
+            Ok(row.get::<pg_sys::Oid>(1)?.unwrap_or(pg_sys::InvalidOid))
+        })
+    });
+    write_schemas_locking(&relids, publishing)
 }

@@ -134,6 +134,20 @@ mod pgtrickle {
         crate::identity_messages::write_schemas(&relids)
     }
 
+    /// Writes the identity schemas of the tables of `candidates` that a publication carries,
+    /// and of every published table without a row yet, deciding what is published under a
+    /// snapshot taken when it runs (a publication committed during the DDL's lock wait
+    /// counts); the tables of `publishing` (those the DDL may publish now) are locked before
+    /// their schema is read. Returns how many rows changed. Called by the DDL event trigger
+    /// as the extension's owner; EXECUTE is revoked from PUBLIC.
+    #[pg_extern(volatile, strict)]
+    fn write_published_identity_schemas(
+        candidates: Vec<pg_sys::Oid>,
+        publishing: Vec<pg_sys::Oid>,
+    ) -> i32 {
+        crate::identity_messages::write_published_schemas(&candidates, &publishing)
+    }
+
     /// Notes, for this backend's current transaction, that table `rel` is being rewritten
     /// for `reason` (`pg_event_trigger_table_rewrite_reason()`); the identity schema rows
     /// the transaction writes for it then say `"rewritten": true` when the reason gives its
@@ -253,6 +267,7 @@ COMMENT ON TABLE pgtrickle.identity_schemas IS
 CREATE PUBLICATION pgtrickle_identity FOR TABLE pgtrickle.identity_schemas;
 
 REVOKE EXECUTE ON FUNCTION pgtrickle.write_identity_schemas(pg_catalog.oid[]) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION pgtrickle.write_published_identity_schemas(pg_catalog.oid[], pg_catalog.oid[]) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION pgtrickle.note_table_rewrite(pg_catalog.oid, integer) FROM PUBLIC;
 
 -- The tables publication `pubid` carries, the set pg_get_publication_tables() gives, read
@@ -335,12 +350,19 @@ COMMENT ON FUNCTION pgtrickle.publication_relids(pg_catalog.oid) IS
 -- what is written. They run at the end of every DDL, so JIT is off for them: the catalog
 -- queries are tiny, but a set-returning function's estimate (1000 rows per call, per
 -- publication) passes jit_above_cost, and compiling them cost every DDL about a second on a
--- server built with LLVM (measured on PostgreSQL 15, with pg_publication_tables). They take
--- no lock on a table the DDL did not lock itself (pgtrickle.publication_relids).
+-- server built with LLVM (measured on PostgreSQL 15, with pg_publication_tables). Their
+-- catalog queries take no lock on a table (pgtrickle.publication_relids). A table whose row
+-- changes, and a table a publication DDL may publish now, is locked SHARE UPDATE EXCLUSIVE
+-- (no writer waits for it; every DDL that can change an identity does) and its schema read
+-- again, so that a concurrent key change cannot commit between that read and this DDL's
+-- commit unseen (as PostgreSQL's own ALTER PUBLICATION ... ADD TABLE locks its tables); a
+-- table whose row stays takes no lock.
 CREATE FUNCTION pgtrickle.identity_messages_on_ddl() RETURNS event_trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp SET jit = off AS $fn$
+DECLARE
+  candidates pg_catalog.oid[];
+  publishing pg_catalog.oid[];
 BEGIN
-  PERFORM pgtrickle.write_identity_schemas(ARRAY(
     WITH RECURSIVE
     cmd AS (SELECT classid, objid FROM pg_catalog.pg_event_trigger_ddl_commands()),
     -- which type is made of which: an array of its element, a domain of its base type, a
@@ -376,20 +398,8 @@ BEGIN
       SELECT m.whole FROM changed_type ct
       JOIN made_of m ON m.part OPERATOR(pg_catalog.=) ct.oid
     ),
-    touched(relid) AS (
-      -- tables, and the table of an index (CREATE INDEX [CONCURRENTLY], ALTER INDEX)
-      SELECT CASE WHEN c.relkind OPERATOR(pg_catalog.=) ANY (ARRAY['i', 'I']::pg_catalog."char"[])
-                  THEN i.indrelid ELSE c.oid END
-      FROM cmd JOIN pg_catalog.pg_class c
-        ON cmd.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_class'::pg_catalog.regclass
-       AND c.oid OPERATOR(pg_catalog.=) cmd.objid
-      LEFT JOIN pg_catalog.pg_index i ON i.indexrelid OPERATOR(pg_catalog.=) c.oid
-      UNION
-      -- constraints (primary keys, unique constraints)
-      SELECT con.conrelid FROM cmd JOIN pg_catalog.pg_constraint con
-        ON cmd.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_constraint'::pg_catalog.regclass
-       AND con.oid OPERATOR(pg_catalog.=) cmd.objid
-      UNION
+    -- what a publication DDL may publish now
+    by_publication(relid) AS (
       -- CREATE / ALTER PUBLICATION: every table the publication now carries
       SELECT pt.relid FROM cmd
       JOIN pg_catalog.pg_publication p
@@ -407,6 +417,29 @@ BEGIN
         ON cmd.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_publication_namespace'::pg_catalog.regclass
        AND pn.oid OPERATOR(pg_catalog.=) cmd.objid
       JOIN pg_catalog.pg_class c ON c.relnamespace OPERATOR(pg_catalog.=) pn.pnnspid
+    ),
+    -- and their partitions, all levels
+    published_now(relid) AS (
+      SELECT relid FROM by_publication
+      UNION
+      SELECT i.inhrelid FROM published_now d
+      JOIN pg_catalog.pg_inherits i ON i.inhparent OPERATOR(pg_catalog.=) d.relid
+    ),
+    touched(relid) AS (
+      -- tables, and the table of an index (CREATE INDEX [CONCURRENTLY], ALTER INDEX)
+      SELECT CASE WHEN c.relkind OPERATOR(pg_catalog.=) ANY (ARRAY['i', 'I']::pg_catalog."char"[])
+                  THEN i.indrelid ELSE c.oid END
+      FROM cmd JOIN pg_catalog.pg_class c
+        ON cmd.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_class'::pg_catalog.regclass
+       AND c.oid OPERATOR(pg_catalog.=) cmd.objid
+      LEFT JOIN pg_catalog.pg_index i ON i.indexrelid OPERATOR(pg_catalog.=) c.oid
+      UNION
+      -- constraints (primary keys, unique constraints)
+      SELECT con.conrelid FROM cmd JOIN pg_catalog.pg_constraint con
+        ON cmd.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_constraint'::pg_catalog.regclass
+       AND con.oid OPERATOR(pg_catalog.=) cmd.objid
+      UNION
+      SELECT relid FROM by_publication
       UNION
       -- a changed type: tables with a column of it or of a type made of it
       SELECT a.attrelid FROM changed_type ct
@@ -436,19 +469,15 @@ BEGIN
       JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) u.relid AND c.relispartition
       JOIN pg_catalog.pg_inherits i ON i.inhrelid OPERATOR(pg_catalog.=) u.relid
     ),
-    expanded(relid) AS (SELECT relid FROM down UNION SELECT relid FROM up),
-    published(relid) AS (
-      SELECT DISTINCT r.relid FROM pg_catalog.pg_publication p
-      CROSS JOIN LATERAL pgtrickle.publication_relids(p.oid) r(relid)
-    )
-    SELECT e.relid FROM expanded e JOIN published p ON p.relid OPERATOR(pg_catalog.=) e.relid
-    UNION
-    -- a published table without a row yet (created under FOR ALL TABLES or IN SCHEMA, a
-    -- partition detached under publish_via_partition_root, ...)
-    SELECT p.relid FROM published p
-    WHERE NOT EXISTS (SELECT 1 FROM pgtrickle.identity_schemas s
-                      WHERE s.relid OPERATOR(pg_catalog.=) p.relid)
-    ORDER BY 1));
+    expanded(relid) AS (SELECT relid FROM down UNION SELECT relid FROM up)
+    SELECT ARRAY(SELECT relid FROM expanded ORDER BY 1),
+           ARRAY(SELECT relid FROM published_now ORDER BY 1)
+    INTO candidates, publishing;
+  -- Which candidates are published, and which published tables have no row yet, is decided
+  -- by the function under a snapshot of its own (a publication committed while this DDL
+  -- waited for a lock counts); the tables this DDL may publish are locked before their
+  -- schema is read.
+  PERFORM pgtrickle.write_published_identity_schemas(candidates, publishing);
 END
 $fn$;
 
@@ -556,6 +585,7 @@ COMMENT ON FUNCTION pgtrickle.grant_capture(pg_catalog.regrole) IS
     requires = [
         pgtrickle::identity_schema,
         pgtrickle::write_identity_schemas,
+        pgtrickle::write_published_identity_schemas,
         pgtrickle::note_table_rewrite
     ]
 );

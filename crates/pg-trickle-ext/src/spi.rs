@@ -5,12 +5,36 @@
 //! are fixed text with every name qualified, built from OIDs and quoted identifiers. A
 //! failure is an internal error ([`crate::errors::catalog_query`]).
 
+use std::cell::Cell;
+use std::ffi::{CString, c_char};
+
 use pgrx::datum::DatumWithOid;
 use pgrx::prelude::*;
-use pgrx::spi::{SpiHeapTupleData, SpiResult};
+use pgrx::spi::{SpiError, SpiErrorCodes, SpiHeapTupleData, SpiResult};
 
 use crate::errors;
 use crate::guard::with_locked_search_path;
+
+thread_local! {
+    /// Set inside [`with_latest_snapshot`]: reads take the latest snapshot.
+    static LATEST: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Runs `f` with every read of [`rows`] and [`one`] under a snapshot taken when the read
+/// starts (`GetLatestSnapshot`), whatever the transaction's isolation: what a catalog read
+/// after a lock wait must see. A REPEATABLE READ transaction's own snapshot may predate a
+/// DDL that committed while this one waited for its lock (issue 36 item 12). The flag is
+/// reset however `f` ends.
+pub fn with_latest_snapshot<R>(f: impl FnOnce() -> R) -> R {
+    struct Reset(bool);
+    impl Drop for Reset {
+        fn drop(&mut self) {
+            LATEST.with(|l| l.set(self.0));
+        }
+    }
+    let _reset = Reset(LATEST.with(|l| l.replace(true)));
+    f()
+}
 
 /// Runs the read-only query `sql` with `args` and maps each row with `f`.
 pub fn rows<T>(
@@ -18,6 +42,9 @@ pub fn rows<T>(
     args: &[DatumWithOid<'_>],
     mut f: impl FnMut(&SpiHeapTupleData<'_>) -> SpiResult<T>,
 ) -> Vec<T> {
+    if LATEST.with(Cell::get) {
+        return latest_rows(sql, args, None, f);
+    }
     with_locked_search_path(|| {
         Spi::connect(|c| {
             let mut out = Vec::new();
@@ -32,6 +59,12 @@ pub fn rows<T>(
 
 /// The first column of the first row of the read-only query `sql` (`None`: no row, or NULL).
 pub fn one<T: FromDatum + IntoDatum>(sql: &str, args: &[DatumWithOid<'_>]) -> Option<T> {
+    if LATEST.with(Cell::get) {
+        return latest_rows(sql, args, Some(1), |row| row.get::<T>(1))
+            .into_iter()
+            .next()
+            .flatten();
+    }
     with_locked_search_path(|| {
         Spi::connect(|c| {
             let mut rows = c.select(sql, Some(1), args)?;
@@ -42,6 +75,76 @@ pub fn one<T: FromDatum + IntoDatum>(sql: &str, args: &[DatumWithOid<'_>]) -> Op
         })
     })
     .unwrap_or_else(|e| errors::catalog_query(&e))
+}
+
+/// [`rows`] under a snapshot taken now: the query prepared and run by
+/// `SPI_execute_snapshot`, read-only, at most `limit` rows.
+fn latest_rows<T>(
+    sql: &str,
+    args: &[DatumWithOid<'_>],
+    limit: Option<i64>,
+    mut f: impl FnMut(&SpiHeapTupleData<'_>) -> SpiResult<T>,
+) -> Vec<T> {
+    let text = CString::new(sql)
+        .unwrap_or_else(|_| errors::catalog_query(&SpiError::SpiError(SpiErrorCodes::Argument)));
+    let mut types: Vec<pg_sys::Oid> = args.iter().map(DatumWithOid::oid).collect();
+    let mut values: Vec<pg_sys::Datum> = args
+        .iter()
+        .map(|a| {
+            a.datum()
+                .map_or(pg_sys::Datum::from(0), |d| d.sans_lifetime())
+        })
+        .collect();
+    let nulls: Vec<c_char> = args
+        .iter()
+        .map(|a| if a.datum().is_some() { b' ' } else { b'n' } as c_char)
+        .collect();
+    with_locked_search_path(|| {
+        Spi::connect(|_| {
+            // SAFETY: SPI is connected for this scope. The plan is prepared for `types`, one
+            // per value in `values` and `nulls`; it lives in the SPI procedure's memory and is
+            // freed here. The snapshot is copied by SPI when pushed; the command counter is
+            // advanced first so that it sees this transaction's own DDL. The tuple table and
+            // its tuples are SPI's, valid until the connection ends, after `f` has read them.
+            unsafe {
+                let plan =
+                    pg_sys::SPI_prepare(text.as_ptr(), types.len() as i32, types.as_mut_ptr());
+                if plan.is_null() {
+                    return Err(SpiError::SpiError(SpiErrorCodes::Argument));
+                }
+                pg_sys::CommandCounterIncrement();
+                let status = pg_sys::SPI_execute_snapshot(
+                    plan,
+                    values.as_mut_ptr(),
+                    nulls.as_ptr(),
+                    pg_sys::GetLatestSnapshot(),
+                    std::ptr::null_mut(),
+                    true,
+                    false,
+                    limit.unwrap_or(0),
+                );
+                if status != pg_sys::SPI_OK_SELECT as i32 {
+                    pg_sys::SPI_freeplan(plan);
+                    return Err(SpiError::SpiError(
+                        SpiErrorCodes::try_from(status).unwrap_or(SpiErrorCodes::OpUnknown),
+                    ));
+                }
+                let mut out = Vec::new();
+                let table = pg_sys::SPI_tuptable;
+                if !table.is_null() {
+                    for i in 0..pg_sys::SPI_processed as usize {
+                        let tuple = *(*table).vals.add(i);
+                        if let Some(row) = SpiHeapTupleData::new((*table).tupdesc, tuple)? {
+                            out.push(f(&row)?);
+                        }
+                    }
+                }
+                pg_sys::SPI_freeplan(plan);
+                Ok(out)
+            }
+        })
+    })
+    .unwrap_or_else(|e: SpiError| errors::catalog_query(&e))
 }
 
 /// Runs the statement `sql` (DML) with `args`; returns how many rows it processed.
