@@ -249,6 +249,7 @@ fn follow_columns(function: &str, source: pg_sys::Oid, buffer: pg_sys::Oid) -> u
         // Decided with the buffer locked and a snapshot taken then, not in the DDL's own
         // snapshot: a REPEATABLE READ transaction's snapshot can predate a change another
         // session committed into the buffer (its value would be converted as NULL).
+        lock_for_ddl(function, buffer);
         let holds_rows = holds_rows(function, buffer);
         as_owner(owner, || {
             for sql in &buffer::alter_statements(&qualified, &have, &want, holds_rows) {
@@ -279,6 +280,51 @@ fn follow_columns(function: &str, source: pg_sys::Oid, buffer: pg_sys::Oid) -> u
         });
     }
     count
+}
+
+/// Locks the buffer `oid` `ACCESS EXCLUSIVE` for its DDL (what its `ALTER TABLE` takes). A
+/// session holding a lock on it without the right to read it is refused at once, by process
+/// and role: every source owner and capture role has USAGE on the buffers' schema, and with
+/// USAGE alone `PREPARE ... SELECT` locks a table at parse time, before the permission
+/// check, for as long as its transaction stays open (issue 36 item 9). Waiting would hold the
+/// source's DDL, and every writer of the source queued behind it, for as long as that role
+/// chose. A session that may read the buffer is waited for, as any ALTER TABLE waits.
+fn lock_for_ddl(function: &str, oid: pg_sys::Oid) {
+    // SAFETY: a lock on a relation OID, held until the transaction ends.
+    if unsafe { pg_sys::ConditionalLockRelationOid(oid, pg_sys::AccessExclusiveLock as i32) } {
+        return;
+    }
+    let holders = spi::rows(
+        "SELECT pg_catalog.format('process %s (role %s)', l.pid, \
+                  pg_catalog.quote_ident(r.rolname)) \
+         FROM pg_catalog.pg_locks l \
+         JOIN pg_catalog.pg_stat_activity a ON a.pid OPERATOR(pg_catalog.=) l.pid \
+         JOIN pg_catalog.pg_roles r ON r.oid OPERATOR(pg_catalog.=) a.usesysid \
+         WHERE l.locktype OPERATOR(pg_catalog.=) 'relation' AND l.granted \
+           AND l.database OPERATOR(pg_catalog.=) (SELECT d.oid FROM pg_catalog.pg_database d \
+               WHERE d.datname OPERATOR(pg_catalog.=) pg_catalog.current_database()) \
+           AND l.relation OPERATOR(pg_catalog.=) $1 \
+           AND l.pid OPERATOR(pg_catalog.<>) pg_catalog.pg_backend_pid() \
+           AND NOT pg_catalog.has_table_privilege(a.usesysid, $1, 'SELECT') \
+         ORDER BY l.pid",
+        &[oid.into()],
+        |row| Ok(row.get::<String>(1)?.unwrap_or_default()),
+    );
+    if !holders.is_empty() {
+        errors::lock_held(
+            function,
+            &format!(
+                "{} holds a lock on the change buffer {} without the right to read it (a \
+                 statement prepared in an open transaction), which its DDL would wait on: end \
+                 that session (pg_terminate_backend), or revoke the role's USAGE on schema \
+                 pgtrickle_changes, then run the DDL again",
+                holders.join(", "),
+                relation_name(oid)
+            ),
+        );
+    }
+    // SAFETY: as above; waits for the readers holding it.
+    unsafe { pg_sys::LockRelationOid(oid, pg_sys::AccessExclusiveLock as i32) };
 }
 
 /// Whether the buffer `oid` holds any row: read after locking it `ACCESS EXCLUSIVE` (the
@@ -359,6 +405,7 @@ fn give_to_source_owner(buffer: pg_sys::Oid, source: pg_sys::Oid) {
         return;
     }
     let quoted = buffer_name(buffer).quoted();
+    lock_for_ddl("pgtrickle.follow_source_ddl", buffer);
     as_owner(extension_owner(), || {
         spi::run(&format!("ALTER TABLE {quoted} OWNER TO {owner}"), &[]);
         spi::run(

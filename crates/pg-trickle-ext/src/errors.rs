@@ -97,6 +97,15 @@ pub fn invalid_buffer(function: &str, message: &str) -> ! {
     );
 }
 
+/// A lock another session holds and may not hold this one up (lock_not_available).
+pub fn lock_held(function: &str, message: &str) -> ! {
+    ereport!(
+        ERROR,
+        PgSqlErrorCode::ERRCODE_LOCK_NOT_AVAILABLE,
+        format!("{function}: {message}")
+    );
+}
+
 /// A relation with no usable identity, raised with the registry's SQLSTATE (`sqlstate`,
 /// feature_not_supported or invalid_parameter_value).
 pub fn refused(function: &str, sqlstate: &str, message: &str) -> ! {

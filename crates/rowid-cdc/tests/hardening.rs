@@ -1240,3 +1240,89 @@ fn a_key_change_concurrent_with_adding_its_schema_to_a_publication_is_written() 
         assert_row_is_the_catalogs(&db, &format!("publication first, {iso}"));
     }
 }
+
+/// Issue 36 item 9: every source owner and capture role has USAGE on `pgtrickle_changes`
+/// (the extension grants it), and with USAGE alone `PREPARE ... SELECT` locks a table at
+/// parse time, before the permission check. A role that may not read another owner's buffer
+/// held a lock on it in an open transaction, and that owner's `ALTER TABLE` of the source
+/// waited on it forever (and every writer of the source queued behind the ALTER). The
+/// buffer's DDL now refuses at once, naming the session and its role, when a session holds
+/// a lock on the buffer without the right to read it; a reader with the right is waited
+/// for, as any ALTER TABLE waits.
+#[test]
+#[ignore = "needs a PostgreSQL server with wal_level=logical and the extension: run through `cargo xtask test`"]
+fn a_lock_on_a_buffer_held_without_the_right_to_read_it_is_refused_by_name() {
+    let _serial = serial();
+    let db = database("rowid_cdc_hard_hold", "hard_hold");
+    db.run(
+        "CREATE EXTENSION pg_trickle_ext;
+         CREATE TABLE held (k int8 PRIMARY KEY, v int4);
+         DROP ROLE IF EXISTS hard_holder; CREATE ROLE hard_holder LOGIN;
+         SELECT pgtrickle.grant_capture('hard_holder');",
+    )
+    .unwrap();
+    let buffer = one(&db, "SELECT pgtrickle.capture_table('held');");
+    let holding = |user: &str, tag: &str| {
+        let session = Psql::new(
+            "psql",
+            &db.args().replace("-U postgres", &format!("-U {user}")),
+        );
+        let sql = format!(
+            "BEGIN;
+             PREPARE hold AS SELECT * FROM {buffer};
+             SELECT pg_sleep(60) /* {tag} */;"
+        );
+        let thread = std::thread::spawn(move || session.run(&sql));
+        wait_for(
+            &db,
+            &format!(
+                "SELECT EXISTS (SELECT FROM pg_stat_activity WHERE query LIKE '%{tag} */%' \
+                 AND wait_event = 'PgSleep' AND pid <> pg_backend_pid());"
+            ),
+            tag,
+        );
+        thread
+    };
+    let end = |tag: &str, thread: std::thread::JoinHandle<Result<String, String>>| {
+        db.run(&format!(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+             WHERE query LIKE '%{tag} */%' AND pid <> pg_backend_pid();"
+        ))
+        .unwrap();
+        let _ = thread.join();
+    };
+    // A role with USAGE only.
+    let squatter = holding("hard_holder", "held by a role without SELECT");
+    let started = Instant::now();
+    let refused = db.run("SET lock_timeout = '10s'; ALTER TABLE held ADD COLUMN w int4;");
+    let took = started.elapsed();
+    // PostgreSQL locks the buffer itself to drop it with its source: that still waits.
+    let dropped = db.run("SET lock_timeout = '1s'; DROP TABLE held;");
+    end("held by a role without SELECT", squatter);
+    assert!(
+        dropped.as_ref().is_err_and(|e| e.contains("lock timeout")),
+        "the DROP of the source waits for the lock (spec/change-buffer.md §4 says so): {dropped:?}"
+    );
+    let e = refused.expect_err("the ALTER went through a held buffer");
+    assert!(
+        e.contains("hard_holder")
+            && e.contains("pg_terminate_backend")
+            && !e.contains("lock timeout"),
+        "refused at once, naming the role: {e}"
+    );
+    assert!(took < Duration::from_secs(5), "waited {took:?}");
+    // A reader with the right (the superuser) is waited for.
+    let reader = holding("postgres", "held by a reader");
+    let waited = db.run("SET lock_timeout = '1s'; ALTER TABLE held ADD COLUMN w int4;");
+    end("held by a reader", reader);
+    assert!(
+        waited.as_ref().is_err_and(|e| e.contains("lock timeout")),
+        "a reader with the right is waited for: {waited:?}"
+    );
+    // Free, the DDL is followed.
+    db.run("ALTER TABLE held ADD COLUMN w int4; INSERT INTO held VALUES (1, 1, 1);")
+        .unwrap();
+    assert_eq!(one(&db, &format!("SELECT new_w FROM {buffer};")), "1");
+    db.run("DROP OWNED BY hard_holder; DROP ROLE hard_holder;")
+        .unwrap();
+}
