@@ -23,10 +23,11 @@ COMMENT ON DOMAIN pgtrickle.row_id IS
 --   row_id_domain
 
 
-CREATE FUNCTION pgtrickle.encode_row_id_v2(domain text, fields record) RETURNS bytea
-STABLE PARALLEL SAFE LANGUAGE c AS 'MODULE_PATHNAME', 'encode_row_id_v2_wrapper';
-COMMENT ON FUNCTION pgtrickle.encode_row_id_v2(text, record) IS
-  'Row Identity V2 of the record''s fields (spec/wire-format.md)';
+CREATE FUNCTION pgtrickle.encode_row_id_v2_fields(domain text, VARIADIC fields "any")
+RETURNS bytea STABLE PARALLEL SAFE
+LANGUAGE c AS 'MODULE_PATHNAME', 'encode_row_id_v2_fields';
+COMMENT ON FUNCTION pgtrickle.encode_row_id_v2_fields(text, "any") IS
+  'Row Identity V2 of the arguments, each one field: the bytes of encode_row_id_v2(domain, ROW(...)) without the ROW';
 /* </end connected objects> */
 
 /* <begin connected objects> */
@@ -45,11 +46,10 @@ COMMENT ON FUNCTION pgtrickle.capture_changes() IS
 --   row_id_domain
 
 
-CREATE FUNCTION pgtrickle.encode_row_id_v2_fields(domain text, VARIADIC fields "any")
-RETURNS bytea STABLE PARALLEL SAFE
-LANGUAGE c AS 'MODULE_PATHNAME', 'encode_row_id_v2_fields';
-COMMENT ON FUNCTION pgtrickle.encode_row_id_v2_fields(text, "any") IS
-  'Row Identity V2 of the arguments, each one field: the bytes of encode_row_id_v2(domain, ROW(...)) without the ROW';
+CREATE FUNCTION pgtrickle.encode_row_id_v2(domain text, fields record) RETURNS bytea
+STABLE PARALLEL SAFE LANGUAGE c AS 'MODULE_PATHNAME', 'encode_row_id_v2_wrapper';
+COMMENT ON FUNCTION pgtrickle.encode_row_id_v2(text, record) IS
+  'Row Identity V2 of the record''s fields (spec/wire-format.md)';
 /* </end connected objects> */
 
 /* <begin connected objects> */
@@ -67,25 +67,30 @@ AS 'MODULE_PATHNAME', 'follow_source_ddl_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- requires:
---   pgtrickle::follow_source_ddl
+-- pg_trickle_ext::validate::validate_source_identity
+CREATE  FUNCTION pgtrickle."validate_source_identity"(
+	"rel" oid, /* pg_sys :: Oid */
+	"mode" TEXT DEFAULT 'refresh', /* & str */
+	"require_key" bool DEFAULT false /* bool */
+) RETURNS TABLE (
+	"identity" TEXT,  /* String */
+	"index_name" TEXT,  /* Option < String > */
+	"key_columns" TEXT[],  /* Vec < String > */
+	"max_identity_bytes" bigint,  /* Option < i64 > */
+	"index_class" TEXT,  /* String */
+	"index_ddl" TEXT,  /* String */
+	"passed_over" TEXT[]  /* Vec < String > */
+)
+STRICT STABLE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'validate_source_identity_wrapper';
+/* </end connected objects> */
 
+/* <begin connected objects> */
+-- pg_trickle_ext::pgtrickle::capture_table
 
--- Trigger buffers follow their source's columns in the DDL's own transaction
--- (spec/change-buffer.md §1c): at the end of every ALTER TABLE, as the extension's owner, who
--- alters each touched source's buffer as that buffer's owner.
-REVOKE EXECUTE ON FUNCTION pgtrickle.follow_source_ddl(pg_catalog.oid[]) FROM PUBLIC;
-CREATE FUNCTION pgtrickle.capture_on_ddl() RETURNS event_trigger
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp SET jit = off AS $fn$
-BEGIN
-  PERFORM pgtrickle.follow_source_ddl(ARRAY(
-    SELECT DISTINCT cmd.objid FROM pg_catalog.pg_event_trigger_ddl_commands() cmd
-    WHERE cmd.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_class'::pg_catalog.regclass
-    ORDER BY 1));
-END
-$fn$;
-CREATE EVENT TRIGGER pgtrickle_capture_ddl ON ddl_command_end WHEN TAG IN ('ALTER TABLE')
-  EXECUTE FUNCTION pgtrickle.capture_on_ddl();
+CREATE FUNCTION pgtrickle.capture_table(source regclass) RETURNS text
+VOLATILE STRICT LANGUAGE c AS 'MODULE_PATHNAME', 'capture_table_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
@@ -116,6 +121,16 @@ AS 'MODULE_PATHNAME', 'write_identity_schemas_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
+-- pg_trickle_ext::pgtrickle::row_id_describe
+CREATE  FUNCTION pgtrickle."row_id_describe"(
+	"id" bytea /* & [u8] */
+) RETURNS TEXT /* String */
+IMMUTABLE STRICT PARALLEL SAFE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'row_id_describe_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
 -- pg_trickle_ext::validate::validate_identity_fields
 CREATE  FUNCTION pgtrickle."validate_identity_fields"(
 	"domain" TEXT, /* & str */
@@ -137,17 +152,6 @@ AS 'MODULE_PATHNAME', 'validate_identity_fields_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- pg_trickle_ext::pgtrickle::write_published_identity_schemas
-CREATE  FUNCTION pgtrickle."write_published_identity_schemas"(
-	"candidates" oid[], /* Vec < pg_sys :: Oid > */
-	"publishing" oid[] /* Vec < pg_sys :: Oid > */
-) RETURNS INT /* i32 */
-STRICT VOLATILE
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'write_published_identity_schemas_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
 -- pg_trickle_ext::pgtrickle::note_table_rewrite
 CREATE  FUNCTION pgtrickle."note_table_rewrite"(
 	"rel" oid, /* pg_sys :: Oid */
@@ -156,6 +160,27 @@ CREATE  FUNCTION pgtrickle."note_table_rewrite"(
 STRICT VOLATILE
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', 'note_table_rewrite_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- pg_trickle_ext::pgtrickle::row_probe_v1
+CREATE  FUNCTION pgtrickle."row_probe_v1"(
+	"id" bytea /* & [u8] */
+) RETURNS bytea /* Vec < u8 > */
+IMMUTABLE STRICT PARALLEL SAFE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'row_probe_v1_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- pg_trickle_ext::pgtrickle::write_published_identity_schemas
+CREATE  FUNCTION pgtrickle."write_published_identity_schemas"(
+	"candidates" oid[], /* Vec < pg_sys :: Oid > */
+	"publishing" oid[] /* Vec < pg_sys :: Oid > */
+) RETURNS INT /* i32 */
+STRICT VOLATILE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'write_published_identity_schemas_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
@@ -281,12 +306,14 @@ COMMENT ON FUNCTION pgtrickle.publication_relids(pg_catalog.oid) IS
 -- again, so that a concurrent key change cannot commit between that read and this DDL's
 -- commit unseen (as PostgreSQL's own ALTER PUBLICATION ... ADD TABLE locks its tables); a
 -- table whose row stays takes no lock.
-CREATE FUNCTION pgtrickle.identity_messages_on_ddl() RETURNS event_trigger
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp SET jit = off AS $fn$
-DECLARE
-  candidates pg_catalog.oid[];
-  publishing pg_catalog.oid[];
-BEGIN
+-- The tables a DDL may have changed, from inside its ddl_command_end event trigger: tables
+-- and the table of an index or constraint it made or altered, the tables a publication DDL
+-- may publish now (`publishing`), and tables with a column of a type it changed (or of a
+-- type made of one), each partitioned table with its whole tree and each partition with its
+-- ancestors. Read from the catalogs alone: no lock on any table.
+CREATE FUNCTION pgtrickle.ddl_touched_tables(OUT relid pg_catalog.oid, OUT publishing boolean)
+RETURNS SETOF record
+LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp SET jit = off AS $fn$
     WITH RECURSIVE
     cmd AS (SELECT classid, objid FROM pg_catalog.pg_event_trigger_ddl_commands()),
     -- which type is made of which: an array of its element, a domain of its base type, a
@@ -394,9 +421,23 @@ BEGIN
       JOIN pg_catalog.pg_inherits i ON i.inhrelid OPERATOR(pg_catalog.=) u.relid
     ),
     expanded(relid) AS (SELECT relid FROM down UNION SELECT relid FROM up)
-    SELECT ARRAY(SELECT relid FROM expanded ORDER BY 1),
-           ARRAY(SELECT relid FROM published_now ORDER BY 1)
-    INTO candidates, publishing;
+    SELECT e.relid, EXISTS (SELECT 1 FROM published_now p
+                            WHERE p.relid OPERATOR(pg_catalog.=) e.relid)
+    FROM expanded e ORDER BY 1
+$fn$;
+REVOKE EXECUTE ON FUNCTION pgtrickle.ddl_touched_tables() FROM PUBLIC;
+
+CREATE FUNCTION pgtrickle.identity_messages_on_ddl() RETURNS event_trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp SET jit = off AS $fn$
+DECLARE
+  candidates pg_catalog.oid[];
+  publishing pg_catalog.oid[];
+BEGIN
+  SELECT COALESCE(pg_catalog.array_agg(t.relid ORDER BY t.relid), '{}'),
+         COALESCE(pg_catalog.array_agg(t.relid ORDER BY t.relid) FILTER (WHERE t.publishing),
+                  '{}')
+  INTO candidates, publishing
+  FROM pgtrickle.ddl_touched_tables() t;
   -- Which candidates are published, and which published tables have no row yet, is decided
   -- by the function under a snapshot of its own (a publication committed while this DDL
   -- waited for a lock counts); the tables this DDL may publish are locked before their
@@ -507,6 +548,35 @@ COMMENT ON FUNCTION pgtrickle.grant_capture(pg_catalog.regrole) IS
 /* </end connected objects> */
 
 /* <begin connected objects> */
+-- requires:
+--   pgtrickle::follow_source_ddl
+--   identity_messages
+
+
+-- Trigger buffers follow their source's columns in the DDL's own transaction
+-- (spec/change-buffer.md §1c), and mark a redefinition of its identities or a rewrite of its
+-- values with an `R` row (§1d): at the end of every ALTER TABLE and ALTER TYPE, as the
+-- extension's owner, who alters each touched source's buffer as that buffer's owner. Table
+-- rewrites are noted for it by pgtrickle_capture_rewrite (the function identity messages
+-- use; the note is the backend's, for the transaction).
+REVOKE EXECUTE ON FUNCTION pgtrickle.follow_source_ddl(pg_catalog.oid[]) FROM PUBLIC;
+CREATE FUNCTION pgtrickle.capture_on_ddl() RETURNS event_trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp SET jit = off AS $fn$
+BEGIN
+  PERFORM pgtrickle.follow_source_ddl(ARRAY(
+    SELECT t.relid FROM pgtrickle.ddl_touched_tables() t ORDER BY 1));
+END
+$fn$;
+CREATE EVENT TRIGGER pgtrickle_capture_ddl ON ddl_command_end
+  WHEN TAG IN ('ALTER TABLE', 'ALTER TYPE')
+  EXECUTE FUNCTION pgtrickle.capture_on_ddl();
+CREATE EVENT TRIGGER pgtrickle_capture_rewrite ON table_rewrite
+  EXECUTE FUNCTION pgtrickle.identity_messages_on_rewrite();
+-- In every session_replication_role: a rewrite not noted is a rewrite not marked.
+ALTER EVENT TRIGGER pgtrickle_capture_rewrite ENABLE ALWAYS;
+/* </end connected objects> */
+
+/* <begin connected objects> */
 -- pg_trickle_ext::pgtrickle::row_id_fingerprint
 CREATE  FUNCTION pgtrickle."row_id_fingerprint"(
 	"id" bytea /* & [u8] */
@@ -514,53 +584,6 @@ CREATE  FUNCTION pgtrickle."row_id_fingerprint"(
 IMMUTABLE STRICT PARALLEL SAFE
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', 'row_id_fingerprint_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- pg_trickle_ext::pgtrickle::row_probe_v1
-CREATE  FUNCTION pgtrickle."row_probe_v1"(
-	"id" bytea /* & [u8] */
-) RETURNS bytea /* Vec < u8 > */
-IMMUTABLE STRICT PARALLEL SAFE
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'row_probe_v1_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- pg_trickle_ext::validate::validate_source_identity
-CREATE  FUNCTION pgtrickle."validate_source_identity"(
-	"rel" oid, /* pg_sys :: Oid */
-	"mode" TEXT DEFAULT 'refresh', /* & str */
-	"require_key" bool DEFAULT false /* bool */
-) RETURNS TABLE (
-	"identity" TEXT,  /* String */
-	"index_name" TEXT,  /* Option < String > */
-	"key_columns" TEXT[],  /* Vec < String > */
-	"max_identity_bytes" bigint,  /* Option < i64 > */
-	"index_class" TEXT,  /* String */
-	"index_ddl" TEXT,  /* String */
-	"passed_over" TEXT[]  /* Vec < String > */
-)
-STRICT STABLE 
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'validate_source_identity_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- pg_trickle_ext::pgtrickle::capture_table
-
-CREATE FUNCTION pgtrickle.capture_table(source regclass) RETURNS text
-VOLATILE STRICT LANGUAGE c AS 'MODULE_PATHNAME', 'capture_table_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- pg_trickle_ext::pgtrickle::row_id_describe
-CREATE  FUNCTION pgtrickle."row_id_describe"(
-	"id" bytea /* & [u8] */
-) RETURNS TEXT /* String */
-IMMUTABLE STRICT PARALLEL SAFE
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'row_id_describe_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */

@@ -131,6 +131,9 @@ thread_local! {
     static CALLBACK: Cell<bool> = const { Cell::new(false) };
     /// The transaction the last change belonged to, and its count.
     static SEQ: Cell<(u32, i32)> = const { Cell::new((0, 0)) };
+    /// Sources whose last buffer row in the transaction is an `R` row: (xid, source, the
+    /// row's ctid as text). Empty but for a DDL's transaction.
+    static LAST_MARK: RefCell<Vec<(u32, pg_sys::Oid, String)>> = const { RefCell::new(Vec::new()) };
     /// Where readers of cached plans allocate (a child of TopMemoryContext).
     static CONTEXT: Cell<pg_sys::MemoryContext> = const { Cell::new(std::ptr::null_mut()) };
 }
@@ -362,7 +365,7 @@ fn holds_rows(function: &str, oid: pg_sys::Oid) -> bool {
 }
 
 /// The owner of a relation.
-fn writers_owner(rel: pg_sys::Oid) -> pg_sys::Oid {
+pub(crate) fn writers_owner(rel: pg_sys::Oid) -> pg_sys::Oid {
     spi::one::<pg_sys::Oid>(
         &format!(
             "SELECT relowner FROM pg_catalog.pg_class WHERE oid OPERATOR(pg_catalog.=) {}",
@@ -392,6 +395,7 @@ pub fn follow_source_ddl(sources: &[pg_sys::Oid]) -> i32 {
         if follow_columns("pgtrickle.follow_source_ddl", source, buffer) > 0 {
             altered += 1;
         }
+        crate::redefinition::mark(source, buffer);
     }
     altered
 }
@@ -757,6 +761,9 @@ unsafe fn build(
     let buffer_name = relation_name(buffer);
     let images = verify_buffer(FUNCTION, buffer, relid, owner);
     check_capture_triggers(FUNCTION, relid, buffer);
+    // An identity redefined with no event the DDL trigger follows (a key index dropped) is
+    // marked before the first change under it.
+    crate::redefinition::mark(relid, buffer);
     // The event trigger follows every ALTER TABLE in its own transaction; a buffer behind its
     // source (event triggers off) is refused, never written under the old shape.
     if images != source_images(FUNCTION, relid) {
@@ -969,7 +976,7 @@ unsafe fn trigger_buffer(trigger: *const pg_sys::Trigger) -> pg_sys::Oid {
 }
 
 /// The next `seq` of the current transaction.
-fn next_seq() -> (u32, i32) {
+pub(crate) fn next_seq() -> (u32, i32) {
     // SAFETY: the trigger runs in a transaction that is writing, so it has (or now gets) a
     // top-level xid.
     let xid = unsafe { pg_sys::GetTopTransactionId() }.into_inner();
@@ -979,6 +986,35 @@ fn next_seq() -> (u32, i32) {
         s.set((xid, n));
         (xid, n)
     })
+}
+
+/// A change of `source` follows its last `R` row: a redefinition after it is marked again.
+fn forget_mark(source: pg_sys::Oid) {
+    LAST_MARK.with(|m| {
+        if !m.borrow().is_empty() {
+            m.borrow_mut().retain(|(_, s, _)| *s != source);
+        }
+    });
+}
+
+/// The ctid of `source`'s `R` row in transaction `xid` when no change of it was captured
+/// since (the caller checks the row is still there: a rolled-back savepoint takes it).
+pub(crate) fn last_mark(xid: u32, source: pg_sys::Oid) -> Option<String> {
+    LAST_MARK.with(|m| {
+        m.borrow()
+            .iter()
+            .find(|(x, s, _)| *x == xid && *s == source)
+            .map(|(_, _, ctid)| ctid.clone())
+    })
+}
+
+/// Notes that `source`'s last row in transaction `xid` is the `R` row at `ctid`.
+pub(crate) fn note_mark(xid: u32, source: pg_sys::Oid, ctid: String) {
+    LAST_MARK.with(|m| {
+        let mut m = m.borrow_mut();
+        m.retain(|(x, s, _)| *x == xid && *s != source);
+        m.push((xid, source, ctid));
+    });
 }
 
 /// Encodes the identity of `tuple` into `out`.
@@ -1186,6 +1222,7 @@ unsafe fn capture_as_owner(
         }
         let tupdesc = (*relation).rd_att;
         let (xid, seq) = next_seq();
+        forget_mark((*relation).rd_id);
         let lsn = pg_sys::GetXLogInsertRecPtr();
         // The identities are encoded with the plan borrowed, then the insert runs with it
         // released (the insert can process invalidations, which must find nothing borrowed).
@@ -1193,7 +1230,7 @@ unsafe fn capture_as_owner(
             BufferOp::Insert => (None, Some(td.tg_trigtuple)),
             BufferOp::Update => (Some(td.tg_trigtuple), Some(td.tg_newtuple)),
             BufferOp::Delete => (Some(td.tg_trigtuple), None),
-            BufferOp::Truncate | BufferOp::Unidentified => (None, None),
+            BufferOp::Truncate | BufferOp::Unidentified | BufferOp::Redefined => (None, None),
         };
         let (relid, new_id, old_id) = PLANS.with(|p| {
             let mut plans = p.borrow_mut();
@@ -1450,6 +1487,7 @@ pub fn capture_table(source_oid: pg_sys::Oid) -> String {
             give_to_source_owner(oid, source_oid);
             // A DDL the event trigger did not follow (event triggers off) is followed now.
             follow_columns(CAPTURE_TABLE, source_oid, oid);
+            crate::redefinition::mark(source_oid, oid);
             oid
         }
         None => {
@@ -1478,6 +1516,10 @@ pub fn capture_table(source_oid: pg_sys::Oid) -> String {
             &[],
         )
     });
+    if existing.is_none() {
+        // What its rows are written under, recorded by the owner, who can reach it now.
+        crate::redefinition::record(source_oid, oid);
+    }
     verify_buffer(CAPTURE_TABLE, oid, source_oid, src.owner);
     let arg = quoted.replace('\'', "''");
     with_locked_search_path(|| {
@@ -1529,7 +1571,7 @@ fn made_buffer(source: pg_sys::Oid) -> Option<pg_sys::Oid> {
 }
 
 /// The name of the buffer `oid` (in the extension's buffer schema).
-fn buffer_name(oid: pg_sys::Oid) -> QualifiedName {
+pub(crate) fn buffer_name(oid: pg_sys::Oid) -> QualifiedName {
     let name = spi::one::<String>(
         &format!(
             "SELECT relname::pg_catalog.text FROM pg_catalog.pg_class \
@@ -1631,6 +1673,13 @@ pub fn check_buffer(function: &str, oid: pg_sys::Oid) {
             function,
             &buffer::foreign_versions(&name, identity, probe).to_string(),
         );
+    }
+    // The format's constraints: a format-3 buffer admits no R row, and its readers know none.
+    let defs = spi::rows(buffer::CONSTRAINTS_QUERY, &[name.as_str().into()], |row| {
+        Ok(row.get::<String>(1)?.unwrap_or_default())
+    });
+    if let Err(e) = buffer::check_version_constraints(&name, &defs) {
+        errors::invalid_buffer(function, &e.to_string());
     }
 }
 

@@ -43,7 +43,8 @@ static REWRITES: Mutex<(u64, Vec<u32>)> = Mutex::new((0, Vec::new()));
 /// and is enabled for the current `session_replication_role` (PostgreSQL's rule for event
 /// triggers: `A` always, `O` unless the role is `replica`, `R` only then).
 const REWRITE_TRIGGER_FIRES: &str = "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_event_trigger \
-     WHERE evtname OPERATOR(pg_catalog.=) 'pgtrickle_identity_rewrite' \
+     WHERE evtname OPERATOR(pg_catalog.=) ANY (ARRAY['pgtrickle_identity_rewrite', \
+                                              'pgtrickle_capture_rewrite']) \
        AND evtevent OPERATOR(pg_catalog.=) 'table_rewrite' \
        AND (evtenabled OPERATOR(pg_catalog.=) 'A' \
             OR (evtenabled OPERATOR(pg_catalog.=) 'O' \

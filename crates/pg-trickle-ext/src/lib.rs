@@ -54,6 +54,7 @@ pub mod fields;
 pub mod guard;
 pub mod identity_messages;
 pub mod reader;
+pub mod redefinition;
 pub mod spi;
 pub mod validate;
 
@@ -357,12 +358,14 @@ COMMENT ON FUNCTION pgtrickle.publication_relids(pg_catalog.oid) IS
 -- again, so that a concurrent key change cannot commit between that read and this DDL's
 -- commit unseen (as PostgreSQL's own ALTER PUBLICATION ... ADD TABLE locks its tables); a
 -- table whose row stays takes no lock.
-CREATE FUNCTION pgtrickle.identity_messages_on_ddl() RETURNS event_trigger
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp SET jit = off AS $fn$
-DECLARE
-  candidates pg_catalog.oid[];
-  publishing pg_catalog.oid[];
-BEGIN
+-- The tables a DDL may have changed, from inside its ddl_command_end event trigger: tables
+-- and the table of an index or constraint it made or altered, the tables a publication DDL
+-- may publish now (`publishing`), and tables with a column of a type it changed (or of a
+-- type made of one), each partitioned table with its whole tree and each partition with its
+-- ancestors. Read from the catalogs alone: no lock on any table.
+CREATE FUNCTION pgtrickle.ddl_touched_tables(OUT relid pg_catalog.oid, OUT publishing boolean)
+RETURNS SETOF record
+LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp SET jit = off AS $fn$
     WITH RECURSIVE
     cmd AS (SELECT classid, objid FROM pg_catalog.pg_event_trigger_ddl_commands()),
     -- which type is made of which: an array of its element, a domain of its base type, a
@@ -470,9 +473,23 @@ BEGIN
       JOIN pg_catalog.pg_inherits i ON i.inhrelid OPERATOR(pg_catalog.=) u.relid
     ),
     expanded(relid) AS (SELECT relid FROM down UNION SELECT relid FROM up)
-    SELECT ARRAY(SELECT relid FROM expanded ORDER BY 1),
-           ARRAY(SELECT relid FROM published_now ORDER BY 1)
-    INTO candidates, publishing;
+    SELECT e.relid, EXISTS (SELECT 1 FROM published_now p
+                            WHERE p.relid OPERATOR(pg_catalog.=) e.relid)
+    FROM expanded e ORDER BY 1
+$fn$;
+REVOKE EXECUTE ON FUNCTION pgtrickle.ddl_touched_tables() FROM PUBLIC;
+
+CREATE FUNCTION pgtrickle.identity_messages_on_ddl() RETURNS event_trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp SET jit = off AS $fn$
+DECLARE
+  candidates pg_catalog.oid[];
+  publishing pg_catalog.oid[];
+BEGIN
+  SELECT COALESCE(pg_catalog.array_agg(t.relid ORDER BY t.relid), '{}'),
+         COALESCE(pg_catalog.array_agg(t.relid ORDER BY t.relid) FILTER (WHERE t.publishing),
+                  '{}')
+  INTO candidates, publishing
+  FROM pgtrickle.ddl_touched_tables() t;
   -- Which candidates are published, and which published tables have no row yet, is decided
   -- by the function under a snapshot of its own (a publication committed while this DDL
   -- waited for a lock counts); the tables this DDL may publish are locked before their
@@ -593,23 +610,29 @@ COMMENT ON FUNCTION pgtrickle.grant_capture(pg_catalog.regrole) IS
 extension_sql!(
     r#"
 -- Trigger buffers follow their source's columns in the DDL's own transaction
--- (spec/change-buffer.md §1c): at the end of every ALTER TABLE, as the extension's owner, who
--- alters each touched source's buffer as that buffer's owner.
+-- (spec/change-buffer.md §1c), and mark a redefinition of its identities or a rewrite of its
+-- values with an `R` row (§1d): at the end of every ALTER TABLE and ALTER TYPE, as the
+-- extension's owner, who alters each touched source's buffer as that buffer's owner. Table
+-- rewrites are noted for it by pgtrickle_capture_rewrite (the function identity messages
+-- use; the note is the backend's, for the transaction).
 REVOKE EXECUTE ON FUNCTION pgtrickle.follow_source_ddl(pg_catalog.oid[]) FROM PUBLIC;
 CREATE FUNCTION pgtrickle.capture_on_ddl() RETURNS event_trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp SET jit = off AS $fn$
 BEGIN
   PERFORM pgtrickle.follow_source_ddl(ARRAY(
-    SELECT DISTINCT cmd.objid FROM pg_catalog.pg_event_trigger_ddl_commands() cmd
-    WHERE cmd.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_class'::pg_catalog.regclass
-    ORDER BY 1));
+    SELECT t.relid FROM pgtrickle.ddl_touched_tables() t ORDER BY 1));
 END
 $fn$;
-CREATE EVENT TRIGGER pgtrickle_capture_ddl ON ddl_command_end WHEN TAG IN ('ALTER TABLE')
+CREATE EVENT TRIGGER pgtrickle_capture_ddl ON ddl_command_end
+  WHEN TAG IN ('ALTER TABLE', 'ALTER TYPE')
   EXECUTE FUNCTION pgtrickle.capture_on_ddl();
+CREATE EVENT TRIGGER pgtrickle_capture_rewrite ON table_rewrite
+  EXECUTE FUNCTION pgtrickle.identity_messages_on_rewrite();
+-- In every session_replication_role: a rewrite not noted is a rewrite not marked.
+ALTER EVENT TRIGGER pgtrickle_capture_rewrite ENABLE ALWAYS;
 "#,
     name = "capture_ddl",
-    requires = [pgtrickle::follow_source_ddl]
+    requires = [pgtrickle::follow_source_ddl, "identity_messages"]
 );
 
 #[cfg(any(test, feature = "pg_test"))]

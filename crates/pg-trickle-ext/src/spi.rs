@@ -153,6 +153,21 @@ pub fn rows_mut(sql: &str, args: &[DatumWithOid<'_>]) -> usize {
         .unwrap_or_else(|e| errors::catalog_query(&e))
 }
 
+/// Runs the statement `sql` (DML with `RETURNING`) with `args`; returns the first column of
+/// its first row.
+pub fn one_mut<T: FromDatum + IntoDatum>(sql: &str, args: &[DatumWithOid<'_>]) -> Option<T> {
+    with_locked_search_path(|| {
+        Spi::connect_mut(|c| {
+            let mut rows = c.update(sql, None, args)?;
+            match rows.next() {
+                Some(row) => row.get::<T>(1),
+                None => Ok(None),
+            }
+        })
+    })
+    .unwrap_or_else(|e| errors::catalog_query(&e))
+}
+
 /// Runs the statement `sql` (DDL or DML) with `args`.
 pub fn run(sql: &str, args: &[DatumWithOid<'_>]) {
     with_locked_search_path(|| Spi::run_with_args(sql, args))
@@ -214,7 +229,7 @@ pub fn prepare_kept(sql: &std::ffi::CStr, types: &[pg_sys::Oid]) -> Option<KeptP
 #[cfg(test)]
 mod tests {
     /// Every module's source, but this one and the tests: no statement may bypass [`super`].
-    const SOURCES: [(&str, &str); 14] = [
+    const SOURCES: [(&str, &str); 15] = [
         ("args.rs", include_str!("args.rs")),
         ("bench.rs", include_str!("bench.rs")),
         ("call_site.rs", include_str!("call_site.rs")),
@@ -228,6 +243,7 @@ mod tests {
         ("identity_messages.rs", include_str!("identity_messages.rs")),
         ("lib.rs", include_str!("lib.rs")),
         ("reader.rs", include_str!("reader.rs")),
+        ("redefinition.rs", include_str!("redefinition.rs")),
         ("validate.rs", include_str!("validate.rs")),
     ];
 

@@ -877,8 +877,11 @@ fn identity_schema_rows_carry_missing_values_and_rewrites() {
         ),
         Ok(Some(false))
     );
-    // Without the rewrite trigger, nothing can be known.
+    // The capture's rewrite trigger notes rewrites too; without either, nothing can be
+    // known.
     Spi::run("DROP EVENT TRIGGER pgtrickle_identity_rewrite;").expect("drop");
+    assert_eq!(identity_schema_of("im_logged").rewritten, Rewrite::Kept);
+    Spi::run("ALTER EVENT TRIGGER pgtrickle_capture_rewrite DISABLE;").expect("disable");
     assert_eq!(identity_schema_of("im_logged").rewritten, Rewrite::Unknown);
 }
 

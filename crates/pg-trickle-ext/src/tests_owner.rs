@@ -506,3 +506,140 @@ fn a_buffer_reader_sees_every_row_and_column_of_the_source() {
         "a buffer reader sees every row and column"
     );
 }
+
+/// The operations of `buffer`'s rows in their order, one letter each.
+fn buffer_ops(buffer: &str) -> String {
+    Spi::get_one::<String>(&format!(
+        "SELECT coalesce(string_agg(op::text, '' ORDER BY xid, seq), '') FROM {buffer}"
+    ))
+    .expect("query")
+    .unwrap_or_default()
+}
+
+/// Issue 36 item 5: a DDL that changes what a source's identities mean while its rows stay
+/// left no trace in its trigger buffer (the WAL path's identity schema says `rewritten`, or
+/// carries the new key or labels): an identity written before it could equal another row's
+/// identity after it. Each such DDL now appends an `R` row (buffer format 4), with the
+/// reason, between the changes before and after it: an enum label in the key renamed, the key
+/// changed, values rewritten by `ALTER COLUMN ... TYPE ... USING` or a volatile default, and a
+/// key index dropped (no event the DDL trigger follows: marked when the capture next builds
+/// its plan). A DDL that changes none of that marks nothing.
+#[pg_test]
+fn identity_redefinitions_are_marked_in_the_buffer() {
+    Spi::run(
+        "CREATE TYPE rd_mood AS ENUM ('sad', 'ok');
+         CREATE TABLE rd_enum (m rd_mood PRIMARY KEY, v int4);
+         CREATE TABLE rd_key (k int8 PRIMARY KEY, u int8 NOT NULL, v int4);
+         CREATE TABLE rd_using (k int8 PRIMARY KEY, v int4);
+         CREATE TABLE rd_volatile (k int8 PRIMARY KEY, v int4);
+         CREATE TABLE rd_index (k int8 NOT NULL, v int4);
+         CREATE UNIQUE INDEX rd_index_k ON rd_index (k);
+         CREATE TABLE rd_plain (k int8 PRIMARY KEY, v int4);
+         CREATE TYPE rd_level AS ENUM ('lo', 'hi');
+         CREATE TABLE rd_run (m rd_level PRIMARY KEY);
+         CREATE TABLE rd_again (k int8 PRIMARY KEY, u int8 NOT NULL);
+         CREATE TABLE rd_undone (k int8 PRIMARY KEY, u int8 NOT NULL);",
+    )
+    .expect("setup");
+    let cases = [
+        (
+            "rd_enum",
+            "INSERT INTO rd_enum VALUES ('sad', 1)",
+            "ALTER TYPE rd_mood RENAME VALUE 'sad' TO 'blue'",
+            "INSERT INTO rd_enum VALUES ('ok', 2)",
+            "IRI",
+            "enum label",
+        ),
+        (
+            "rd_key",
+            "INSERT INTO rd_key VALUES (1, 10, 1)",
+            "ALTER TABLE rd_key DROP CONSTRAINT rd_key_pkey, ADD PRIMARY KEY (u)",
+            "INSERT INTO rd_key VALUES (2, 20, 2)",
+            "IRI",
+            "redefined",
+        ),
+        (
+            "rd_using",
+            "INSERT INTO rd_using VALUES (1, 1)",
+            "ALTER TABLE rd_using ALTER COLUMN v TYPE int4 USING v + 1",
+            "INSERT INTO rd_using VALUES (2, 2)",
+            "IRI",
+            "rewrote its stored values",
+        ),
+        (
+            "rd_volatile",
+            "INSERT INTO rd_volatile VALUES (1, 1)",
+            "ALTER TABLE rd_volatile ADD COLUMN r float8 DEFAULT random()",
+            "INSERT INTO rd_volatile VALUES (2, 2)",
+            "IRI",
+            "rewrote its stored values",
+        ),
+        (
+            "rd_index",
+            "INSERT INTO rd_index VALUES (1, 1)",
+            "DROP INDEX rd_index_k",
+            "INSERT INTO rd_index VALUES (2, 2)",
+            "IRI",
+            "redefined",
+        ),
+        // A run of DDL with no change between is one R row (what the WAL path sees).
+        (
+            "rd_run",
+            "INSERT INTO rd_run VALUES ('lo')",
+            "ALTER TYPE rd_level RENAME VALUE 'lo' TO 'tmp'; \
+             ALTER TYPE rd_level RENAME VALUE 'hi' TO 'lo'; \
+             ALTER TYPE rd_level RENAME VALUE 'tmp' TO 'hi'",
+            "INSERT INTO rd_run VALUES ('lo')",
+            "IRI",
+            "enum label",
+        ),
+        // A change between two redefinitions: each is marked.
+        (
+            "rd_again",
+            "INSERT INTO rd_again VALUES (1, 10)",
+            "ALTER TABLE rd_again DROP CONSTRAINT rd_again_pkey, ADD PRIMARY KEY (u); \
+             INSERT INTO rd_again VALUES (2, 20); \
+             ALTER TABLE rd_again DROP CONSTRAINT rd_again_pkey, ADD PRIMARY KEY (k)",
+            "INSERT INTO rd_again VALUES (3, 30)",
+            "IRIRI",
+            "redefined",
+        ),
+        // An R row a rolled-back subtransaction took is written again by the next one.
+        (
+            "rd_undone",
+            "INSERT INTO rd_undone VALUES (1, 10)",
+            "DO $$ BEGIN \
+               ALTER TABLE rd_undone DROP CONSTRAINT rd_undone_pkey, ADD PRIMARY KEY (u); \
+               RAISE EXCEPTION 'undone'; \
+             EXCEPTION WHEN raise_exception THEN NULL; END $$; \
+             ALTER TABLE rd_undone DROP CONSTRAINT rd_undone_pkey, ADD PRIMARY KEY (u)",
+            "INSERT INTO rd_undone VALUES (2, 20)",
+            "IRI",
+            "redefined",
+        ),
+        (
+            "rd_plain",
+            "INSERT INTO rd_plain VALUES (1, 1)",
+            "ALTER TABLE rd_plain ADD COLUMN w int4, ALTER COLUMN v SET DEFAULT 3",
+            "INSERT INTO rd_plain VALUES (2, 2)",
+            "II",
+            "",
+        ),
+    ];
+    for (table, before, ddl, after, ops, why) in cases {
+        let buffer = Spi::get_one::<String>(&format!("SELECT pgtrickle.capture_table('{table}')"))
+            .expect("capture_table")
+            .expect("buffer");
+        Spi::run(&format!("{before}; {ddl}; {after};")).expect(ddl);
+        assert_eq!(buffer_ops(&buffer), ops, "{ddl}");
+        if !why.is_empty() {
+            let reason = Spi::get_one::<String>(&format!(
+                "SELECT min(unidentified) FROM {buffer} WHERE op = 'R' \
+                 AND __pgt_row_id IS NULL AND __pgt_old_row_id IS NULL"
+            ))
+            .expect("query")
+            .unwrap_or_default();
+            assert!(reason.contains(why) && reason.contains(table), "{ddl}: {reason}");
+        }
+    }
+}

@@ -498,7 +498,7 @@ impl<S: Sink> Pipeline<S> {
                         for relid in &schema_changes {
                             if let Some(schema) = self.capture.committed_schema(*relid) {
                                 self.sink
-                                    .schema_changed(commit_lsn, &schema)
+                                    .schema_changed(xid, commit_lsn, &schema)
                                     .map_err(PipelineError::Sink)?;
                             }
                         }

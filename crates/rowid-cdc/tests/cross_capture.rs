@@ -8,7 +8,10 @@
 //! the WAL path backfills it), a primary key moved between transactions, a keyless table
 //! with a generated column (left out of identities and images on both paths), and ADD,
 //! RENAME, ALTER TYPE and DROP COLUMN between and inside transactions, followed by both
-//! buffers before the next change.
+//! buffers before the next change. Identity redefinitions (a primary key moved, two enum
+//! labels of a key swapped, a column retyped: a rewrite) are marked by an `R` row with the
+//! same reason at the same place in the transaction on both paths (spec/change-buffer.md
+//! §1d).
 //!
 //! Needs a server with `wal_level = logical` and the extension: run through `cargo xtask test`.
 
@@ -24,6 +27,17 @@ use rowid_testkit::psql::Psql;
 const DB: &str = "rowid_cdc_cross";
 const SINK_DB: &str = "rowid_cdc_cross_sink";
 const SLOT: &str = "rowid_cdc_cross_slot";
+
+/// The consumer, killed when the test ends, also by a failed assertion (left running it
+/// would hold the test's output open).
+struct Consumer(std::process::Child);
+
+impl Drop for Consumer {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
 
 /// A fresh database `db` on the test server.
 fn database(db: &str) -> Psql {
@@ -65,7 +79,7 @@ fn by_transaction(rows: &str) -> ByTransaction {
 
 /// A buffer row as `by_transaction` reads it (the images as JSON: `|` never appears in the
 /// workload's values).
-const COLUMNS: &str = "xid, source_relid, op, coalesce(encode(__pgt_old_row_id, 'hex'), ''), \
+const COLUMNS: &str = "xid, source_relid, op::text || coalesce(': ' || unidentified, ''), coalesce(encode(__pgt_old_row_id, 'hex'), ''), \
      coalesce(encode(__pgt_row_id, 'hex'), ''), coalesce(old_image::text, ''), \
      (SELECT coalesce(jsonb_object_agg(key, value), '{}') FROM jsonb_each(to_jsonb(c)) \
       WHERE key LIKE 'new\\_%'), \
@@ -95,8 +109,13 @@ fn trigger_and_wal_capture_agree_per_transaction() {
     let src = database(DB);
     let sink = database(SINK_DB);
     // The sink's buffers hold the source's types: the enum must exist there.
-    sink.run("CREATE TYPE x_mood AS ENUM ('sad', 'ok');")
-        .unwrap();
+    // The sink's buffers hold the source's types: the enums must exist there, with every
+    // label the source's values take (x_level's labels are swapped through 'tmp').
+    sink.run(
+        "CREATE TYPE x_mood AS ENUM ('sad', 'ok');
+         CREATE TYPE x_level AS ENUM ('lo', 'hi', 'tmp');",
+    )
+    .unwrap();
     src.run(
         "CREATE EXTENSION pg_trickle_ext;
          SELECT pgtrickle.enable_identity_messages();
@@ -110,11 +129,15 @@ fn trigger_and_wal_capture_agree_per_transaction() {
          -- only: PostgreSQL 18 refuses updates of a published table whose replica identity
          -- would contain an unpublished generated column)
          CREATE TABLE x_gen (a int4, b text, g int8 GENERATED ALWAYS AS (a * 2) STORED);
-         CREATE PUBLICATION x_pub FOR TABLE x_k, x_move, x_full, x_gen;
+         -- keyed by an enum, whose labels are the identity's bytes
+         CREATE TYPE x_level AS ENUM ('lo', 'hi');
+         CREATE TABLE x_e (m x_level PRIMARY KEY, n int4);
+         CREATE PUBLICATION x_pub FOR TABLE x_k, x_move, x_full, x_gen, x_e;
          SELECT pgtrickle.capture_table('x_k');
          SELECT pgtrickle.capture_table('x_move');
          SELECT pgtrickle.capture_table('x_full');
-         SELECT pgtrickle.capture_table('x_gen');",
+         SELECT pgtrickle.capture_table('x_gen');
+         SELECT pgtrickle.capture_table('x_e');",
     )
     .unwrap();
     let dir = std::env::temp_dir().join(format!("rowid-cdc-cross-{}", std::process::id()));
@@ -135,12 +158,14 @@ fn trigger_and_wal_capture_agree_per_transaction() {
         .args(["--sink", &format!("postgres:{}", sink.dsn())]);
         c
     };
-    let mut child = consumer()
-        .args(["--create-slot"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
+    let child = Consumer(
+        consumer()
+            .args(["--create-slot"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap(),
+    );
     let t = Instant::now();
     while src
         .run(&format!(
@@ -209,30 +234,63 @@ fn trigger_and_wal_capture_agree_per_transaction() {
          DELETE FROM x_k WHERE id = 30;
          TRUNCATE x_k;
          INSERT INTO x_k VALUES (7, NULL, 7);
-         INSERT INTO x_gen (a, b) VALUES (1, 'x'), (2, NULL);",
+         INSERT INTO x_gen (a, b) VALUES (1, 'x'), (2, NULL);
+         INSERT INTO x_e VALUES ('lo', 1);
+         UPDATE x_e SET n = 2;",
     )
     .unwrap();
 
-    let trigger = src
-        .run(&format!(
-            "SELECT * FROM (
+    let read_trigger = || {
+        let rows = src
+            .run(&format!(
+                "SELECT * FROM (
                SELECT {COLUMNS}, seq FROM pgtrickle_changes.changes_{k} c
                UNION ALL SELECT {COLUMNS}, seq FROM pgtrickle_changes.changes_{m} c
                UNION ALL SELECT {COLUMNS}, seq FROM pgtrickle_changes.changes_{f} c
-               UNION ALL SELECT {COLUMNS}, seq FROM pgtrickle_changes.changes_{g} c) u
+               UNION ALL SELECT {COLUMNS}, seq FROM pgtrickle_changes.changes_{g} c
+               UNION ALL SELECT {COLUMNS}, seq FROM pgtrickle_changes.changes_{e} c) u
              ORDER BY 1, seq;",
-            k = oid(&src, "x_k"),
-            m = oid(&src, "x_move"),
-            f = oid(&src, "x_full"),
-            g = oid(&src, "x_gen"),
-        ))
-        .unwrap();
-    // The trailing seq column read by by_transaction is part of the old image's text: cut it.
-    let trigger: String = trigger
-        .lines()
-        .map(|l| l.rsplit_once('|').map_or(l, |(row, _)| row).to_string() + "\n")
-        .collect();
-    let expected = by_transaction(&trigger);
+                e = oid(&src, "x_e"),
+                k = oid(&src, "x_k"),
+                m = oid(&src, "x_move"),
+                f = oid(&src, "x_full"),
+                g = oid(&src, "x_gen"),
+            ))
+            .unwrap();
+        // The trailing seq column read by by_transaction is part of the old image's text:
+        // cut it.
+        let rows: String = rows
+            .lines()
+            .map(|l| l.rsplit_once('|').map_or(l, |(row, _)| row).to_string() + "\n")
+            .collect();
+        by_transaction(&rows)
+    };
+    let before_swap = read_trigger();
+    // Two labels of x_e's key swapped: x_e's identities before and after do not compare.
+    src.run(
+        "BEGIN;
+           ALTER TYPE x_level RENAME VALUE 'lo' TO 'tmp';
+           ALTER TYPE x_level RENAME VALUE 'hi' TO 'lo';
+           ALTER TYPE x_level RENAME VALUE 'tmp' TO 'hi';
+           INSERT INTO x_e VALUES ('lo', 3);
+         COMMIT;",
+    )
+    .unwrap();
+    let mut expected = read_trigger();
+    // A trigger buffer holds enum values as the type's values (OIDs): the swap relabelled
+    // the images buffered before it ('lo' now reads 'hi'), while their identities keep the
+    // label they were captured with. The WAL buffer holds the labels sent. So the changes
+    // before the swap are compared as they read before it, and the R row is what tells a
+    // reader that the images before it no longer read as captured.
+    let relabelled = expected
+        .iter()
+        .filter(|(xid, changes)| before_swap.get(*xid).is_some_and(|b| b != *changes))
+        .count();
+    assert_eq!(
+        relabelled, 2,
+        "the insert and the update of x_e before the swap"
+    );
+    expected.extend(before_swap);
     let total: usize = expected.values().map(Vec::len).sum();
     let t = Instant::now();
     let wal = loop {
@@ -249,8 +307,7 @@ fn trigger_and_wal_capture_agree_per_transaction() {
         );
         std::thread::sleep(Duration::from_millis(100));
     };
-    child.kill().unwrap();
-    child.wait().unwrap();
+    drop(child);
     let got = by_transaction(&wal);
     eprintln!(
         "cross-path: {total} changes in {} transactions, trigger and WAL",
@@ -270,10 +327,31 @@ fn trigger_and_wal_capture_agree_per_transaction() {
     let ops: String = expected
         .values()
         .flatten()
-        .map(|c| c.identities.1.clone())
+        .map(|c| c.identities.1[..1].to_string())
         .collect();
     for op in ["I", "U", "D", "T"] {
         assert!(ops.contains(op), "the workload has {op}");
+    }
+    // The three redefinitions, each one R row (the swap of two labels is three DDL with no
+    // change between), compared above with their reasons on both paths.
+    let marks: Vec<&String> = expected
+        .values()
+        .flatten()
+        .map(|c| &c.identities.1)
+        .filter(|op| op.starts_with('R'))
+        .collect();
+    assert_eq!(marks.len(), 3, "{marks:?}");
+    for (relation, why) in [
+        ("public.x_move", "was redefined"),
+        ("public.x_k", "rewrote its stored values"),
+        ("public.x_e", "was redefined"),
+    ] {
+        assert!(
+            marks
+                .iter()
+                .any(|m| m.contains(relation) && m.contains(why)),
+            "{relation}: {marks:?}"
+        );
     }
     // Key changes: an update whose old and new identities differ.
     assert!(

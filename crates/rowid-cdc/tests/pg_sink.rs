@@ -18,6 +18,8 @@ use rowid_cdc::event::{Cell, ChangeEvent, ColumnMeta, OldKind, Op, RowImage, Uni
 use rowid_cdc::sink::Sink;
 use rowid_cdc::sink::postgres::{PostgresSink, Target};
 use rowid_registry::buffer;
+use rowid_registry::redefinition::IdentityRecord;
+use rowid_registry::schema_message::{RelationSchema, SchemaMessage};
 use rowid_registry::sql::QualifiedName;
 use rowid_testkit::psql::Psql;
 
@@ -287,17 +289,34 @@ fn buffers_are_created_checked_and_refused_by_name() {
             )
     ))
     .unwrap();
-    let mut sink = PostgresSink::open(target(&psql, &future, true)).unwrap();
-    sink.change(&event(0x3000, Op::Insert, None, Some(&[2, 1])))
-        .unwrap();
-    let e = sink
-        .commit()
-        .expect_err("the future buffer's CHECK refuses version 2");
-    assert!(e.to_string().contains("row_identity_version_check"), "{e}");
-    drop(sink);
+    let e = refused_at_first_change(target(&psql, &future, true));
+    assert!(
+        e.contains("v3_empty_16385") && e.contains("pins versions other than"),
+        "{e}"
+    );
     assert_eq!(
         psql.run("SELECT count(*) FROM other.v3_empty_16385;")
             .unwrap(),
+        "0\n"
+    );
+
+    // An empty buffer of format 3 (its constraints admit no R row: its readers know none):
+    // refused by name before anything is written.
+    let format_3 = QualifiedName::new("other", "f3");
+    psql.run(&format!(
+        "{};",
+        buffer::create_table(&QualifiedName::new("other", "f3_16385"), &[])
+            .join("; ")
+            .replace("'X', 'R'", "'X'")
+    ))
+    .unwrap();
+    let e = refused_at_first_change(target(&psql, &format_3, true));
+    assert!(
+        e.contains("f3_16385") && e.contains("format 3 or before"),
+        "{e}"
+    );
+    assert_eq!(
+        psql.run("SELECT count(*) FROM other.f3_16385;").unwrap(),
         "0\n"
     );
 
@@ -530,4 +549,86 @@ fn a_retype_without_a_cast_follows_an_empty_buffer() {
     );
     drop(sink);
     assert_eq!(psql.run("SELECT count(*) FROM s.b_16385;").unwrap(), "1\n");
+}
+
+/// The identity schema of `public.t (id bigint, note text)` keyed by `key`, with its values
+/// rewritten by transaction `rewritten` when given.
+fn schema_keyed_by(key: &str, rewritten: Option<u64>) -> Arc<RelationSchema> {
+    let v = serde_json::json!({
+        "format": 7, "event": "schema", "relid": 16385, "namespace": "public", "relname": "t",
+        "replica_identity": "default",
+        "columns": [
+            {"attnum": 1, "name": "id", "type_oid": 20, "type": "bigint", "not_null": true,
+             "shape": "int8", "missing": null, "missing_without_send_form": false},
+            {"attnum": 2, "name": "note", "type_oid": 25, "type": "text", "not_null": true,
+             "shape": "text", "missing": null, "missing_without_send_form": false}
+        ],
+        "primary_key": [key],
+        "rewritten": rewritten.map_or(serde_json::Value::Bool(false), serde_json::Value::from),
+        "identity": {"domain": "SCAN_KEY", "index": "public.t_pkey", "primary": true,
+                     "fields": [{"column": key, "type_oid": if key == "id" { 20 } else { 25 },
+                                 "shape": if key == "id" { "int8" } else { "text" }}],
+                     "max_len": null, "enums": []}
+    });
+    match SchemaMessage::from_json(&v) {
+        Ok(SchemaMessage::Schema(s)) => Arc::new(s),
+        other => panic!("{other:?}"),
+    }
+}
+
+/// Issue 36 item 5 on the WAL path: a schema that redefines the identities the buffer holds,
+/// or says the transaction rewrote the source's values, is an `R` row before the next change
+/// (or at the commit, for a DDL with no change after it), once: the buffer's comment records
+/// what its rows are written under, so a restarted sink marks nothing twice
+/// (spec/change-buffer.md §1d).
+#[test]
+#[ignore = "needs a PostgreSQL server: run through `cargo xtask test`"]
+fn a_redefinition_is_one_r_row_across_restarts() {
+    let psql = Psql::fresh_database("rowid_cdc_pg_sink_r").unwrap();
+    let b = QualifiedName::new("s", "r");
+    let with = |commit: u64, schema: &Arc<RelationSchema>| ChangeEvent {
+        schema: Some(schema.clone()),
+        ..event(commit, Op::Insert, None, Some(&[2, 1]))
+    };
+    let by_id = schema_keyed_by("id", None);
+    let rewritten = schema_keyed_by("id", Some(77));
+    let by_note = schema_keyed_by("note", Some(77));
+    let mut sink = PostgresSink::open(target(&psql, &b, true)).unwrap();
+    // Created under the key id: recorded, not marked.
+    sink.change(&with(0x1000, &by_id)).unwrap();
+    sink.commit().unwrap();
+    // The same key, values rewritten by transaction 77: marked before the change.
+    sink.change(&with(0x2000, &rewritten)).unwrap();
+    sink.commit().unwrap();
+    drop(sink);
+    // Restarted: the rewrite is recorded as marked; nothing again.
+    let mut sink = PostgresSink::open(target(&psql, &b, false)).unwrap();
+    sink.change(&with(0x3000, &rewritten)).unwrap();
+    sink.commit().unwrap();
+    // Another key, and no change after the DDL: marked at the commit.
+    sink.change(&with(0x4000, &rewritten)).unwrap();
+    sink.schema_changed(900, Lsn(0x4000), &by_note).unwrap();
+    sink.commit().unwrap();
+    drop(sink);
+    assert_eq!(
+        psql.run("SELECT string_agg(op::text, '' ORDER BY commit_lsn, seq) FROM s.r_16385;")
+            .unwrap(),
+        "IRIIIR\n"
+    );
+    let reasons = psql
+        .run("SELECT unidentified FROM s.r_16385 WHERE op = 'R' ORDER BY commit_lsn;")
+        .unwrap();
+    let reasons: Vec<&str> = reasons.lines().collect();
+    assert!(
+        reasons[0].contains("public.t") && reasons[0].contains("rewrote its stored values"),
+        "{reasons:?}"
+    );
+    assert!(reasons[1].contains("was redefined"), "{reasons:?}");
+    let comment = psql
+        .run("SELECT obj_description('s.r_16385'::regclass, 'pg_class');")
+        .unwrap();
+    assert_eq!(
+        IdentityRecord::from_comment(comment.trim_end()),
+        Some(IdentityRecord::of(&by_note, Some(77)))
+    );
 }

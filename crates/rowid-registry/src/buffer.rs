@@ -1,4 +1,4 @@
-//! The change buffer, format 3 (spec/change-buffer.md): one buffer per source table, one
+//! The change buffer, format 4 (spec/change-buffer.md): one buffer per source table, one
 //! table shape for every capture path (the WAL consumer's PostgreSQL sink and the extension's
 //! capture trigger alike), and the checks a writer or reader runs before it touches a buffer.
 //!
@@ -48,10 +48,10 @@ pub const OLD_ROW_ID: &str = "__pgt_old_row_id";
 /// The schema buffers are created in unless the caller names another. The extension owns it
 /// (its install script creates it), so no other role can create a buffer there first.
 pub const DEFAULT_SCHEMA: &str = "pgtrickle_changes";
-/// The column saying why a change has no identity (`X` rows only).
+/// The column saying why a row has no identity (`X` and `R` rows only).
 pub const UNIDENTIFIED: &str = "unidentified";
 /// The format of spec/change-buffer.md this module implements.
-pub const FORMAT: u32 = 3;
+pub const FORMAT: u32 = 4;
 /// The column saying what the old image holds: `F` the whole row, `K` the key only.
 pub const OLD_IMAGE: &str = "old_image";
 /// The column naming the new image's columns filled from the old image.
@@ -82,6 +82,12 @@ pub enum BufferOp {
     /// no old row, ...); no identity, and the `unidentified` column says which operation and
     /// why. A reader that meets one must rebuild what it keeps of that relation.
     Unidentified,
+    /// `R`: the source's identities were redefined (its key, an enum label in it) or its
+    /// stored values rewritten (`ALTER COLUMN ... TYPE ... USING`, a volatile `ADD COLUMN
+    /// ... DEFAULT`) by a DDL of this transaction; no identity, and the `unidentified`
+    /// column says what changed. Identities before the row and after it are not comparable:
+    /// a reader must rebuild what it keeps of the source from the source itself.
+    Redefined,
 }
 
 impl BufferOp {
@@ -93,6 +99,7 @@ impl BufferOp {
             BufferOp::Delete => b'D',
             BufferOp::Truncate => b'T',
             BufferOp::Unidentified => b'X',
+            BufferOp::Redefined => b'R',
         }
     }
 
@@ -104,6 +111,7 @@ impl BufferOp {
             b'D' => Some(BufferOp::Delete),
             b'T' => Some(BufferOp::Truncate),
             b'X' => Some(BufferOp::Unidentified),
+            b'R' => Some(BufferOp::Redefined),
             _ => None,
         }
     }
@@ -385,10 +393,10 @@ pub fn create_table(table: &QualifiedName, images: &[ImageColumn]) -> Vec<String
         quote_ident(UNIDENTIFIED),
     );
     sql.push_str(&format!(
-        ", CHECK (\"op\" IN ('I', 'U', 'D', 'T', 'X')), \
+        ", CHECK (\"op\" IN ('I', 'U', 'D', 'T', 'X', 'R')), \
          CHECK ((\"op\" IN ('I', 'U')) = ({new} IS NOT NULL)), \
          CHECK ((\"op\" IN ('U', 'D')) = ({old} IS NOT NULL)), \
-         CHECK ((\"op\" = 'X') = ({why} IS NOT NULL)), \
+         CHECK ((\"op\" IN ('X', 'R')) = ({why} IS NOT NULL)), \
          CHECK (\"row_identity_version\" = {ROW_IDENTITY_VERSION}), \
          CHECK (\"row_probe_version\" = {ROW_PROBE_VERSION}), \
          CHECK (\"old_image\" IN ('F', 'K')), \
@@ -600,6 +608,18 @@ pub fn version_constraints() -> [String; 2] {
     ]
 }
 
+/// The constraints on `op` that format 4 added `R` to, as `pg_get_constraintdef` prints
+/// them (PostgreSQL 15 to 18): a buffer without them was made by an earlier format, whose
+/// readers know no `R` row, and a writer that appends to the heap directly would put one
+/// there past its constraints.
+pub fn op_constraints() -> [&'static str; 2] {
+    [
+        "CHECK ((op = ANY (ARRAY['I'::\"char\", 'U'::\"char\", 'D'::\"char\", 'T'::\"char\", \
+         'X'::\"char\", 'R'::\"char\"])))",
+        "CHECK (((op = ANY (ARRAY['X'::\"char\", 'R'::\"char\"])) = (unidentified IS NOT NULL)))",
+    ]
+}
+
 /// A query over a buffer's CHECK constraints (`pg_get_constraintdef`), one parameter: the
 /// buffer's name as text.
 pub const CONSTRAINTS_QUERY: &str = "SELECT pg_catalog.pg_get_constraintdef(oid) \
@@ -609,7 +629,7 @@ pub const CONSTRAINTS_QUERY: &str = "SELECT pg_catalog.pg_get_constraintdef(oid)
 
 /// Checks that a buffer's CHECK constraints (rows of [`CONSTRAINTS_QUERY`]) pin the versions
 /// this library writes: both of [`version_constraints`] present, and no other constraint
-/// naming a version column.
+/// naming a version column; and that they are this format's ([`op_constraints`]).
 pub fn check_version_constraints(table: &str, defs: &[String]) -> Result<(), BufferMismatch> {
     let ours = version_constraints();
     let mismatch = |detail: String| BufferMismatch::Columns {
@@ -629,6 +649,14 @@ pub fn check_version_constraints(table: &str, defs: &[String]) -> Result<(), Buf
     for want in &ours {
         if !defs.contains(want) {
             return Err(mismatch(format!("the constraint {want} is missing")));
+        }
+    }
+    for want in op_constraints() {
+        if !defs.iter().any(|d| d == want) {
+            return Err(mismatch(format!(
+                "the constraint {want} is missing (a buffer of format 3 or before: consume \
+                 its changes, drop it and capture the table again)"
+            )));
         }
     }
     Ok(())
@@ -1220,8 +1248,16 @@ mod tests {
 
     #[test]
     fn version_constraints_are_checked() {
-        let ours: Vec<String> = version_constraints().to_vec();
+        let mut ours: Vec<String> = version_constraints().to_vec();
+        ours.extend(op_constraints().map(String::from));
         assert_eq!(check_version_constraints(t(), &ours), Ok(()));
+        // Format 3's: no R.
+        let mut format_3 = ours.clone();
+        format_3[2] = "CHECK ((op = ANY (ARRAY['I'::\"char\", 'U'::\"char\", 'D'::\"char\", \
+                       'T'::\"char\", 'X'::\"char\"])))"
+            .into();
+        let e = check_version_constraints(t(), &format_3).expect_err("format 3");
+        assert!(e.to_string().contains("format 3"), "{e}");
         let mut other = ours.clone();
         other[0] = "CHECK ((row_identity_version = 3))".into();
         let e = check_version_constraints(t(), &other).expect_err("version 3");
@@ -1245,6 +1281,7 @@ mod tests {
             BufferOp::Delete,
             BufferOp::Truncate,
             BufferOp::Unidentified,
+            BufferOp::Redefined,
         ] {
             assert_eq!(BufferOp::from_code(op.code()), Some(op));
         }
@@ -1254,6 +1291,7 @@ mod tests {
         assert!(!BufferOp::Delete.has_new() && BufferOp::Delete.has_old());
         assert!(!BufferOp::Truncate.has_new() && !BufferOp::Truncate.has_old());
         assert!(!BufferOp::Unidentified.has_new() && !BufferOp::Unidentified.has_old());
+        assert!(!BufferOp::Redefined.has_new() && !BufferOp::Redefined.has_old());
     }
 
     #[test]

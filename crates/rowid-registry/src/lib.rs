@@ -36,6 +36,7 @@ pub mod entry;
 pub mod error;
 pub mod image;
 pub mod plan;
+pub mod redefinition;
 pub mod replica;
 pub mod resolve;
 pub mod schema_message;

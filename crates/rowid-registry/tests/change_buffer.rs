@@ -53,10 +53,10 @@ fn the_spec_table_is_the_code() {
 fn the_ddl_states_the_identity_and_version_rules() {
     let ddl = buffer::create_table(&QualifiedName::new("s", "b"), &[]).join("; ");
     for rule in [
-        "CHECK (\"op\" IN ('I', 'U', 'D', 'T', 'X'))",
+        "CHECK (\"op\" IN ('I', 'U', 'D', 'T', 'X', 'R'))",
         "CHECK ((\"op\" IN ('I', 'U')) = (\"__pgt_row_id\" IS NOT NULL))",
         "CHECK ((\"op\" IN ('U', 'D')) = (\"__pgt_old_row_id\" IS NOT NULL))",
-        "CHECK ((\"op\" = 'X') = (\"unidentified\" IS NOT NULL))",
+        "CHECK ((\"op\" IN ('X', 'R')) = (\"unidentified\" IS NOT NULL))",
         "CHECK (\"row_identity_version\" = 2)",
         "CHECK (\"row_probe_version\" = 1)",
         "CHECK (\"old_image\" IN ('F', 'K'))",

@@ -66,11 +66,12 @@ impl Durable {
 pub trait Sink {
     /// One change of the open transaction.
     fn change(&mut self, event: &ChangeEvent) -> io::Result<()>;
-    /// The identity schema of a relation changed in the open transaction (a DDL): called
+    /// The identity schema of a relation changed in the open transaction `xid` (a DDL): called
     /// before its [`Sink::commit`], also when none of the relation's rows changed in it. A sink
     /// keeping state by identity follows it at the DDL's position; the others ignore it.
     fn schema_changed(
         &mut self,
+        _xid: u32,
         _commit_lsn: Lsn,
         _schema: &Arc<RelationSchema>,
     ) -> io::Result<()> {
@@ -126,8 +127,13 @@ impl<S: Sink + ?Sized> Sink for Box<S> {
         (**self).change(event)
     }
 
-    fn schema_changed(&mut self, commit_lsn: Lsn, schema: &Arc<RelationSchema>) -> io::Result<()> {
-        (**self).schema_changed(commit_lsn, schema)
+    fn schema_changed(
+        &mut self,
+        xid: u32,
+        commit_lsn: Lsn,
+        schema: &Arc<RelationSchema>,
+    ) -> io::Result<()> {
+        (**self).schema_changed(xid, commit_lsn, schema)
     }
 
     fn commit(&mut self) -> io::Result<Durable> {

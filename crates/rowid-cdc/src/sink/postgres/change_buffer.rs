@@ -1,6 +1,6 @@
 //! The change-buffer writer: change rows with their row images into one change buffer per
 //! source table, `<schema>.<prefix>_<source oid>`, whose shape is `rowid_registry::buffer`
-//! (spec/change-buffer.md format 3), the one every capture path writes.
+//! (spec/change-buffer.md format 4), the one every capture path writes.
 //!
 //! Each transaction's changes are streamed with binary `COPY` (one `COPY` per run of changes
 //! of one table; the image values are pgoutput's binary send forms, passed through untouched:
@@ -24,15 +24,17 @@ use std::io;
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
-use rowid_registry::buffer::{self, CatalogColumn, ImageColumn, Side};
+use rowid_registry::buffer::{self, BufferOp, CatalogColumn, ImageColumn, Side};
+use rowid_registry::redefinition::{IdentityRecord, redefinition};
+use rowid_registry::schema_message::RelationSchema;
 use rowid_registry::sql::{QualifiedName, quote_ident};
 use tokio_postgres::binary_copy::BinaryCopyInWriter;
 use tokio_postgres::types::{PgLsn, ToSql, Type};
 use tokio_postgres::{Client, GenericClient, Transaction};
 
 use super::{
-    Endpoint, Failure, PostgresSink, Recorded, Row, ShapeChange, Writer, create_schema_if_missing,
-    db_error, sink_role, writers,
+    Endpoint, Failure, PostgresSink, Recorded, Row, RowAt, ShapeChange, Writer,
+    create_schema_if_missing, db_error, sink_role, writers,
 };
 use crate::connect::conninfo::Conninfo;
 use crate::connect::raw::SendForm;
@@ -128,9 +130,25 @@ impl Writer for BufferWriter {
 
     async fn shape(&mut self, txn: &Transaction<'_>, shape: ShapeChange) -> Result<(), Failure> {
         self.finish_copy().await?;
-        self.buffers
-            .ensure(txn, shape.relid, &shape.relation, shape.images)
-            .await
+        let ShapeChange {
+            relid,
+            relation,
+            images,
+            schema,
+            at,
+        } = shape;
+        self.buffers.ensure(txn, relid, &relation, images).await?;
+        let (Some(schema), Some(at)) = (schema, at) else {
+            return Ok(());
+        };
+        if let Some(row) = self
+            .buffers
+            .mark(txn, relid, &relation, &schema, at)
+            .await?
+        {
+            self.rows(txn, vec![row]).await?;
+        }
+        Ok(())
     }
 
     async fn rows(&mut self, txn: &Transaction<'_>, rows: Vec<Row>) -> Result<(), Failure> {
@@ -347,6 +365,18 @@ struct Known {
     quoted: String,
     /// Its image columns, in the order rows carry their values.
     columns: Vec<ImageColumn>,
+    /// The identity its rows are written under (spec/change-buffer.md §1d).
+    record: Record,
+}
+
+/// What a buffer records of the identity its rows are written under.
+#[derive(Debug)]
+enum Record {
+    /// The sink created it and no identity schema has been known since: the first one is
+    /// its record, with no `R` row (no change in it to compare with).
+    Created,
+    /// Its table comment's record (`None`: it holds none).
+    Read(Option<IdentityRecord>),
 }
 
 /// The per-table buffers of one sink connection.
@@ -466,8 +496,8 @@ impl Buffers {
             }
             None => None,
         };
-        let have = match self.known.get(&relid) {
-            Some(known) => known.columns.clone(),
+        let (have, record) = match self.known.remove(&relid) {
+            Some(known) => (known.columns, known.record),
             None => self.open_buffer(client, &table, want.as_deref()).await?,
         };
         let columns = match want {
@@ -501,19 +531,84 @@ impl Buffers {
             Known {
                 quoted: name,
                 columns,
+                record,
             },
         );
         Ok(())
     }
 
+    /// When `schema` (the source's identity schema from the next change of transaction `at`
+    /// on) redefines the identities `relid`'s buffer holds, or says a DDL of the transaction
+    /// rewrote the source's values and no `R` row says so yet: records the identity from then
+    /// on in the buffer's comment and returns the `R` row to write at `at`, as the capture
+    /// trigger does (`rowid_registry::redefinition`, spec/change-buffer.md §1d).
+    async fn mark(
+        &mut self,
+        client: &impl GenericClient,
+        relid: u32,
+        relation: &str,
+        schema: &RelationSchema,
+        at: RowAt,
+    ) -> Result<Option<Row>, Failure> {
+        let known = self.known.get_mut(&relid).ok_or_else(|| {
+            Failure::from(format!(
+                "a schema of relation OID {relid} before its buffer"
+            ))
+        })?;
+        let (reason, keep) = match &known.record {
+            Record::Created => (None, IdentityRecord::baseline(schema)),
+            Record::Read(recorded) => {
+                match redefinition(relation, recorded.as_ref(), schema, schema.rewritten) {
+                    None => return Ok(None),
+                    Some((reason, keep)) => (Some(reason), keep),
+                }
+            }
+        };
+        let literal: String = client
+            .query_one("SELECT pg_catalog.quote_literal($1)", &[&keep.to_comment()])
+            .await
+            .map_err(|e| db_error("cannot quote a buffer's identity record", &e))?
+            .get(0);
+        client
+            .batch_execute(&format!("COMMENT ON TABLE {} IS {literal}", known.quoted))
+            .await
+            .map_err(|e| {
+                db_error(
+                    &format!(
+                        "cannot record the identity of {relation} in {}",
+                        known.quoted
+                    ),
+                    &e,
+                )
+            })?;
+        known.record = Record::Read(Some(keep));
+        Ok(reason.map(|reason| Row {
+            xid: at.xid,
+            seq: at.seq,
+            relid,
+            op: BufferOp::Redefined.code() as i8,
+            new_id: None,
+            old_id: None,
+            commit_lsn: at.commit_lsn,
+            change_lsn: at.change_lsn,
+            unidentified: Some(reason),
+            old_image: None,
+            backfilled: None,
+            unchanged_toast: None,
+            new: None,
+            old: None,
+        }))
+    }
+
     /// Creates the buffer `table` holding `images` (none when unknown) or checks the one
-    /// there (owner, grants, code, shape, versions); returns the image columns it holds.
+    /// there (owner, grants, code, shape, versions); returns the image columns it holds and
+    /// what it records of its identity.
     async fn open_buffer(
         &mut self,
         client: &impl GenericClient,
         table: &QualifiedName,
         images: Option<&[ImageColumn]>,
-    ) -> Result<Vec<ImageColumn>, Failure> {
+    ) -> Result<(Vec<ImageColumn>, Record), Failure> {
         let name = table.quoted();
         let exists: bool = client
             .query_one("SELECT pg_catalog.to_regclass($1) IS NOT NULL", &[&name])
@@ -553,6 +648,17 @@ impl Buffers {
                 .to_string()
                 .into());
         }
+        // The format's constraints (versions, and op with R): a buffer of an earlier format
+        // is refused by name.
+        let defs: Vec<String> = client
+            .query(buffer::CONSTRAINTS_QUERY, &[&name])
+            .await
+            .map_err(|e| db_error(&format!("cannot read the constraints of {name}"), &e))?
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        buffer::check_version_constraints(&name, &defs)
+            .map_err(|e| Failure::from(e.to_string()))?;
         let oid: u32 = client
             .query_one(
                 "SELECT $1::pg_catalog.text::pg_catalog.regclass::pg_catalog.oid",
@@ -562,7 +668,17 @@ impl Buffers {
             .map_err(|e| db_error(&format!("cannot look up {name}"), &e))?
             .get(0);
         self.mark_own(oid);
-        Ok(have)
+        let record = if exists {
+            let comment: Option<String> = client
+                .query_one("SELECT pg_catalog.obj_description($1, 'pg_class')", &[&oid])
+                .await
+                .map_err(|e| db_error(&format!("cannot read the comment of {name}"), &e))?
+                .get(0);
+            Record::Read(comment.as_deref().and_then(IdentityRecord::from_comment))
+        } else {
+            Record::Created
+        };
+        Ok((have, record))
     }
 
     /// The `COPY` writing rows of `relid`'s buffer, and its column count.

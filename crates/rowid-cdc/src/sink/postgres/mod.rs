@@ -348,6 +348,27 @@ impl PostgresSink {
         }
     }
 
+    /// Reserves the next `seq` of the open transaction for an `R` row the writer may add
+    /// before the next change (none when no identity schema is known: nothing to compare).
+    /// A seq the writer does not use is a gap, as a rolled-back savepoint leaves on the
+    /// trigger path: `seq` orders a transaction's rows, it does not count them.
+    fn mark_at(
+        &mut self,
+        xid: u32,
+        commit_lsn: Lsn,
+        change_lsn: Lsn,
+        schema: &Option<Arc<RelationSchema>>,
+    ) -> Option<RowAt> {
+        schema.as_ref()?;
+        self.seq += 1;
+        Some(RowAt {
+            xid: i64::from(xid),
+            seq: self.seq,
+            commit_lsn: commit_lsn.0,
+            change_lsn: change_lsn.0,
+        })
+    }
+
     /// Whether `relid` is one of the sink's own tables in the captured database (its changes
     /// are the sink's own writes coming back).
     fn is_own(&self, relid: u32) -> bool {
@@ -453,11 +474,23 @@ impl Sink for PostgresSink {
         if self.is_own(event.relid) {
             return Ok(());
         }
-        // Events of one Relation message share their columns: compared once.
+        if self.open != Some(event.commit_lsn) {
+            self.open = Some(event.commit_lsn);
+            self.seq = 0;
+        }
+        // Events of one Relation message and one identity schema share their columns and
+        // schema: compared once (an enum label renamed changes the schema, not the columns).
         let same = self
             .shapes
             .get(&event.relid)
-            .is_some_and(|(columns, _, _)| Arc::ptr_eq(columns, &event.columns));
+            .is_some_and(|(columns, _, schema)| {
+                Arc::ptr_eq(columns, &event.columns)
+                    && match (schema, &event.schema) {
+                        (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+                        (None, None) => true,
+                        _ => false,
+                    }
+            });
         if !same {
             let images = image_columns(event);
             let changed = self.shapes.get(&event.relid).is_none_or(|(_, i, s)| {
@@ -468,11 +501,13 @@ impl Sink for PostgresSink {
                 (event.columns.clone(), images.clone(), event.schema.clone()),
             );
             if changed {
+                let at = self.mark_at(event.xid, event.commit_lsn, event.lsn, &event.schema);
                 self.send(Cmd::Shape(ShapeChange {
                     relid: event.relid,
                     relation: event.relation.to_string(),
                     images,
                     schema: event.schema.clone(),
+                    at,
                 }))?;
             }
         }
@@ -480,10 +515,6 @@ impl Sink for PostgresSink {
             .shapes
             .get(&event.relid)
             .is_some_and(|(_, images, _)| images.is_some());
-        if self.open != Some(event.commit_lsn) {
-            self.open = Some(event.commit_lsn);
-            self.seq = 0;
-        }
         self.seq += 1;
         let op = match event.op {
             // A snapshot row is the insert of its row (the start checks refuse --snapshot into
@@ -525,7 +556,12 @@ impl Sink for PostgresSink {
         self.push_row(row)
     }
 
-    fn schema_changed(&mut self, commit_lsn: Lsn, schema: &Arc<RelationSchema>) -> io::Result<()> {
+    fn schema_changed(
+        &mut self,
+        xid: u32,
+        commit_lsn: Lsn,
+        schema: &Arc<RelationSchema>,
+    ) -> io::Result<()> {
         if self.is_own(schema.relid) {
             return Ok(());
         }
@@ -556,11 +592,14 @@ impl Sink for PostgresSink {
             self.open = Some(commit_lsn);
             self.seq = 0;
         }
+        // At the commit: after every change of the transaction.
+        let at = self.mark_at(xid, commit_lsn, commit_lsn, &schema);
         self.send(Cmd::Shape(ShapeChange {
             relid,
             relation,
             images,
             schema,
+            at,
         }))
     }
 
@@ -843,6 +882,22 @@ struct ShapeChange {
     images: Option<Vec<ImageColumn>>,
     /// The identity schema in force.
     schema: Option<Arc<RelationSchema>>,
+    /// Where an `R` row goes if the writer finds the schema redefines the identities its
+    /// buffer holds (spec/change-buffer.md §1d): `None` when no schema is known.
+    at: Option<RowAt>,
+}
+
+/// The transaction and place in it of a row the writer may add.
+#[derive(Clone, Copy, Debug)]
+struct RowAt {
+    /// Top-level transaction id.
+    xid: i64,
+    /// Its `seq`, reserved in the transaction's order.
+    seq: i32,
+    /// The transaction's commit LSN.
+    commit_lsn: u64,
+    /// The LSN it is written at: the next change's, or the commit's.
+    change_lsn: u64,
 }
 
 /// What a sink's connection writes with: the change buffers ([`change_buffer::BufferWriter`]) or

@@ -1037,6 +1037,7 @@ fn op_name(op: BufferOp) -> &'static str {
         BufferOp::Delete => "a delete",
         BufferOp::Truncate => "a truncate",
         BufferOp::Unidentified => "an unidentified change",
+        BufferOp::Redefined => "a redefinition of the identity",
     }
 }
 
