@@ -289,7 +289,9 @@ LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $fn$
     SELECT p.puballtables AS alltables, p.pubviaroot AS viaroot
     FROM pg_catalog.pg_publication p WHERE p.oid OPERATOR(pg_catalog.=) pubid
   ),
-  publishable AS (
+  -- inlined where it is used (two places): materialized, it read all of pg_class for
+  -- every publication, also one that names its tables
+  publishable AS NOT MATERIALIZED (
     SELECT c.oid, c.relkind, c.relispartition, c.relnamespace FROM pg_catalog.pg_class c
     WHERE c.relkind OPERATOR(pg_catalog.=) ANY (ARRAY['r', 'p']::pg_catalog."char"[])
       AND c.relpersistence OPERATOR(pg_catalog.=) 'p'
@@ -368,27 +370,14 @@ RETURNS SETOF record
 LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp SET jit = off AS $fn$
     WITH RECURSIVE
     cmd AS (SELECT classid, objid FROM pg_catalog.pg_event_trigger_ddl_commands()),
-    -- which type is made of which: an array of its element, a domain of its base type, a
-    -- composite type of its attributes' types, a range of its subtype, a multirange of its
-    -- range
-    made_of(part, whole) AS (
-      SELECT t.typelem, t.oid FROM pg_catalog.pg_type t
-      WHERE t.typelem OPERATOR(pg_catalog.<>) 0
-      UNION ALL
-      SELECT t.typbasetype, t.oid FROM pg_catalog.pg_type t
-      WHERE t.typbasetype OPERATOR(pg_catalog.<>) 0
-      UNION ALL
-      SELECT a.atttypid, c.reltype FROM pg_catalog.pg_class c
-      JOIN pg_catalog.pg_attribute a ON a.attrelid OPERATOR(pg_catalog.=) c.oid
-       AND a.attnum OPERATOR(pg_catalog.>) 0 AND NOT a.attisdropped
-      WHERE c.relkind OPERATOR(pg_catalog.=) 'c'
-      UNION ALL
-      SELECT r.rngsubtype, r.rngtypid FROM pg_catalog.pg_range r
-      UNION ALL
-      SELECT r.rngtypid, r.rngmultitypid FROM pg_catalog.pg_range r
-    ),
     -- ALTER TYPE / ALTER DOMAIN (a pg_type object), ALTER TYPE ... ADD | DROP | ALTER
-    -- ATTRIBUTE of a composite (a pg_class object of relkind c), and every type made of one
+    -- ATTRIBUTE of a composite (a pg_class object of relkind c), and every type made of one:
+    -- an array of it, a domain over it, a range over it, a multirange of such a range, a
+    -- composite with an attribute of it. PostgreSQL records each of these as a dependency on
+    -- the part (pg_depend), so the walk goes through pg_depend's index on the referenced
+    -- object: its cost follows the types made of the changed one, not the size of pg_type
+    -- and pg_attribute. (A built-in type has no dependencies recorded, and no DDL changes
+    -- one.)
     changed_type(oid) AS (
       SELECT cmd.objid FROM cmd
       WHERE cmd.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_type'::pg_catalog.regclass
@@ -398,8 +387,17 @@ LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp SET jit = off AS $fn$
        AND c.oid OPERATOR(pg_catalog.=) cmd.objid
        AND c.relkind OPERATOR(pg_catalog.=) 'c'
       UNION
-      SELECT m.whole FROM changed_type ct
-      JOIN made_of m ON m.part OPERATOR(pg_catalog.=) ct.oid
+      SELECT CASE WHEN d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_type'::pg_catalog.regclass
+                  THEN d.objid ELSE c.reltype END
+      FROM changed_type ct
+      JOIN pg_catalog.pg_depend d
+        ON d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_type'::pg_catalog.regclass
+       AND d.refobjid OPERATOR(pg_catalog.=) ct.oid
+      LEFT JOIN pg_catalog.pg_class c
+        ON d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_class'::pg_catalog.regclass
+       AND c.oid OPERATOR(pg_catalog.=) d.objid
+      WHERE d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_type'::pg_catalog.regclass
+         OR (c.relkind OPERATOR(pg_catalog.=) 'c' AND d.objsubid OPERATOR(pg_catalog.>) 0)
     ),
     -- what a publication DDL may publish now
     by_publication(relid) AS (
@@ -444,10 +442,14 @@ LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp SET jit = off AS $fn$
       UNION
       SELECT relid FROM by_publication
       UNION
-      -- a changed type: tables with a column of it or of a type made of it
-      SELECT a.attrelid FROM changed_type ct
-      JOIN pg_catalog.pg_attribute a ON a.atttypid OPERATOR(pg_catalog.=) ct.oid
-       AND a.attnum OPERATOR(pg_catalog.>) 0 AND NOT a.attisdropped
+      -- a changed type: tables with a column of it or of a type made of it (a column's
+      -- dependency on its type, through pg_depend's index as above)
+      SELECT d.objid FROM changed_type ct
+      JOIN pg_catalog.pg_depend d
+        ON d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_type'::pg_catalog.regclass
+       AND d.refobjid OPERATOR(pg_catalog.=) ct.oid
+       AND d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_class'::pg_catalog.regclass
+       AND d.objsubid OPERATOR(pg_catalog.>) 0
     ),
     tables(relid) AS (
       SELECT t.relid FROM touched t JOIN pg_catalog.pg_class c

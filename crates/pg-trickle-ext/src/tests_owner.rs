@@ -382,7 +382,7 @@ fn a_table_squatting_a_buffer_name_blocks_nothing() {
 /// Issue 36 item 4: `ALTER TYPE comp ADD | DROP ATTRIBUTE` arrives in the DDL event trigger as
 /// the composite's `pg_class` object (relkind `c`), which the trigger's filter dropped: the
 /// identity schema rows of the tables whose key holds the type (directly, or inside another
-/// composite, an array or a domain) kept the old shape, and a composite type's owner could
+/// composite, an array, a domain, a range or a multirange, at any depth) kept the old shape, and a composite type's owner could
 /// make every later change of another role's table unidentified. Every such row is written
 /// again, equal to the identity schema computed now.
 #[pg_test]
@@ -396,10 +396,23 @@ fn altering_a_composite_type_rewrites_the_schemas_of_tables_that_hold_it() {
          CREATE TABLE cap_nested (k cap_outer PRIMARY KEY);
          CREATE TABLE cap_array (k cap_inner[] PRIMARY KEY);
          CREATE TABLE cap_domain (k cap_inner_d PRIMARY KEY);
-         CREATE PUBLICATION cap_types FOR TABLE cap_direct, cap_nested, cap_array, cap_domain;",
+         CREATE TYPE cap_inner_r AS RANGE (subtype = cap_inner);
+         CREATE TABLE cap_range (k cap_inner_r PRIMARY KEY);
+         CREATE TABLE cap_multirange (k cap_inner_r_multirange PRIMARY KEY);
+         CREATE TABLE cap_domain_array (k cap_inner_d[] PRIMARY KEY);
+         CREATE PUBLICATION cap_types FOR TABLE cap_direct, cap_nested, cap_array, cap_domain,
+           cap_range, cap_multirange, cap_domain_array;",
     )
     .expect("setup");
-    let tables = ["cap_direct", "cap_nested", "cap_array", "cap_domain"];
+    let tables = [
+        "cap_direct",
+        "cap_nested",
+        "cap_array",
+        "cap_domain",
+        "cap_range",
+        "cap_multirange",
+        "cap_domain_array",
+    ];
     for ddl in [
         "ALTER TYPE cap_inner ADD ATTRIBUTE c int8",
         "ALTER TYPE cap_inner DROP ATTRIBUTE b",

@@ -718,28 +718,29 @@ pub const WRITERS_QUERY: &str = "SELECT c.relowner::pg_catalog.regrole::pg_catal
              OPERATOR(pg_catalog.||) ' uses ' \
              OPERATOR(pg_catalog.||) pg_catalog.pg_describe_object(d.refclassid, d.refobjid, 0), \
              '; ') \
-      FROM pg_catalog.pg_depend d \
-      WHERE d.refobjid OPERATOR(pg_catalog.>=) 16384::pg_catalog.oid \
-        AND d.refclassid OPERATOR(pg_catalog.=) ANY (ARRAY[ \
-              'pg_catalog.pg_proc'::pg_catalog.regclass, \
-              'pg_catalog.pg_operator'::pg_catalog.regclass, \
-              'pg_catalog.pg_type'::pg_catalog.regclass]::pg_catalog.oid[]) \
-        AND NOT EXISTS (SELECT FROM pg_catalog.pg_depend e \
+      FROM (SELECT 'pg_catalog.pg_constraint'::pg_catalog.regclass::pg_catalog.oid, k.oid \
+            FROM pg_catalog.pg_constraint k WHERE k.conrelid OPERATOR(pg_catalog.=) c.oid \
+            UNION ALL \
+            SELECT 'pg_catalog.pg_class'::pg_catalog.regclass::pg_catalog.oid, i.indexrelid \
+            FROM pg_catalog.pg_index i WHERE i.indrelid OPERATOR(pg_catalog.=) c.oid) \
+           o(classid, objid) \
+      CROSS JOIN LATERAL ( \
+        SELECT d.classid, d.objid, d.refclassid, d.refobjid FROM pg_catalog.pg_depend d \
+        WHERE d.classid OPERATOR(pg_catalog.=) o.classid \
+          AND d.objid OPERATOR(pg_catalog.=) o.objid \
+          AND d.refobjid OPERATOR(pg_catalog.>=) 16384::pg_catalog.oid \
+          AND d.refclassid OPERATOR(pg_catalog.=) ANY (ARRAY[ \
+                'pg_catalog.pg_proc'::pg_catalog.regclass, \
+                'pg_catalog.pg_operator'::pg_catalog.regclass, \
+                'pg_catalog.pg_type'::pg_catalog.regclass]::pg_catalog.oid[]) \
+        OFFSET 0) d \
+      WHERE NOT EXISTS (SELECT FROM pg_catalog.pg_depend e \
                         JOIN pg_catalog.pg_extension x ON x.oid OPERATOR(pg_catalog.=) e.refobjid \
                         WHERE e.classid OPERATOR(pg_catalog.=) d.refclassid \
                           AND e.objid OPERATOR(pg_catalog.=) d.refobjid \
                           AND e.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_extension'::pg_catalog.regclass \
                           AND e.deptype OPERATOR(pg_catalog.=) 'e' \
-                          AND x.extname OPERATOR(pg_catalog.=) 'pg_trickle_ext') \
-        AND (EXISTS (SELECT FROM pg_catalog.pg_constraint k \
-                     WHERE d.classid OPERATOR(pg_catalog.=) \
-                           'pg_catalog.pg_constraint'::pg_catalog.regclass \
-                       AND k.oid OPERATOR(pg_catalog.=) d.objid \
-                       AND k.conrelid OPERATOR(pg_catalog.=) c.oid) \
-          OR EXISTS (SELECT FROM pg_catalog.pg_index i \
-                     WHERE d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_class'::pg_catalog.regclass \
-                       AND i.indexrelid OPERATOR(pg_catalog.=) d.objid \
-                       AND i.indrelid OPERATOR(pg_catalog.=) c.oid))), \
+                          AND x.extname OPERATOR(pg_catalog.=) 'pg_trickle_ext')), \
      (SELECT m.amname::pg_catalog.text FROM pg_catalog.pg_am m \
       WHERE m.oid OPERATOR(pg_catalog.=) c.relam) \
      FROM pg_catalog.pg_class c \
