@@ -8,7 +8,10 @@
 //! 3. the physical comparison of storage layouts (`benches/sql/physical.sql`), with the
 //!    out-of-cache applies on a restarted server whose shared buffers are a quarter of the
 //!    smallest index;
-//! 4. the probe prefix candidates P = 32, 64, 128, 256 (`benches/sql/probe.sql`).
+//! 4. the probe prefix candidates P = 32, 64, 128, 256 (`benches/sql/probe.sql`);
+//! 5. to 10. WAL capture, trigger capture, the replica, locality, NATS and DDL under the
+//!    extension's event triggers (`bench_cdc`, `bench_replica`, `bench_locality`,
+//!    `bench_nats`, `bench_ddl`).
 //!
 //! `--quick` runs everything at small sizes (criterion in test mode, 10^4 rows) as a CI smoke
 //! test: it fails when a benchmark is broken, never because of a ratio.
@@ -151,7 +154,7 @@ fn workloads() -> Result<Vec<String>, String> {
     Ok(groups)
 }
 
-fn sql_dir() -> PathBuf {
+pub(crate) fn sql_dir() -> PathBuf {
     root().join("benches").join("sql")
 }
 
@@ -639,9 +642,9 @@ fn wal_capture(
 
 /// Runs the benchmarks (`only`: one part, `codec`, `sql` or `wal`).
 pub fn run(quick: bool, only: Option<&str>) -> Result<(), String> {
-    const PARTS: [&str; 10] = [
+    const PARTS: [&str; 11] = [
         "codec", "sql", "per-row", "physical", "probe", "wal", "capture", "replica", "locality",
-        "nats",
+        "nats", "ddl",
     ];
     if let Some(part) = only
         && !PARTS.contains(&part)
@@ -677,7 +680,7 @@ pub fn run(quick: bool, only: Option<&str>) -> Result<(), String> {
         codec(quick, &mut report)?;
     }
     if ![
-        "per-row", "physical", "probe", "wal", "capture", "replica", "locality", "nats",
+        "per-row", "physical", "probe", "wal", "capture", "replica", "locality", "nats", "ddl",
     ]
     .iter()
     .any(|p| wanted(p))
@@ -735,6 +738,24 @@ pub fn run(quick: bool, only: Option<&str>) -> Result<(), String> {
         };
         let binary = rowid_cdc_binary(quick)?;
         crate::bench_replica::replica(&cluster, &binary, &work, &mut report)?;
+    }
+    if wanted("ddl") {
+        let work = if quick {
+            crate::bench_ddl::Work {
+                types: 100,
+                tables: 150,
+                pairs: 5,
+                rounds: 1,
+            }
+        } else {
+            crate::bench_ddl::Work {
+                types: 2000,
+                tables: 3000,
+                pairs: 100,
+                rounds: 5,
+            }
+        };
+        crate::bench_ddl::ddl(&cluster, &work, &mut report)?;
     }
     if wanted("nats") {
         let binary = rowid_cdc_binary(quick)?;

@@ -15,6 +15,7 @@
 
 mod bench;
 mod bench_cdc;
+mod bench_ddl;
 mod bench_locality;
 mod bench_nats;
 mod bench_replica;
