@@ -36,6 +36,7 @@ use std::rc::Rc;
 use pgrx::PgTryBuilder;
 use pgrx::pg_guard;
 use pgrx::pg_sys;
+use pgrx::pg_sys::errcodes::PgSqlErrorCode;
 use pgrx::pg_sys::panic::CaughtError;
 use rowid_codec::Domain;
 use rowid_registry::buffer::{
@@ -259,22 +260,32 @@ fn follow_columns(function: &str, source: pg_sys::Oid, buffer: pg_sys::Oid) -> u
                 PgTryBuilder::new(|| spi::run(sql, &[]))
                     // Raises at once: the caught error is not resumed from.
                     .catch_others(|caught| {
-                        let cause = match &caught {
-                            CaughtError::PostgresError(r) | CaughtError::ErrorReport(r) => {
-                                r.message().to_string()
-                            }
-                            CaughtError::RustPanic { ereport, .. } => {
-                                ereport.message().to_string()
-                            }
+                        let report = match &caught {
+                            CaughtError::PostgresError(r) | CaughtError::ErrorReport(r) => r,
+                            CaughtError::RustPanic { ereport, .. } => ereport,
+                        };
+                        let cause = report.message();
+                        // Dropped columns keep their numbers: a buffer reaches the limit
+                        // after enough ADD and DROP COLUMN, whatever it holds.
+                        let advice = if report.sql_error_code()
+                            == PgSqlErrorCode::ERRCODE_TOO_MANY_COLUMNS
+                        {
+                            format!(
+                                "PostgreSQL counts the columns dropped from the buffer too, \
+                                 two for every source column it followed: consume its \
+                                 changes, drop the buffer and run \
+                                 pgtrickle.capture_table('{source_name}') again"
+                            )
+                        } else {
+                            "the buffer holds changes with the columns' old types, which are \
+                             kept: consume them (or empty the buffer) and run the DDL again"
+                                .to_string()
                         };
                         errors::invalid_buffer(
                             function,
                             &format!(
-                                "cannot follow the DDL of {} in its change buffer {name} ({cause}); \
-                                 the buffer holds changes with the columns' old types, which \
-                                 are kept: consume them (or empty the buffer) and run the DDL \
-                                 again",
-                                source_name
+                                "cannot follow the DDL of {source_name} in its change buffer \
+                                 {name} ({cause}); {advice}"
                             ),
                         )
                     })

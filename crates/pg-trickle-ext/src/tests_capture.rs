@@ -355,6 +355,41 @@ fn indexed_buffers_are_written_through_the_executor() {
     assert_eq!(via_index, Some(8));
 }
 
+/// A table `name` of `n` int4 columns `c1` (its primary key) to `cN`.
+fn wide_table(name: &str, n: u32) {
+    Spi::run(&format!(
+        "DO $$ BEGIN EXECUTE (SELECT format('CREATE TABLE {name} (%s)', \
+           string_agg(format('c%s int4%s', g, CASE WHEN g = 1 THEN ' PRIMARY KEY' ELSE '' END), \
+                      ', ' ORDER BY g)) FROM generate_series(1, {n}) g); END $$"
+    ))
+    .expect("wide table");
+}
+
+/// A source of more columns than a buffer can hold (the fixed columns and two per source
+/// column, within PostgreSQL's 1600) is refused by `capture_table` naming the limit, not by
+/// the buffer's `CREATE TABLE`.
+#[pg_test]
+#[should_panic(expected = "its 794 columns need 1602 buffer columns")]
+fn a_source_too_wide_for_a_buffer_is_refused_by_name() {
+    wide_table("cap_wide", 794);
+    Spi::run("SELECT pgtrickle.capture_table('cap_wide')").expect("refused");
+}
+
+/// Dropped columns keep their numbers: after enough DROP and ADD COLUMN a buffer reaches
+/// PostgreSQL's 1600 columns while its source has room. The DDL is refused saying so and what
+/// to do; it said to consume the changes and run the DDL again, which could never help.
+#[pg_test]
+#[should_panic(expected = "counts the columns dropped from the buffer too")]
+fn a_buffer_full_of_dropped_columns_says_what_to_do() {
+    wide_table("cap_full", 790);
+    Spi::run("SELECT pgtrickle.capture_table('cap_full')").expect("captured");
+    Spi::run(
+        "ALTER TABLE cap_full DROP COLUMN c2, DROP COLUMN c3, DROP COLUMN c4, DROP COLUMN c5, \
+         ADD COLUMN z1 int4, ADD COLUMN z2 int4, ADD COLUMN z3 int4, ADD COLUMN z4 int4",
+    )
+    .expect("refused");
+}
+
 /// Makes the buffer of a new source `table` one of format 3 (its constraint on `op` admits
 /// no `R` row).
 fn format_3_buffer(table: &str) -> String {

@@ -346,9 +346,27 @@ pub const STORAGE_TYPE_QUERY: &str = "WITH RECURSIVE d(oid, typtype, typbasetype
      ELSE pg_catalog.format_type(d.oid, d.carried) END \
      FROM d WHERE d.typtype OPERATOR(pg_catalog.<>) 'd'";
 
-/// Refuses source columns a buffer cannot name exactly (longer than
-/// [`MAX_SOURCE_COLUMN_NAME`] bytes).
+/// PostgreSQL's limit on a table's columns (`MaxHeapAttributeNumber`), dropped ones included.
+pub const MAX_TABLE_COLUMNS: usize = 1600;
+
+/// Refuses source columns a buffer cannot hold: one longer than [`MAX_SOURCE_COLUMN_NAME`]
+/// bytes (its image columns' names would be cut), and more than a buffer has room for (the
+/// fixed columns and two per source column within [`MAX_TABLE_COLUMNS`]).
 pub fn check_image_names(table: &str, images: &[ImageColumn]) -> Result<(), BufferMismatch> {
+    let needed = COLUMNS.len() + 2 * images.len();
+    if needed > MAX_TABLE_COLUMNS {
+        return Err(BufferMismatch::Columns {
+            table: table.to_string(),
+            detail: format!(
+                "its {} columns need {needed} buffer columns ({} fixed, a new_ and an old_ per \
+                 column), over PostgreSQL's limit of {MAX_TABLE_COLUMNS} columns per table: a \
+                 table of more than {} columns cannot be captured",
+                images.len(),
+                COLUMNS.len(),
+                (MAX_TABLE_COLUMNS - COLUMNS.len()) / 2
+            ),
+        });
+    }
     match images
         .iter()
         .find(|c| c.name.len() > MAX_SOURCE_COLUMN_NAME)
@@ -1175,9 +1193,27 @@ mod tests {
     }
 
     #[test]
-    fn long_source_names_are_refused_by_name() {
+    fn long_source_names_and_too_many_columns_are_refused_by_name() {
         let ok = image(1, &"x".repeat(MAX_SOURCE_COLUMN_NAME), "text");
         assert_eq!(check_image_names(t(), &[ok]), Ok(()));
+        // 793 columns fit (14 + 1586), 794 do not.
+        let many = |n: usize| -> Vec<ImageColumn> {
+            (1..=n)
+                .map(|i| ImageColumn {
+                    attnum: i16::try_from(i).unwrap_or(i16::MAX),
+                    name: format!("c{i}"),
+                    sql_type: "integer".into(),
+                })
+                .collect()
+        };
+        assert_eq!(check_image_names(t(), &many(793)), Ok(()));
+        let e = check_image_names(t(), &many(794)).expect_err("too many");
+        assert!(
+            e.to_string()
+                .contains("its 794 columns need 1602 buffer columns")
+                && e.to_string().contains("more than 793 columns"),
+            "{e}"
+        );
         let long = image(1, &"y".repeat(MAX_SOURCE_COLUMN_NAME + 1), "text");
         let e = check_image_names(t(), &[long])
             .expect_err("long")
