@@ -10,8 +10,9 @@ use crate::{fuzz, package, pg, release, sql, vectors};
 const FUZZ_SMOKE_SECONDS: u32 = 45;
 
 /// Crates whose tests also run on the big-endian target (no PostgreSQL, no host tools).
-const PORTABLE_CRATES: [&str; 5] = [
+const PORTABLE_CRATES: [&str; 6] = [
     "rowid-codec",
+    "rowid-ivm",
     "rowid-pgoutput",
     "rowid-registry",
     "rowid-testkit",

@@ -1,0 +1,192 @@
+//! The identity each operator gives its output rows (spec/stream-tables.md §2), and the SQL
+//! that derives it with `pgtrickle.encode_row_id_v2` (§3).
+//!
+//! One rule per operator, in [`identity`]. The rule says which values form the identity;
+//! `rowid-codec` alone decides the bytes. [`identity_sql`] renders the rule as the SQL
+//! expression anyone can evaluate to check a stored `__pgt_row_id`.
+
+use rowid_codec::Domain;
+use rowid_registry::sql::quote_ident;
+
+use crate::plan::{Expr, Plan, SetOpKind, SourceKey};
+
+/// The registered SYNTHETIC discriminator of an aggregate without `GROUP BY`
+/// (spec/wire-format.md §3.2).
+pub const SCALAR_AGGREGATE_SINGLETON: &str = "scalar_aggregate_singleton";
+
+/// One field of an output identity.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Field {
+    /// A value: an expression over the operator's input (for [`Plan::Distinct`] and
+    /// [`Plan::SetOp`], an output column by name).
+    Value(Expr),
+    /// An input row's complete identity, as a child identity (tag `40`).
+    Child(Box<Identity>),
+    /// The branch of a `UNION ALL`, from 1 (`int4`).
+    Branch(u32),
+    /// A registered SYNTHETIC discriminator (`text`).
+    Discriminator(&'static str),
+}
+
+/// The identity of an operator's output rows.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Identity {
+    /// Its domain.
+    pub domain: Domain,
+    /// Its fields, in order.
+    pub fields: Vec<Field>,
+    /// No two output rows can share it (else equal rows share it: a multiset, counted).
+    pub unique: bool,
+}
+
+/// The identity of `plan`'s output rows (for `UNION ALL`, of its first branch's rows; branch
+/// `n`'s are [`branch_identity`]).
+pub fn identity(plan: &Plan) -> Identity {
+    match plan {
+        Plan::Scan { key, .. } => match key {
+            SourceKey::Key(fields) => values(Domain::ScanKey, fields, true),
+            SourceKey::Keyless(fields) => values(Domain::KeylessRow, fields, false),
+        },
+        // Pass-through: the input's identity, byte for byte.
+        Plan::Filter { input, .. } | Plan::Project { input, .. } => identity(input),
+        Plan::Join { inputs, .. } => {
+            let children: Vec<Identity> = inputs.iter().map(identity).collect();
+            Identity {
+                domain: Domain::JoinKey,
+                unique: children.iter().all(|c| c.unique),
+                fields: children
+                    .into_iter()
+                    .map(|c| Field::Child(Box::new(c)))
+                    .collect(),
+            }
+        }
+        Plan::Aggregate { group_by, .. } if group_by.is_empty() => Identity {
+            domain: Domain::Synthetic,
+            fields: vec![Field::Discriminator(SCALAR_AGGREGATE_SINGLETON)],
+            unique: true,
+        },
+        Plan::Aggregate { group_by, .. } => values(Domain::GroupKey, group_by, true),
+        Plan::Distinct { input } => by_name(Domain::GroupKey, input, true),
+        // Each branch's rows carry their branch number: branch 1's here, branch n's from
+        // `branch_identity`.
+        Plan::UnionAll { branches } => branch_identity(branches, 1).unwrap_or(Identity {
+            domain: Domain::SetKey,
+            fields: vec![],
+            unique: true,
+        }),
+        Plan::SetOp { all, branches, .. } => {
+            let first = branches.first();
+            match first {
+                Some(first) => by_name(Domain::SetKey, first, !all),
+                None => Identity {
+                    domain: Domain::SetKey,
+                    fields: vec![],
+                    unique: !all,
+                },
+            }
+        }
+    }
+}
+
+/// The identity of the rows `UNION ALL` takes from its branch `n` (from 1).
+pub fn branch_identity(branches: &[Plan], n: u32) -> Option<Identity> {
+    let branch = branches.get(usize::try_from(n).ok()?.checked_sub(1)?)?;
+    Some(Identity {
+        domain: Domain::SetKey,
+        fields: vec![Field::Branch(n), Field::Child(Box::new(identity(branch)))],
+        unique: branches.iter().all(|b| identity(b).unique),
+    })
+}
+
+fn values(domain: Domain, fields: &[Expr], unique: bool) -> Identity {
+    Identity {
+        domain,
+        fields: fields.iter().cloned().map(Field::Value).collect(),
+        unique,
+    }
+}
+
+/// An identity of every output column of `input`, by name.
+fn by_name(domain: Domain, input: &Plan, unique: bool) -> Identity {
+    Identity {
+        domain,
+        fields: input
+            .outputs()
+            .into_iter()
+            .map(|o| Field::Value(Expr::new(&quote_ident(&o.name), &o.expr.sql_type)))
+            .collect(),
+        unique,
+    }
+}
+
+/// The SQL expression that derives `identity` with `pgtrickle.encode_row_id_v2`
+/// (spec/stream-tables.md §3), in a scope where its expressions are visible.
+pub fn identity_sql(identity: &Identity) -> String {
+    let fields: Vec<String> = identity
+        .fields
+        .iter()
+        .map(|f| match f {
+            Field::Value(e) => e.sql.clone(),
+            Field::Child(c) => format!("({})::pgtrickle.row_id", identity_sql(c)),
+            Field::Branch(n) => format!("{n}::pg_catalog.int4"),
+            Field::Discriminator(name) => format!("'{name}'::pg_catalog.text"),
+        })
+        .collect();
+    format!(
+        "pgtrickle.encode_row_id_v2('{}', ROW({}))",
+        identity.domain.name(),
+        fields.join(", ")
+    )
+}
+
+/// What a refresh of `plan` must keep apart: the operators, from the top, whose output is a
+/// multiset (their deletes are counted, spec/stream-tables.md §4).
+pub fn multiset_operators(plan: &Plan) -> Vec<&'static str> {
+    let mut out = Vec::new();
+    walk(plan, &mut |p| {
+        if !identity(p).unique {
+            out.push(name(p));
+        }
+    });
+    out
+}
+
+fn walk<'a>(plan: &'a Plan, f: &mut impl FnMut(&'a Plan)) {
+    f(plan);
+    match plan {
+        Plan::Scan { .. } => {}
+        Plan::Filter { input, .. }
+        | Plan::Project { input, .. }
+        | Plan::Aggregate { input, .. }
+        | Plan::Distinct { input } => walk(input, f),
+        Plan::Join { inputs, .. } => inputs.iter().for_each(|i| walk(i, f)),
+        Plan::UnionAll { branches } | Plan::SetOp { branches, .. } => {
+            branches.iter().for_each(|b| walk(b, f));
+        }
+    }
+}
+
+/// The operator's name, as errors and the catalog say it.
+pub fn name(plan: &Plan) -> &'static str {
+    match plan {
+        Plan::Scan { .. } => "Scan",
+        Plan::Filter { .. } => "Filter",
+        Plan::Project { .. } => "Project",
+        Plan::Join { .. } => "Join",
+        Plan::Aggregate { .. } => "Aggregate",
+        Plan::Distinct { .. } => "Distinct",
+        Plan::UnionAll { .. } => "UnionAll",
+        Plan::SetOp {
+            op: SetOpKind::Union,
+            ..
+        } => "Union",
+        Plan::SetOp {
+            op: SetOpKind::Intersect,
+            ..
+        } => "Intersect",
+        Plan::SetOp {
+            op: SetOpKind::Except,
+            ..
+        } => "Except",
+    }
+}

@@ -1,0 +1,16 @@
+//! The operator tree of pg_trickle stream tables, and the Row Identity V2 each operator gives
+//! the rows it outputs (spec/stream-tables.md). Pure Rust, tested without a server: the
+//! extension reads PostgreSQL's analysis of a stream table's query into a [`plan::Plan`] and
+//! asks this crate which identity each result row has and how to derive it in SQL.
+//!
+//! - [`plan`]: the operators (scan, filter, projection, inner join, aggregate, distinct, set
+//!   operations) and their output columns;
+//! - [`identity`]: each operator's identity rule (domain, fields, unique or multiset) and the
+//!   `pgtrickle.encode_row_id_v2` expression that derives it.
+//!
+//! Delta rules and the refresh statements are the next stage of issue 34.
+
+#![forbid(unsafe_code)]
+
+pub mod identity;
+pub mod plan;

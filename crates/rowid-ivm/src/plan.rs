@@ -1,0 +1,174 @@
+//! The operator tree of a stream table's query (spec/stream-tables.md §1).
+//!
+//! The extension builds it from PostgreSQL's own analysis of the query: every name is
+//! resolved and every expression is PostgreSQL's deparsed, schema-qualified text with its
+//! type. Nothing here parses SQL.
+
+/// An SQL expression as the server deparsed it, with its type.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Expr {
+    /// The expression's text, its names qualified by the relation aliases of the query.
+    pub sql: String,
+    /// Its type, as `format_type` prints it.
+    pub sql_type: String,
+}
+
+impl Expr {
+    /// An expression `sql` of type `sql_type`.
+    pub fn new(sql: &str, sql_type: &str) -> Expr {
+        Expr {
+            sql: sql.to_string(),
+            sql_type: sql_type.to_string(),
+        }
+    }
+}
+
+/// An output column: its name and the expression computing it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Output {
+    /// The column's name in the stream table.
+    pub name: String,
+    /// What computes it, over the input's columns.
+    pub expr: Expr,
+}
+
+/// What identifies the rows of a source table (its identity schema).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SourceKey {
+    /// SCAN_KEY: the key columns of its eligible identity index, in index key order.
+    Key(Vec<Expr>),
+    /// KEYLESS_ROW: every column but generated ones, in `attnum` order (equal rows share it).
+    Keyless(Vec<Expr>),
+}
+
+/// The set operations that merge equal rows (or count them, with `ALL`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SetOpKind {
+    /// `UNION` (distinct; `UNION ALL` is [`Plan::UnionAll`]).
+    Union,
+    /// `INTERSECT [ALL]`.
+    Intersect,
+    /// `EXCEPT [ALL]`.
+    Except,
+}
+
+impl SetOpKind {
+    /// The SQL keyword.
+    pub fn keyword(self) -> &'static str {
+        match self {
+            SetOpKind::Union => "UNION",
+            SetOpKind::Intersect => "INTERSECT",
+            SetOpKind::Except => "EXCEPT",
+        }
+    }
+}
+
+/// One operator and its inputs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Plan {
+    /// A source table's rows.
+    Scan {
+        /// The relation, schema-qualified and quoted.
+        relation: String,
+        /// Its alias in the query.
+        alias: String,
+        /// Its columns (the query's references to them).
+        columns: Vec<Output>,
+        /// What identifies its rows.
+        key: SourceKey,
+    },
+    /// The input rows a predicate keeps (`WHERE`, `HAVING`).
+    Filter {
+        /// The input.
+        input: Box<Plan>,
+        /// The predicate.
+        predicate: Expr,
+    },
+    /// One output row per input row (the target list).
+    Project {
+        /// The input.
+        input: Box<Plan>,
+        /// The output columns.
+        columns: Vec<Output>,
+    },
+    /// An inner join of two or more inputs, in `FROM` order.
+    Join {
+        /// The inputs, in `FROM` order.
+        inputs: Vec<Plan>,
+        /// The join condition, if any (none: a cross join).
+        condition: Option<Expr>,
+    },
+    /// Groups and their aggregates; without `GROUP BY` exactly one row.
+    Aggregate {
+        /// The input.
+        input: Box<Plan>,
+        /// The `GROUP BY` expressions, in written order (empty: no `GROUP BY`).
+        group_by: Vec<Expr>,
+        /// The output columns (group expressions and aggregates).
+        columns: Vec<Output>,
+    },
+    /// `SELECT DISTINCT`: one row per distinct row of its input.
+    Distinct {
+        /// The input, whose output columns are the distinct ones.
+        input: Box<Plan>,
+    },
+    /// `UNION ALL` of two or more branches.
+    UnionAll {
+        /// The branches, in written order.
+        branches: Vec<Plan>,
+    },
+    /// `UNION`, `INTERSECT`, `EXCEPT` and their `ALL` forms (but `UNION ALL`).
+    SetOp {
+        /// Which operation.
+        op: SetOpKind,
+        /// `ALL`: copies are counted, not merged (`UNION ALL` is [`Plan::UnionAll`]).
+        all: bool,
+        /// The branches, in written order (two, as PostgreSQL nests them).
+        branches: Vec<Plan>,
+    },
+}
+
+impl Plan {
+    /// An inner join of `inputs` on `condition`, a join among the inputs flattened into it:
+    /// the tree of inner joins a query nests is one [`Plan::Join`] of its leaves in `FROM`
+    /// order, their conditions `AND`ed, so that the join's identity does not depend on how
+    /// the query nested them (spec/stream-tables.md §1).
+    pub fn inner_join(inputs: Vec<Plan>, condition: Option<Expr>) -> Plan {
+        let mut flat = Vec::with_capacity(inputs.len());
+        let mut conditions = Vec::new();
+        for input in inputs {
+            match input {
+                Plan::Join { inputs, condition } => {
+                    flat.extend(inputs);
+                    conditions.extend(condition);
+                }
+                other => flat.push(other),
+            }
+        }
+        conditions.extend(condition);
+        let condition = if conditions.len() > 1 {
+            let sql: Vec<String> = conditions.iter().map(|c| format!("({})", c.sql)).collect();
+            Some(Expr::new(&sql.join(" AND "), "boolean"))
+        } else {
+            conditions.pop()
+        };
+        Plan::Join {
+            inputs: flat,
+            condition,
+        }
+    }
+
+    /// The output columns, as the operator above refers to them.
+    pub fn outputs(&self) -> Vec<Output> {
+        match self {
+            Plan::Scan { columns, .. }
+            | Plan::Project { columns, .. }
+            | Plan::Aggregate { columns, .. } => columns.clone(),
+            Plan::Filter { input, .. } | Plan::Distinct { input } => input.outputs(),
+            Plan::Join { inputs, .. } => inputs.iter().flat_map(Plan::outputs).collect(),
+            Plan::UnionAll { branches } | Plan::SetOp { branches, .. } => {
+                branches.first().map(Plan::outputs).unwrap_or_default()
+            }
+        }
+    }
+}
