@@ -52,6 +52,8 @@ fn server_checks(major: u32, source: pg::Source) -> Result<Counts, String> {
         tests.push(("rowid-vectors", "structural_oracle"));
         // WAL identities against SQL identities (needs the extension and wal_level=logical).
         tests.push(("rowid-pgoutput", "cross_path"));
+        // Stream tables: every operator's identity SQL as the server's encoder derives it.
+        tests.push(("rowid-ivm", "on_server"));
         // Identity schemas in-band: the event trigger's messages read back from a slot.
         tests.push(("rowid-cdc", "in_band"));
         // The rowid-cdc command on a live slot, killed and restarted during a workload.

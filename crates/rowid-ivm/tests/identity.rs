@@ -8,67 +8,15 @@
 // Test code: a failed expectation is a panic by design.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 use proptest::prelude::*;
-use rowid_codec::scalar::ChildIdentity;
-use rowid_codec::{IdentityEncoder, TypeTag, Value, validate};
-use rowid_ivm::identity::{Field, Identity, branch_identity, identity, identity_sql};
-use rowid_ivm::plan::{Expr, Output, Plan, SetOpKind, SourceKey};
+use rowid_codec::validate;
+use rowid_ivm::identity::{Identity, branch_identity, identity, identity_sql};
+use rowid_ivm::plan::{Plan, SetOpKind};
 
-fn e(sql: &str) -> Expr {
-    Expr::new(sql, "bigint")
-}
-
-fn out(name: &str, sql: &str) -> Output {
-    Output {
-        name: name.into(),
-        expr: e(sql),
-    }
-}
-
-/// `alias` over a keyed table `(k int8 PRIMARY KEY, v int8)`.
-fn keyed(alias: &str) -> Plan {
-    Plan::Scan {
-        relation: format!("public.{alias}_t"),
-        alias: alias.into(),
-        columns: vec![
-            out("k", &format!("{alias}.k")),
-            out("v", &format!("{alias}.v")),
-        ],
-        key: SourceKey::Key(vec![e(&format!("{alias}.k"))]),
-    }
-}
-
-/// `alias` over a keyless table `(a int8, b int8)`.
-fn keyless(alias: &str) -> Plan {
-    let columns = vec![
-        out("a", &format!("{alias}.a")),
-        out("b", &format!("{alias}.b")),
-    ];
-    Plan::Scan {
-        relation: format!("public.{alias}_t"),
-        alias: alias.into(),
-        key: SourceKey::Keyless(columns.iter().map(|c| c.expr.clone()).collect()),
-        columns,
-    }
-}
-
-fn cond(sql: &str) -> Expr {
-    Expr::new(sql, "boolean")
-}
-
-fn join(inputs: Vec<Plan>) -> Plan {
-    Plan::inner_join(inputs, Some(cond("x.v = y.v")))
-}
-
-fn group_by_v(input: Plan, alias: &str) -> Plan {
-    Plan::Aggregate {
-        input: Box::new(input),
-        group_by: vec![e(&format!("{alias}.v"))],
-        columns: vec![out("v", &format!("{alias}.v")), out("n", "count(*)")],
-    }
-}
+mod model;
+use model::{Row, cond, encode, group_by_v, join, keyed, keyless, out};
 
 #[test]
 fn the_sql_of_every_operator_s_identity() {
@@ -169,40 +117,6 @@ fn uniqueness_follows_the_inputs() {
         };
         assert_eq!(identity(&op).unique, unique);
     }
-}
-
-/// A row of the model: each expression's value (by its SQL text).
-type Row = HashMap<String, Option<i64>>;
-
-/// Encodes `id` for `row`, by the rule, with the codec.
-fn encode(id: &Identity, row: &Row) -> Vec<u8> {
-    let children: Vec<Vec<u8>> = id
-        .fields
-        .iter()
-        .map(|f| match f {
-            Field::Child(c) => encode(c, row),
-            _ => Vec::new(),
-        })
-        .collect();
-    let mut buf = Vec::new();
-    let mut enc =
-        IdentityEncoder::begin(&mut buf, id.domain, u32::try_from(id.fields.len()).unwrap())
-            .unwrap();
-    for (f, child) in id.fields.iter().zip(&children) {
-        match f {
-            Field::Value(x) => match row.get(&x.sql).copied().flatten() {
-                Some(v) => enc.value(&Value::Int8(v)).unwrap(),
-                None => enc.null(TypeTag::Int8).unwrap(),
-            },
-            Field::Child(_) => enc
-                .value(&Value::Identity(ChildIdentity::new(child).unwrap()))
-                .unwrap(),
-            Field::Branch(n) => enc.value(&Value::Int4(i32::try_from(*n).unwrap())).unwrap(),
-            Field::Discriminator(name) => enc.value(&Value::Text(name.as_bytes())).unwrap(),
-        }
-    }
-    enc.finish().unwrap();
-    buf
 }
 
 fn scan_rows(alias: &str, cols: &[&str], rows: &[Vec<Option<i64>>]) -> Vec<Row> {
