@@ -79,6 +79,7 @@ impl PostgresSink {
             ),
             buffers: Buffers::new(&target, own.clone()),
             copy: None,
+            numbering: (0, 0),
             target,
         };
         PostgresSink::spawn(endpoint, writer, table, own)
@@ -93,9 +94,24 @@ pub(super) struct BufferWriter {
     copy: OpenCopy,
     /// Records the position.
     upsert: String,
+    /// The captured transaction being written (its commit LSN) and the last `seq` given in
+    /// it. The writer numbers the rows it writes, `R` rows included, from 1 per captured
+    /// transaction: whether an `R` row is due is known only here, and a number reserved
+    /// upstream for one that is not would leave a gap that depends on when the process last
+    /// started (a restarted run's buffer must equal an uninterrupted one's).
+    numbering: (u64, i32),
 }
 
 impl BufferWriter {
+    /// The next `seq` of the captured transaction committing at `commit_lsn`.
+    fn next_seq(&mut self, commit_lsn: u64) -> i32 {
+        if self.numbering.0 != commit_lsn {
+            self.numbering = (commit_lsn, 0);
+        }
+        self.numbering.1 += 1;
+        self.numbering.1
+    }
+
     fn failed(&self, what: &str, e: &tokio_postgres::Error) -> Failure {
         db_error(&format!("{what} {}", self.target()), e)
     }
@@ -151,7 +167,10 @@ impl Writer for BufferWriter {
         Ok(())
     }
 
-    async fn rows(&mut self, txn: &Transaction<'_>, rows: Vec<Row>) -> Result<(), Failure> {
+    async fn rows(&mut self, txn: &Transaction<'_>, mut rows: Vec<Row>) -> Result<(), Failure> {
+        for row in &mut rows {
+            row.seq = self.next_seq(row.commit_lsn);
+        }
         match write_rows(txn, &mut self.buffers, &mut self.copy, &rows).await {
             Ok(()) => Ok(()),
             Err(RowsError::Db(what, e)) => Err(self.failed(what, &e)),
@@ -584,7 +603,8 @@ impl Buffers {
         known.record = Record::Read(Some(keep));
         Ok(reason.map(|reason| Row {
             xid: at.xid,
-            seq: at.seq,
+            // Numbered by the writer with the transaction's other rows.
+            seq: 0,
             relid,
             op: BufferOp::Redefined.code() as i8,
             new_id: None,

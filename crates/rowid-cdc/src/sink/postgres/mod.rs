@@ -348,22 +348,17 @@ impl PostgresSink {
         }
     }
 
-    /// Reserves the next `seq` of the open transaction for an `R` row the writer may add
-    /// before the next change (none when no identity schema is known: nothing to compare).
-    /// A seq the writer does not use is a gap, as a rolled-back savepoint leaves on the
-    /// trigger path: `seq` orders a transaction's rows, it does not count them.
+    /// Where an `R` row the writer may add before the next change goes (none when no
+    /// identity schema is known: nothing to compare). The writer numbers it.
     fn mark_at(
-        &mut self,
         xid: u32,
         commit_lsn: Lsn,
         change_lsn: Lsn,
         schema: &Option<Arc<RelationSchema>>,
     ) -> Option<RowAt> {
         schema.as_ref()?;
-        self.seq += 1;
         Some(RowAt {
             xid: i64::from(xid),
-            seq: self.seq,
             commit_lsn: commit_lsn.0,
             change_lsn: change_lsn.0,
         })
@@ -501,7 +496,7 @@ impl Sink for PostgresSink {
                 (event.columns.clone(), images.clone(), event.schema.clone()),
             );
             if changed {
-                let at = self.mark_at(event.xid, event.commit_lsn, event.lsn, &event.schema);
+                let at = Self::mark_at(event.xid, event.commit_lsn, event.lsn, &event.schema);
                 self.send(Cmd::Shape(ShapeChange {
                     relid: event.relid,
                     relation: event.relation.to_string(),
@@ -593,7 +588,7 @@ impl Sink for PostgresSink {
             self.seq = 0;
         }
         // At the commit: after every change of the transaction.
-        let at = self.mark_at(xid, commit_lsn, commit_lsn, &schema);
+        let at = Self::mark_at(xid, commit_lsn, commit_lsn, &schema);
         self.send(Cmd::Shape(ShapeChange {
             relid,
             relation,
@@ -892,8 +887,6 @@ struct ShapeChange {
 struct RowAt {
     /// Top-level transaction id.
     xid: i64,
-    /// Its `seq`, reserved in the transaction's order.
-    seq: i32,
     /// The transaction's commit LSN.
     commit_lsn: u64,
     /// The LSN it is written at: the next change's, or the commit's.
