@@ -57,13 +57,13 @@ CREATE SCHEMA IF NOT EXISTS pgtrickle; /* pg_trickle_ext::pgtrickle */
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- pg_trickle_ext::pgtrickle::identity_schema
-CREATE  FUNCTION pgtrickle."identity_schema"(
-	"rel" oid /* pg_sys :: Oid */
+-- pg_trickle_ext::pgtrickle::row_id_fingerprint
+CREATE  FUNCTION pgtrickle."row_id_fingerprint"(
+	"id" bytea /* & [u8] */
 ) RETURNS TEXT /* String */
-STRICT STABLE
+IMMUTABLE STRICT PARALLEL SAFE
 LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'identity_schema_wrapper';
+AS 'MODULE_PATHNAME', 'row_id_fingerprint_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
@@ -97,24 +97,30 @@ AS 'MODULE_PATHNAME', 'row_probe_v1_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- pg_trickle_ext::pgtrickle::row_id_fingerprint
-CREATE  FUNCTION pgtrickle."row_id_fingerprint"(
-	"id" bytea /* & [u8] */
-) RETURNS TEXT /* String */
-IMMUTABLE STRICT PARALLEL SAFE
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'row_id_fingerprint_wrapper';
+-- pg_trickle_ext::pgtrickle::check_change_buffer
+
+CREATE FUNCTION pgtrickle.check_change_buffer(buffer regclass) RETURNS boolean
+STABLE STRICT LANGUAGE c AS 'MODULE_PATHNAME', 'check_change_buffer_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- pg_trickle_ext::pgtrickle::note_table_rewrite
-CREATE  FUNCTION pgtrickle."note_table_rewrite"(
-	"rel" oid, /* pg_sys :: Oid */
-	"reason" INT /* i32 */
-) RETURNS void
+-- pg_trickle_ext::pgtrickle::identity_schema
+CREATE  FUNCTION pgtrickle."identity_schema"(
+	"rel" oid /* pg_sys :: Oid */
+) RETURNS TEXT /* String */
+STRICT STABLE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'identity_schema_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- pg_trickle_ext::pgtrickle::follow_source_ddl
+CREATE  FUNCTION pgtrickle."follow_source_ddl"(
+	"sources" oid[] /* Vec < pg_sys :: Oid > */
+) RETURNS INT /* i32 */
 STRICT VOLATILE
 LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'note_table_rewrite_wrapper';
+AS 'MODULE_PATHNAME', 'follow_source_ddl_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
@@ -136,6 +142,24 @@ CREATE  FUNCTION pgtrickle."write_published_identity_schemas"(
 STRICT VOLATILE
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', 'write_published_identity_schemas_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- pg_trickle_ext::pgtrickle::capture_table
+
+CREATE FUNCTION pgtrickle.capture_table(source regclass) RETURNS text
+VOLATILE STRICT LANGUAGE c AS 'MODULE_PATHNAME', 'capture_table_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- pg_trickle_ext::pgtrickle::note_table_rewrite
+CREATE  FUNCTION pgtrickle."note_table_rewrite"(
+	"rel" oid, /* pg_sys :: Oid */
+	"reason" INT /* i32 */
+) RETURNS void
+STRICT VOLATILE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'note_table_rewrite_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
@@ -274,7 +298,8 @@ LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp SET jit = off AS $fn$
     WITH RECURSIVE
     cmd AS (SELECT classid, objid FROM pg_catalog.pg_event_trigger_ddl_commands()),
     -- ALTER TYPE / ALTER DOMAIN (a pg_type object), ALTER TYPE ... ADD | DROP | ALTER
-    -- ATTRIBUTE of a composite (a pg_class object of relkind c), and every type made of one:
+    -- ATTRIBUTE of a composite (a pg_class object of relkind c), the row type of a table a
+    -- DDL altered (a column of another table can be of it), and every type made of one:
     -- an array of it, a domain over it, a range over it, a multirange of such a range, a
     -- composite with an attribute of it. PostgreSQL records each of these as a dependency on
     -- the part (pg_depend), so the walk goes through pg_depend's index on the referenced
@@ -288,7 +313,7 @@ LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp SET jit = off AS $fn$
       SELECT c.reltype FROM cmd JOIN pg_catalog.pg_class c
         ON cmd.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_class'::pg_catalog.regclass
        AND c.oid OPERATOR(pg_catalog.=) cmd.objid
-       AND c.relkind OPERATOR(pg_catalog.=) 'c'
+       AND c.reltype OPERATOR(pg_catalog.<>) 0
       UNION
       SELECT CASE WHEN d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_type'::pg_catalog.regclass
                   THEN d.objid ELSE c.reltype END
@@ -505,61 +530,6 @@ COMMENT ON FUNCTION pgtrickle.grant_capture(pg_catalog.regrole) IS
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- pg_trickle_ext::pgtrickle::check_change_buffer
-
-CREATE FUNCTION pgtrickle.check_change_buffer(buffer regclass) RETURNS boolean
-STABLE STRICT LANGUAGE c AS 'MODULE_PATHNAME', 'check_change_buffer_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- pg_trickle_ext::validate::validate_identity_fields
-CREATE  FUNCTION pgtrickle."validate_identity_fields"(
-	"domain" TEXT, /* & str */
-	"types" oid[], /* Vec < pg_sys :: Oid > */
-	"typmods" INT[] DEFAULT NULL, /* :: std :: option :: Option < Vec < i32 > > */
-	"collations" oid[] DEFAULT NULL, /* :: std :: option :: Option < Vec < pg_sys :: Oid > > */
-	"uniqueness" TEXT DEFAULT 'unique', /* & str */
-	"mode" TEXT DEFAULT 'refresh' /* & str */
-) RETURNS TABLE (
-	"max_identity_bytes" bigint,  /* Option < i64 > */
-	"index_class" TEXT,  /* String */
-	"order_preserving" bool,  /* bool */
-	"volatility" TEXT,  /* String */
-	"invalidations" TEXT[]  /* Vec < String > */
-)
-STABLE PARALLEL SAFE 
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'validate_identity_fields_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- pg_trickle_ext::pgtrickle::capture_table
-
-CREATE FUNCTION pgtrickle.capture_table(source regclass) RETURNS text
-VOLATILE STRICT LANGUAGE c AS 'MODULE_PATHNAME', 'capture_table_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- pg_trickle_ext::pgtrickle::row_id_describe
-CREATE  FUNCTION pgtrickle."row_id_describe"(
-	"id" bytea /* & [u8] */
-) RETURNS TEXT /* String */
-IMMUTABLE STRICT PARALLEL SAFE
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'row_id_describe_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- pg_trickle_ext::pgtrickle::follow_source_ddl
-CREATE  FUNCTION pgtrickle."follow_source_ddl"(
-	"sources" oid[] /* Vec < pg_sys :: Oid > */
-) RETURNS INT /* i32 */
-STRICT VOLATILE
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'follow_source_ddl_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
 -- requires:
 --   pgtrickle::follow_source_ddl
 --   identity_messages
@@ -586,6 +556,37 @@ CREATE EVENT TRIGGER pgtrickle_capture_rewrite ON table_rewrite
   EXECUTE FUNCTION pgtrickle.identity_messages_on_rewrite();
 -- In every session_replication_role: a rewrite not noted is a rewrite not marked.
 ALTER EVENT TRIGGER pgtrickle_capture_rewrite ENABLE ALWAYS;
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- pg_trickle_ext::pgtrickle::row_id_describe
+CREATE  FUNCTION pgtrickle."row_id_describe"(
+	"id" bytea /* & [u8] */
+) RETURNS TEXT /* String */
+IMMUTABLE STRICT PARALLEL SAFE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'row_id_describe_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- pg_trickle_ext::validate::validate_identity_fields
+CREATE  FUNCTION pgtrickle."validate_identity_fields"(
+	"domain" TEXT, /* & str */
+	"types" oid[], /* Vec < pg_sys :: Oid > */
+	"typmods" INT[] DEFAULT NULL, /* :: std :: option :: Option < Vec < i32 > > */
+	"collations" oid[] DEFAULT NULL, /* :: std :: option :: Option < Vec < pg_sys :: Oid > > */
+	"uniqueness" TEXT DEFAULT 'unique', /* & str */
+	"mode" TEXT DEFAULT 'refresh' /* & str */
+) RETURNS TABLE (
+	"max_identity_bytes" bigint,  /* Option < i64 > */
+	"index_class" TEXT,  /* String */
+	"order_preserving" bool,  /* bool */
+	"volatility" TEXT,  /* String */
+	"invalidations" TEXT[]  /* Vec < String > */
+)
+STABLE PARALLEL SAFE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'validate_identity_fields_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */

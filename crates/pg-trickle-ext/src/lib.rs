@@ -371,7 +371,8 @@ LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp SET jit = off AS $fn$
     WITH RECURSIVE
     cmd AS (SELECT classid, objid FROM pg_catalog.pg_event_trigger_ddl_commands()),
     -- ALTER TYPE / ALTER DOMAIN (a pg_type object), ALTER TYPE ... ADD | DROP | ALTER
-    -- ATTRIBUTE of a composite (a pg_class object of relkind c), and every type made of one:
+    -- ATTRIBUTE of a composite (a pg_class object of relkind c), the row type of a table a
+    -- DDL altered (a column of another table can be of it), and every type made of one:
     -- an array of it, a domain over it, a range over it, a multirange of such a range, a
     -- composite with an attribute of it. PostgreSQL records each of these as a dependency on
     -- the part (pg_depend), so the walk goes through pg_depend's index on the referenced
@@ -385,7 +386,7 @@ LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp SET jit = off AS $fn$
       SELECT c.reltype FROM cmd JOIN pg_catalog.pg_class c
         ON cmd.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_class'::pg_catalog.regclass
        AND c.oid OPERATOR(pg_catalog.=) cmd.objid
-       AND c.relkind OPERATOR(pg_catalog.=) 'c'
+       AND c.reltype OPERATOR(pg_catalog.<>) 0
       UNION
       SELECT CASE WHEN d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_type'::pg_catalog.regclass
                   THEN d.objid ELSE c.reltype END

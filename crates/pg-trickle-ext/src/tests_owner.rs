@@ -429,6 +429,36 @@ fn altering_a_composite_type_rewrites_the_schemas_of_tables_that_hold_it() {
     }
 }
 
+/// A table's row type is a composite type too: a column of another table can be of it (and
+/// be its key). `ALTER TABLE` of the first arrives as a table (relkind `r`), which the type
+/// walk did not start from: the second table's identity schema row kept the old shape, while
+/// its rows had the new one (seen by hand: written `record [int4]`, now `[int4, int4]`).
+#[pg_test]
+fn altering_a_table_rewrites_the_schemas_of_tables_keyed_by_its_row_type() {
+    Spi::run(
+        "SELECT pgtrickle.enable_identity_messages();
+         CREATE TABLE cap_row (a int4);
+         CREATE TABLE cap_of_row (k cap_row PRIMARY KEY);
+         CREATE TABLE cap_of_rows (k cap_row[] PRIMARY KEY);
+         CREATE PUBLICATION cap_rows FOR TABLE cap_of_row, cap_of_rows;",
+    )
+    .expect("setup");
+    for ddl in [
+        "ALTER TABLE cap_row ADD COLUMN b int8",
+        "ALTER TABLE cap_row DROP COLUMN a",
+    ] {
+        Spi::run(ddl).expect("alter table");
+        for t in ["cap_of_row", "cap_of_rows"] {
+            let written = written_schema_of(t);
+            let now = identity_schema_of(t);
+            assert!(
+                now.matches_written(&written),
+                "{ddl}: the row of {t} is not the schema now: {written:?} vs {now:?}"
+            );
+        }
+    }
+}
+
 /// Issue 36 item 12 (the reader's half): a composite's reader built from a shape with fewer
 /// attributes than the type has now (the type altered between the two catalog reads) is
 /// refused with `serialization_failure`, never built leaving the attribute past the shape out
