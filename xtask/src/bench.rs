@@ -154,7 +154,7 @@ fn workloads() -> Result<Vec<String>, String> {
     Ok(groups)
 }
 
-pub(crate) fn sql_dir() -> PathBuf {
+fn sql_dir() -> PathBuf {
     root().join("benches").join("sql")
 }
 
@@ -755,7 +755,12 @@ pub fn run(quick: bool, only: Option<&str>) -> Result<(), String> {
                 rounds: 5,
             }
         };
-        crate::bench_ddl::ddl(&cluster, &work, &mut report)?;
+        crate::bench_ddl::ddl(
+            &cluster,
+            &work,
+            &sql_dir().join("ddl_catalog.sql"),
+            &mut report,
+        )?;
     }
     if wanted("nats") {
         let binary = rowid_cdc_binary(quick)?;

@@ -8,6 +8,7 @@
 //! cost could grow with the catalog: it walks `pg_depend`'s index, so it does not.
 
 use std::fmt::Write as _;
+use std::path::Path;
 use std::time::Instant;
 
 use crate::pg::Cluster;
@@ -69,8 +70,14 @@ fn median(mut v: Vec<f64>) -> f64 {
     v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
 }
 
-/// Runs section 10 on `cluster` (the extension installed) and appends it to `report`.
-pub fn ddl(cluster: &Cluster, work: &Work, report: &mut String) -> Result<(), String> {
+/// Runs section 10 on `cluster` (the extension installed), with the catalog script `catalog`
+/// (`benches/sql/ddl_catalog.sql`), and appends it to `report`.
+pub fn ddl(
+    cluster: &Cluster,
+    work: &Work,
+    catalog: &Path,
+    report: &mut String,
+) -> Result<(), String> {
     step(&format!(
         "10. DDL under the extension's event triggers ({} domains and composites, {} tables; \
          {} DDL per workload, {} rounds)",
@@ -80,13 +87,12 @@ pub fn ddl(cluster: &Cluster, work: &Work, report: &mut String) -> Result<(), St
         work.rounds
     ));
     let psql = cluster.psql();
-    let catalog = crate::bench::sql_dir().join("ddl_catalog.sql");
     for db in ["ddl_with", "ddl_without"] {
         psql.run(&format!(
             "DROP DATABASE IF EXISTS {db};\nCREATE DATABASE {db};"
         ))?;
         psql.with_db(db).file(
-            &catalog,
+            catalog,
             &[
                 ("types", work.types.to_string()),
                 ("tables", work.tables.to_string()),

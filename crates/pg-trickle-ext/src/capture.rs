@@ -46,11 +46,14 @@ use rowid_registry::buffer::{
 use rowid_registry::schema_message::IdentityDef;
 use rowid_registry::sql::{QualifiedName, ROW_ID, quote_ident};
 
-use crate::catalog::{attribute, attribute_name, composite_relations, row_id_domain};
+use crate::catalog::{
+    attribute, attribute_name, buffer_name, composite_relations, relation_owner, row_id_domain,
+};
 use crate::errors;
 use crate::fields::{self, Field};
 use crate::guard::{as_owner, with_locked_search_path};
 use crate::identity_messages::relation_schema;
+use crate::sequence::{forget_mark, next_seq};
 use crate::spi;
 
 /// The trigger function, for messages.
@@ -130,11 +133,6 @@ thread_local! {
     /// Never borrowed across a call into PostgreSQL.
     static WATCH: RefCell<Vec<(pg_sys::Oid, Rc<Cell<bool>>)>> = const { RefCell::new(Vec::new()) };
     static CALLBACK: Cell<bool> = const { Cell::new(false) };
-    /// The transaction the last change belonged to, and its count.
-    static SEQ: Cell<(u32, i32)> = const { Cell::new((0, 0)) };
-    /// Sources whose last buffer row in the transaction is an `R` row: (xid, source, the
-    /// row's ctid as text). Empty but for a DDL's transaction.
-    static LAST_MARK: RefCell<Vec<(u32, pg_sys::Oid, String)>> = const { RefCell::new(Vec::new()) };
     /// Where readers of cached plans allocate (a child of TopMemoryContext).
     static CONTEXT: Cell<pg_sys::MemoryContext> = const { Cell::new(std::ptr::null_mut()) };
 }
@@ -245,7 +243,7 @@ fn follow_columns(function: &str, source: pg_sys::Oid, buffer: pg_sys::Oid) -> u
     let qualified = buffer_name(buffer);
     let count = buffer::alter_statements(&qualified, &have, &want, true).len();
     if count > 0 {
-        let owner = writers_owner(buffer);
+        let owner = relation_owner(buffer);
         // Read before: nothing may query the database between catching an error and raising.
         let source_name = relation_name(source);
         // As the buffer's owner, restricted: a cast a USING runs is the owner's to trust, not
@@ -375,18 +373,6 @@ fn holds_rows(function: &str, oid: pg_sys::Oid) -> bool {
     }
 }
 
-/// The owner of a relation.
-pub(crate) fn writers_owner(rel: pg_sys::Oid) -> pg_sys::Oid {
-    spi::one::<pg_sys::Oid>(
-        &format!(
-            "SELECT relowner FROM pg_catalog.pg_class WHERE oid OPERATOR(pg_catalog.=) {}",
-            u32::from(rel)
-        ),
-        &[],
-    )
-    .unwrap_or(pg_sys::InvalidOid)
-}
-
 /// Follows the DDL of `sources` in their trigger buffers (those that have one): what the
 /// extension's `ddl_command_end` event trigger calls for every table an `ALTER TABLE`
 /// touched. Returns how many buffers it altered.
@@ -415,7 +401,7 @@ pub fn follow_source_ddl(sources: &[pg_sys::Oid]) -> i32 {
 /// owns it, as the extension's owner (the right to give away objects of its schema), with
 /// `USAGE` on the schema for the new owner.
 fn give_to_source_owner(buffer: pg_sys::Oid, source: pg_sys::Oid) {
-    let owner = role_name(writers_owner(source));
+    let owner = role_name(relation_owner(source));
     if writers(buffer).owner == owner {
         return;
     }
@@ -986,48 +972,6 @@ unsafe fn trigger_buffer(trigger: *const pg_sys::Trigger) -> pg_sys::Oid {
     })
 }
 
-/// The next `seq` of the current transaction.
-pub(crate) fn next_seq() -> (u32, i32) {
-    // SAFETY: the trigger runs in a transaction that is writing, so it has (or now gets) a
-    // top-level xid.
-    let xid = unsafe { pg_sys::GetTopTransactionId() }.into_inner();
-    SEQ.with(|s| {
-        let (last, n) = s.get();
-        let n = if last == xid { n + 1 } else { 1 };
-        s.set((xid, n));
-        (xid, n)
-    })
-}
-
-/// A change of `source` follows its last `R` row: a redefinition after it is marked again.
-fn forget_mark(source: pg_sys::Oid) {
-    LAST_MARK.with(|m| {
-        if !m.borrow().is_empty() {
-            m.borrow_mut().retain(|(_, s, _)| *s != source);
-        }
-    });
-}
-
-/// The ctid of `source`'s `R` row in transaction `xid` when no change of it was captured
-/// since (the caller checks the row is still there: a rolled-back savepoint takes it).
-pub(crate) fn last_mark(xid: u32, source: pg_sys::Oid) -> Option<String> {
-    LAST_MARK.with(|m| {
-        m.borrow()
-            .iter()
-            .find(|(x, s, _)| *x == xid && *s == source)
-            .map(|(_, _, ctid)| ctid.clone())
-    })
-}
-
-/// Notes that `source`'s last row in transaction `xid` is the `R` row at `ctid`.
-pub(crate) fn note_mark(xid: u32, source: pg_sys::Oid, ctid: String) {
-    LAST_MARK.with(|m| {
-        let mut m = m.borrow_mut();
-        m.retain(|(x, s, _)| *x == xid && *s != source);
-        m.push((xid, source, ctid));
-    });
-}
-
 /// Encodes the identity of `tuple` into `out`.
 ///
 /// # Safety
@@ -1579,20 +1523,6 @@ fn made_buffer(source: pg_sys::Oid) -> Option<pg_sys::Oid> {
         ),
         &[buffer::DEFAULT_SCHEMA.into()],
     )
-}
-
-/// The name of the buffer `oid` (in the extension's buffer schema).
-pub(crate) fn buffer_name(oid: pg_sys::Oid) -> QualifiedName {
-    let name = spi::one::<String>(
-        &format!(
-            "SELECT relname::pg_catalog.text FROM pg_catalog.pg_class \
-             WHERE oid OPERATOR(pg_catalog.=) {}",
-            u32::from(oid)
-        ),
-        &[],
-    )
-    .unwrap_or_default();
-    QualifiedName::new(buffer::DEFAULT_SCHEMA, &name)
 }
 
 /// A name for a new buffer of `source`: `changes_<oid>`, or `changes_<oid>_<n>` with the

@@ -7,6 +7,8 @@
 //! several catalogs (index keys, the database default collation).
 
 use pgrx::pg_sys;
+use rowid_registry::buffer;
+use rowid_registry::sql::QualifiedName;
 use rowid_registry::{
     Collation, CollationProvider, CompositeField, FieldSpec, IndexCandidate, KeyColumn, OpClass,
     ServerContext, TypeRef,
@@ -701,4 +703,30 @@ pub fn changed_meanwhile(oid: pg_sys::Oid, live: usize, shaped: usize) -> ! {
             u32::from(oid)
         )
     );
+}
+
+/// The owner of a relation (`InvalidOid` when there is none).
+pub fn relation_owner(rel: pg_sys::Oid) -> pg_sys::Oid {
+    spi::one::<pg_sys::Oid>(
+        &format!(
+            "SELECT relowner FROM pg_catalog.pg_class WHERE oid OPERATOR(pg_catalog.=) {}",
+            u32::from(rel)
+        ),
+        &[],
+    )
+    .unwrap_or(pg_sys::InvalidOid)
+}
+
+/// The name of the buffer `oid` (in the extension's buffer schema).
+pub fn buffer_name(oid: pg_sys::Oid) -> QualifiedName {
+    let name = spi::one::<String>(
+        &format!(
+            "SELECT relname::pg_catalog.text FROM pg_catalog.pg_class \
+             WHERE oid OPERATOR(pg_catalog.=) {}",
+            u32::from(oid)
+        ),
+        &[],
+    )
+    .unwrap_or_default();
+    QualifiedName::new(buffer::DEFAULT_SCHEMA, &name)
 }

@@ -55,6 +55,7 @@ pub mod guard;
 pub mod identity_messages;
 pub mod reader;
 pub mod redefinition;
+pub mod sequence;
 pub mod spi;
 pub mod validate;
 

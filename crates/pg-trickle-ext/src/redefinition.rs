@@ -7,10 +7,10 @@
 use pgrx::pg_sys;
 use rowid_registry::redefinition::{IdentityRecord, redefinition};
 
-use crate::capture::{buffer_name, last_mark, next_seq, note_mark, writers_owner};
-use crate::catalog::relation_name;
+use crate::catalog::{buffer_name, relation_name, relation_owner};
 use crate::guard::as_owner;
 use crate::identity_messages::relation_schema;
+use crate::sequence::{last_mark, next_seq, note_mark};
 use crate::spi;
 
 /// Records in `buffer` (just made for `source`) the identity its rows are written under.
@@ -45,7 +45,7 @@ pub fn mark(source: pg_sys::Oid, buffer: pg_sys::Oid) -> bool {
     let xid = unsafe { pg_sys::GetTopTransactionId() }.into_inner();
     // Still there: not taken by a rolled-back savepoint (its ctid is this transaction's row).
     let marked = last_mark(xid, source).is_some_and(|ctid| {
-        as_owner(writers_owner(buffer), || {
+        as_owner(relation_owner(buffer), || {
             spi::one::<bool>(
                 &format!(
                     "SELECT EXISTS (SELECT FROM {quoted} WHERE ctid OPERATOR(pg_catalog.=) \
@@ -60,7 +60,7 @@ pub fn mark(source: pg_sys::Oid, buffer: pg_sys::Oid) -> bool {
         let (xid, seq) = next_seq();
         // SAFETY: reads the WAL insert position, as the capture does for its rows.
         let lsn = unsafe { pg_sys::GetXLogInsertRecPtr() };
-        let ctid = as_owner(writers_owner(buffer), || {
+        let ctid = as_owner(relation_owner(buffer), || {
             spi::one_mut::<String>(
                 &format!(
                     "INSERT INTO {quoted} (xid, seq, source_relid, op, unidentified, change_lsn) \
@@ -93,7 +93,7 @@ fn write_record(buffer: pg_sys::Oid, record: &IdentityRecord) {
     )
     .unwrap_or_default();
     let quoted = buffer_name(buffer).quoted();
-    as_owner(writers_owner(buffer), || {
+    as_owner(relation_owner(buffer), || {
         spi::run(&format!("COMMENT ON TABLE {quoted} IS {literal}"), &[]);
     });
 }
