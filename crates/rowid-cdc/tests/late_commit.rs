@@ -23,7 +23,8 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::{
-    Cdc, Dir, DropSlot, Running, alter_system, database, one, server_bindir, wait_active, wait_for,
+    Cdc, Dir, DropSlot, Running, alter_system, database, hold_commits, one, server_bindir,
+    wait_active, wait_for,
 };
 use rowid_testkit::cluster::Cluster;
 use rowid_testkit::psql::Psql;
@@ -97,7 +98,7 @@ fn late_commit(case: &Case) {
     );
 
     // Commits wait for a synchronous standby that never comes.
-    alter_system(&target, "SET synchronous_standby_names = 'nobody'").unwrap();
+    hold_commits(&target);
     src.run("INSERT INTO w VALUES (11, 11);").unwrap();
     let held = "SELECT pid FROM pg_catalog.pg_stat_activity WHERE wait_event = 'SyncRep'";
     wait_for(

@@ -22,7 +22,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::{
-    Cdc, Dir, DropSlot, Gate, Running, alter_system, database, one, server_bindir, wait_for,
+    Cdc, Dir, DropSlot, Gate, Running, alter_system, database, hold_commits, one, server_bindir,
+    wait_for,
 };
 use rowid_testkit::cluster::Cluster;
 use rowid_testkit::psql::Psql;
@@ -264,7 +265,7 @@ fn a_chunk_never_misses_a_transaction_the_stream_delivered() {
     }
     wait_line(&cdc, "public.k", "60", &mut running, "three chunks");
     // Held before the fourth read: a commit that waits for a standby that never comes.
-    alter_system(&db, "SET synchronous_standby_names = 'nobody'").unwrap();
+    hold_commits(&db);
     let held = held_commit(&db, "INSERT INTO k VALUES (1000, 'held');");
     let open = gate.open();
     // The stream goes on while the commit is held.
@@ -336,7 +337,7 @@ fn a_kill_between_a_chunks_delivery_and_its_watermark_repeats_nothing() {
     // Before the second read: U (a row already delivered) commits first and stays invisible,
     // T (a row of the second chunk's range) commits after it, visible. The second chunk's
     // snapshot sees T, not U; the stream delivers the chunk at U, then meets T.
-    alter_system(&db, "SET synchronous_standby_names = 'nobody'").unwrap();
+    hold_commits(&db);
     let u = held_commit(&db, "UPDATE k SET v = 'u' WHERE id = 2;");
     db.run("SET synchronous_commit = local; INSERT INTO k VALUES (23, 't');")
         .unwrap();

@@ -437,6 +437,61 @@ pub fn alter_system(db: &Psql, change: &str) -> Result<(), String> {
     db.run("SELECT pg_catalog.pg_reload_conf();").map(|_| ())
 }
 
+/// Makes every later commit on `db`'s cluster wait for a synchronous standby that never comes
+/// (`synchronous_standby_names = 'nobody'`), and returns only once that is in force. A reload
+/// reaches the processes one by one: a session started right after `pg_reload_conf()` can fork
+/// before the postmaster read the file, or commit before the checkpointer set the flag that
+/// commits wait on, and then commits at once. So a probe commits (a temporary table dropped at
+/// its commit: WAL and an xid, nothing any publication carries) until one is held; that one is
+/// cancelled, which releases it committed, and the probe session ends without waiting again.
+pub fn hold_commits(db: &Psql) {
+    alter_system(db, "SET synchronous_standby_names = 'nobody'").unwrap();
+    let t = Instant::now();
+    let held = "FROM pg_catalog.pg_stat_activity \
+                WHERE application_name = 'rowid-sync-probe' AND wait_event = 'SyncRep'";
+    loop {
+        assert!(
+            t.elapsed() < Duration::from_secs(60),
+            "synchronous_standby_names = 'nobody' never held a commit"
+        );
+        let mut probe = Command::new("psql")
+            .args(db.args().split_whitespace())
+            .args(["-X", "-q", "-c", "SET synchronous_commit = on"])
+            .args([
+                "-c",
+                "CREATE TEMPORARY TABLE rowid_sync_probe () ON COMMIT DROP",
+            ])
+            // The session's exit, past the cancelled wait, commits nothing that could wait.
+            .args(["-c", "SET synchronous_commit = local"])
+            .env("PGAPPNAME", "rowid-sync-probe")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let asked = Instant::now();
+        loop {
+            if probe.try_wait().unwrap().is_some() {
+                // Committed without waiting: the reload is not everywhere yet.
+                break;
+            }
+            if one(db, &format!("SELECT count(*) {held};")) == "1" {
+                one(
+                    db,
+                    &format!("SELECT pg_catalog.pg_cancel_backend(pid) {held};"),
+                );
+                probe.wait().unwrap();
+                return;
+            }
+            if asked.elapsed() > Duration::from_secs(10) {
+                let _ = probe.kill();
+                panic!("a probe commit neither ended nor waited for the standby");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 /// Waits (up to a minute) until `sql` on `db` prints `expected`, while `running` runs: fails
 /// with `what` and how `running` ended as soon as it ended.
 pub fn wait_for(db: &Psql, sql: &str, expected: &str, running: &mut Running, what: &str) {
