@@ -407,7 +407,7 @@ fn give_to_source_owner(buffer: pg_sys::Oid, source: pg_sys::Oid) {
     }
     let quoted = buffer_name(buffer).quoted();
     lock_for_ddl("pgtrickle.follow_source_ddl", buffer);
-    as_owner(extension_owner(), || {
+    as_owner(crate::catalog::extension_owner(), || {
         spi::run(&format!("ALTER TABLE {quoted} OWNER TO {owner}"), &[]);
         spi::run(
             &format!(
@@ -1390,16 +1390,6 @@ unsafe fn insert(tgoid: pg_sys::Oid, rel: pg_sys::Relation, row: &Row) {
     }
 }
 
-/// The extension's owner (who owns `pgtrickle_changes`, and may create tables there).
-fn extension_owner() -> pg_sys::Oid {
-    spi::one::<pg_sys::Oid>(
-        "SELECT extowner FROM pg_catalog.pg_extension \
-         WHERE extname OPERATOR(pg_catalog.=) 'pg_trickle_ext'",
-        &[],
-    )
-    .unwrap_or(pg_sys::InvalidOid)
-}
-
 /// Creates the change buffer of `source` (in the extension's `pgtrickle_changes`, owned by
 /// the source's owner, without PUBLIC access, depending on the source) and its capture
 /// triggers, after validating the source and its identity; returns the buffer. The caller
@@ -1433,7 +1423,7 @@ pub fn capture_table(source_oid: pg_sys::Oid) -> String {
     let owner_name = role_name(src.owner);
     // Creating in, and giving away objects of, the extension's schema is its owner's right:
     // done as that role, restricted, with the locked path, from OIDs and quoted names.
-    let as_extension = |f: &dyn Fn()| as_owner(extension_owner(), f);
+    let as_extension = |f: &dyn Fn()| as_owner(crate::catalog::extension_owner(), f);
     let oid = match existing {
         Some(oid) => {
             // An existing buffer is adopted only if capture_table made it for this source; a

@@ -730,3 +730,14 @@ pub fn buffer_name(oid: pg_sys::Oid) -> QualifiedName {
     .unwrap_or_default();
     QualifiedName::new(buffer::DEFAULT_SCHEMA, &name)
 }
+
+/// The extension's owner (who owns `pgtrickle_changes` and the extension's tables, and may
+/// create tables there).
+pub fn extension_owner() -> pg_sys::Oid {
+    spi::one::<pg_sys::Oid>(
+        "SELECT extowner FROM pg_catalog.pg_extension \
+         WHERE extname OPERATOR(pg_catalog.=) 'pg_trickle_ext'",
+        &[],
+    )
+    .unwrap_or(pg_sys::InvalidOid)
+}

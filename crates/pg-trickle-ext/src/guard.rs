@@ -22,28 +22,38 @@
 //! when another module calls SPI). Locking it once per row as well cost about 1 µs per
 //! captured row, a third of the trigger's cost (benches/RESULTS.md, issue 20).
 
+use std::ffi::{CStr, CString};
+
 use pgrx::pg_sys;
 
 /// The search path every statement of the extension runs with.
-pub const LOCKED_SEARCH_PATH: &std::ffi::CStr = c"pg_catalog, pg_temp";
+pub const LOCKED_SEARCH_PATH: &CStr = c"pg_catalog, pg_temp";
 
 /// Runs `f` with `search_path` set to [`LOCKED_SEARCH_PATH`], restored afterwards (and, on an
 /// error, by the abort of the transaction or subtransaction it happens in).
 pub fn with_locked_search_path<R>(f: impl FnOnce() -> R) -> R {
+    with_settings(&[(c"search_path", LOCKED_SEARCH_PATH)], f)
+}
+
+/// Runs `f` with each `(name, value)` of `settings` set, restored afterwards (and, on an
+/// error, by the abort of the transaction or subtransaction it happens in).
+pub fn with_settings<R>(settings: &[(&CStr, &CStr)], f: impl FnOnce() -> R) -> R {
     // SAFETY: called inside a backend; the nest level opened here is closed below, or by the
-    // (sub)transaction abort when `f` raises an error.
+    // (sub)transaction abort when `f` raises an error; names and values are NUL-terminated.
     let level = unsafe {
         let level = pg_sys::NewGUCNestLevel();
-        pg_sys::set_config_option(
-            c"search_path".as_ptr(),
-            LOCKED_SEARCH_PATH.as_ptr(),
-            pg_sys::GucContext::PGC_USERSET,
-            pg_sys::GucSource::PGC_S_SESSION,
-            pg_sys::GucAction::GUC_ACTION_SAVE,
-            true,
-            0,
-            false,
-        );
+        for (name, value) in settings {
+            pg_sys::set_config_option(
+                name.as_ptr(),
+                value.as_ptr(),
+                pg_sys::GucContext::PGC_USERSET,
+                pg_sys::GucSource::PGC_S_SESSION,
+                pg_sys::GucAction::GUC_ACTION_SAVE,
+                true,
+                0,
+                false,
+            );
+        }
         level
     };
     let out = f();
@@ -73,4 +83,22 @@ pub fn as_owner<R>(owner: pg_sys::Oid, f: impl FnOnce() -> R) -> R {
     // SAFETY: restores what was read above.
     unsafe { pg_sys::SetUserIdAndSecContext(user, sec) };
     out
+}
+
+/// The settings a stream table's refresh runs under besides `search_path`: how constants in
+/// its stored statement print and read back. `TimeZone` is recorded per stream table when
+/// it is created (it decides what the query computes: a cast of `timestamptz` to `date`).
+pub const PINNED_SETTINGS: [(&CStr, &CStr); 3] = [
+    (c"DateStyle", c"ISO, YMD"),
+    (c"IntervalStyle", c"postgres"),
+    (c"extra_float_digits", c"3"),
+];
+
+/// Runs `f` with [`PINNED_SETTINGS`] and `TimeZone` = `time_zone` set, restored afterwards
+/// (and, on an error, by the abort of the transaction or subtransaction it happens in).
+pub fn with_pinned_settings<R>(time_zone: &str, f: impl FnOnce() -> R) -> R {
+    let zone = CString::new(time_zone).unwrap_or_else(|_| c"UTC".to_owned());
+    let mut settings = PINNED_SETTINGS.to_vec();
+    settings.push((c"TimeZone", zone.as_c_str()));
+    with_settings(&settings, f)
 }

@@ -37,7 +37,11 @@
 //!   `enable_identity_messages()` / `disable_identity_messages()` (the event triggers that
 //!   write it into `pgtrickle.identity_schemas`, published by `pgtrickle_identity`, at the end
 //!   of every DDL that can change it; superuser);
-//! - `grant_capture(regrole)`: what a capture role needs beyond REPLICATION (superuser).
+//! - `grant_capture(regrole)`: what a capture role needs beyond REPLICATION (superuser);
+//! - stream tables (spec/stream-tables.md; [`stream_query`] reads the query, [`stream_table`]
+//!   keeps them): `create_stream_table(name, query, schedule, refresh_mode, initialize)`,
+//!   `alter_stream_table(name, query, refresh_mode)`, `refresh_stream_table(name)`,
+//!   `drop_stream_table(name)` and the catalog `pgt_stream_tables`.
 
 use pgrx::prelude::*;
 
@@ -57,6 +61,8 @@ pub mod reader;
 pub mod redefinition;
 pub mod sequence;
 pub mod spi;
+pub mod stream_query;
+pub mod stream_table;
 pub mod validate;
 
 ::pgrx::pg_module_magic!(name, version);
@@ -195,6 +201,51 @@ STABLE STRICT LANGUAGE c AS 'MODULE_PATHNAME', 'check_change_buffer_wrapper';
         true
     }
 
+    /// Creates the stream table `name` keeping `query`'s result (spec/stream-tables.md):
+    /// checks the query's operators and every identity field first, then creates the
+    /// storage (owned by the caller) and its catalog row, and fills it unless `initialize`
+    /// is false. `schedule` is recorded (no scheduler runs it yet).
+    #[pg_extern(volatile)]
+    fn create_stream_table(
+        name: Option<&str>,
+        query: Option<&str>,
+        schedule: default!(Option<&str>, "NULL"),
+        refresh_mode: default!(Option<&str>, "'DIFFERENTIAL'"),
+        initialize: default!(Option<bool>, true),
+    ) {
+        const F: &str = "pgtrickle.create_stream_table";
+        let name = name.unwrap_or_else(|| errors::null_argument(F, "name is NULL"));
+        let query = query.unwrap_or_else(|| errors::null_argument(F, "query is NULL"));
+        let mode = refresh_mode.unwrap_or_else(|| errors::null_argument(F, "refresh_mode is NULL"));
+        crate::stream_table::create(name, query, schedule, mode, initialize.unwrap_or(true));
+    }
+
+    /// Replaces the query and/or the refresh mode of the stream table `name` (NULL: keep),
+    /// everything checked before the old storage is replaced.
+    #[pg_extern(volatile)]
+    fn alter_stream_table(
+        name: Option<&str>,
+        query: default!(Option<&str>, "NULL"),
+        refresh_mode: default!(Option<&str>, "NULL"),
+    ) {
+        let name = name.unwrap_or_else(|| {
+            errors::null_argument("pgtrickle.alter_stream_table", "name is NULL")
+        });
+        crate::stream_table::alter(name, query, refresh_mode);
+    }
+
+    /// Refreshes the stream table `name` now, as its owner.
+    #[pg_extern(volatile, strict)]
+    fn refresh_stream_table(name: &str) {
+        crate::stream_table::refresh(name);
+    }
+
+    /// Drops the stream table `name`: its storage and its catalog row.
+    #[pg_extern(volatile, strict)]
+    fn drop_stream_table(name: &str) {
+        crate::stream_table::drop(name);
+    }
+
     /// Length and a 32-bit digest prefix: identifies an identity in logs without revealing it.
     #[pg_extern(immutable, parallel_safe, strict)]
     fn row_id_fingerprint(id: &[u8]) -> String {
@@ -233,6 +284,40 @@ COMMENT ON FUNCTION pgtrickle.capture_changes() IS
   'Trigger: appends each change with its old and new Row Identity V2 to the change buffer named by its argument (pgtrickle.capture_table creates both)';
 "#,
     name = "capture_changes",
+    requires = ["row_id_domain"]
+);
+
+extension_sql!(
+    r#"
+-- Stream tables (spec/stream-tables.md §6): one row per stream table, written only by the
+-- extension's functions (as the extension's owner), readable by every role.
+CREATE TABLE pgtrickle.pgt_stream_tables (
+    pgt_relid oid PRIMARY KEY,
+    pgt_name text NOT NULL,
+    defining_query text NOT NULL,
+    schedule text,
+    refresh_mode text NOT NULL CHECK (refresh_mode IN ('FULL', 'DIFFERENTIAL', 'IMMEDIATE')),
+    status text NOT NULL CHECK (status IN ('INITIALIZING', 'ACTIVE', 'NEEDS_REINIT')),
+    identity_domain text NOT NULL,
+    identity_unique boolean NOT NULL,
+    index_class text NOT NULL,
+    max_identity_bytes integer,
+    row_identity_version smallint NOT NULL,
+    row_probe_version smallint NOT NULL,
+    sources oid[] NOT NULL,
+    frontier text,
+    refresh_sql text NOT NULL,
+    time_zone text NOT NULL,
+    last_refresh_at timestamptz,
+    last_refresh_ms double precision,
+    rows_changed bigint
+);
+COMMENT ON TABLE pgtrickle.pgt_stream_tables IS
+  'Stream tables (spec/stream-tables.md): their queries, identities, index plans and refreshes';
+REVOKE ALL ON pgtrickle.pgt_stream_tables FROM PUBLIC;
+GRANT SELECT ON pgtrickle.pgt_stream_tables TO PUBLIC;
+"#,
+    name = "stream_tables_catalog",
     requires = ["row_id_domain"]
 );
 
@@ -649,6 +734,7 @@ mod tests {
     include!("tests_hardening.rs");
     include!("tests_owner.rs");
     include!("tests_images.rs");
+    include!("tests_stream.rs");
 }
 
 /// pgrx test harness hooks.

@@ -48,7 +48,9 @@ pub fn identity(plan: &Plan) -> Identity {
             SourceKey::Keyless(fields) => values(Domain::KeylessRow, fields, false),
         },
         // Pass-through: the input's identity, byte for byte.
-        Plan::Filter { input, .. } | Plan::Project { input, .. } => identity(input),
+        Plan::Filter { input, .. } | Plan::Project { input, .. } | Plan::Subquery { input, .. } => {
+            identity(input)
+        }
         Plan::Join { inputs, .. } => {
             let children: Vec<Identity> = inputs.iter().map(identity).collect();
             Identity {
@@ -157,6 +159,7 @@ fn walk<'a>(plan: &'a Plan, f: &mut impl FnMut(&'a Plan)) {
         Plan::Scan { .. } => {}
         Plan::Filter { input, .. }
         | Plan::Project { input, .. }
+        | Plan::Subquery { input, .. }
         | Plan::Aggregate { input, .. }
         | Plan::Distinct { input } => walk(input, f),
         Plan::Join { inputs, .. } => inputs.iter().for_each(|i| walk(i, f)),
@@ -170,6 +173,7 @@ fn walk<'a>(plan: &'a Plan, f: &mut impl FnMut(&'a Plan)) {
 pub fn name(plan: &Plan) -> &'static str {
     match plan {
         Plan::Scan { .. } => "Scan",
+        Plan::Subquery { .. } => "Subquery",
         Plan::Filter { .. } => "Filter",
         Plan::Project { .. } => "Project",
         Plan::Join { .. } => "Join",
@@ -189,4 +193,27 @@ pub fn name(plan: &Plan) -> &'static str {
             ..
         } => "Except",
     }
+}
+
+/// The worst-case length of `identity`'s bytes, given the worst-case encoded length of each
+/// value field (`value_len`, field overhead included, as `rowid_registry::ResolvedField`
+/// gives it); `None` when a field is unbounded. A child identity is escaped (at worst every
+/// byte doubled) and terminated (wire-format.md §2.1, §6.1).
+pub fn max_len(identity: &Identity, value_len: &dyn Fn(&Expr) -> Option<usize>) -> Option<usize> {
+    use rowid_registry::size::{FIELD_OVERHEAD, IDENTITY_OVERHEAD};
+    const TERMINATOR: usize = 2;
+    identity
+        .fields
+        .iter()
+        .try_fold(IDENTITY_OVERHEAD, |acc, f| {
+            let field = match f {
+                Field::Value(e) => value_len(e)?,
+                Field::Child(c) => {
+                    FIELD_OVERHEAD + max_len(c, value_len)?.checked_mul(2)? + TERMINATOR
+                }
+                Field::Branch(_) => FIELD_OVERHEAD + 4,
+                Field::Discriminator(d) => FIELD_OVERHEAD + 2 * d.len() + TERMINATOR,
+            };
+            acc.checked_add(field)
+        })
 }

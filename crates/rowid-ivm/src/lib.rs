@@ -6,11 +6,14 @@
 //! - [`plan`]: the operators (scan, filter, projection, inner join, aggregate, distinct, set
 //!   operations) and their output columns;
 //! - [`identity`]: each operator's identity rule (domain, fields, unique or multiset) and the
-//!   `pgtrickle.encode_row_id_v2` expression that derives it.
+//!   `pgtrickle.encode_row_id_v2` expression that derives it;
+//! - [`sql`]: the statement that computes a stream table's rows with their identities (what
+//!   a FULL refresh stores).
 //!
-//! Delta rules and the refresh statements are the next stage of issue 34.
+//! Delta rules (DIFFERENTIAL and IMMEDIATE refresh) are the next stage of issue 34.
 
 #![forbid(unsafe_code)]
 
 pub mod identity;
 pub mod plan;
+pub mod sql;

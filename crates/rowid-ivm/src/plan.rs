@@ -4,6 +4,8 @@
 //! resolved and every expression is PostgreSQL's deparsed, schema-qualified text with its
 //! type. Nothing here parses SQL.
 
+use rowid_registry::sql::quote_ident;
+
 /// An SQL expression as the server deparsed it, with its type.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Expr {
@@ -76,6 +78,16 @@ pub enum Plan {
         columns: Vec<Output>,
         /// What identifies its rows.
         key: SourceKey,
+    },
+    /// A subquery in `FROM` or a reference to a non-recursive CTE: its query's tree, in place,
+    /// under the name the outer query gives it. Its rows keep their identity (pass-through).
+    Subquery {
+        /// Its name in the outer query (the `FROM` alias, or the CTE's name).
+        alias: String,
+        /// The names the outer query sees its columns by, in order.
+        columns: Vec<String>,
+        /// Its query.
+        input: Box<Plan>,
     },
     /// The input rows a predicate keeps (`WHERE`, `HAVING`).
     Filter {
@@ -164,6 +176,21 @@ impl Plan {
             Plan::Scan { columns, .. }
             | Plan::Project { columns, .. }
             | Plan::Aggregate { columns, .. } => columns.clone(),
+            Plan::Subquery {
+                alias,
+                columns,
+                input,
+            } => columns
+                .iter()
+                .zip(input.outputs())
+                .map(|(name, inner)| Output {
+                    name: name.clone(),
+                    expr: Expr::new(
+                        &format!("{}.{}", quote_ident(alias), quote_ident(name)),
+                        &inner.expr.sql_type,
+                    ),
+                })
+                .collect(),
             Plan::Filter { input, .. } | Plan::Distinct { input } => input.outputs(),
             Plan::Join { inputs, .. } => inputs.iter().flat_map(Plan::outputs).collect(),
             Plan::UnionAll { branches } | Plan::SetOp { branches, .. } => {

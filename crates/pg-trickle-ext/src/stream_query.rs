@@ -1,0 +1,665 @@
+//! A stream table's query read into `rowid-ivm`'s operator tree (spec/stream-tables.md §1),
+//! from PostgreSQL's own analysis of it: the server parses and resolves every name and type
+//! under the caller's `search_path`; this module only walks the analyzed `Query` and asks the
+//! server to deparse each expression, with the path locked so that every function, operator
+//! and type outside `pg_catalog` comes back schema-qualified. Anything the tree has no
+//! operator for is refused, naming the construct and where it is.
+
+use std::collections::HashMap;
+use std::ffi::{CStr, CString};
+
+use pgrx::pg_sys;
+use rowid_ivm::plan::{Expr, Output, Plan, SetOpKind, SourceKey};
+use rowid_registry::sql::quote_ident;
+use rowid_registry::{FieldSpec, OpClass, choose_scan_key, resolve_schema};
+
+use crate::catalog::{
+    all_columns, encoder_collation, index_candidates, relation_facts, server_context, type_ref,
+};
+use crate::{errors, guard, spi};
+
+/// The aggregates the operator tree has (in `pg_catalog`).
+const AGGREGATES: &[&str] = &[
+    "count", "sum", "avg", "min", "max", "bool_and", "bool_or", "every",
+];
+
+/// The query read: its tree, and the catalog facts of every value its identities hold.
+pub struct ReadQuery {
+    /// The operator tree.
+    pub plan: Plan,
+    /// Each value expression's field facts, by its SQL and type (for the registry's checks
+    /// and the identity's size bound).
+    pub fields: HashMap<(String, String), FieldSpec>,
+    /// The source tables, as OIDs, each once, in the order met.
+    pub sources: Vec<pg_sys::Oid>,
+}
+
+/// Reads `query` (one `SELECT`) for `function`'s errors: analyzed under the caller's
+/// settings, deparsed under the refresh's (`time_zone` and [`guard::with_pinned_settings`]),
+/// so that the text reads back as the same values when a refresh runs it.
+pub fn read(function: &'static str, query: &str, time_zone: &str) -> ReadQuery {
+    let Ok(text) = CString::new(query) else {
+        errors::invalid_argument(function, "the query contains a NUL byte".into());
+    };
+    let mut reader = Reader {
+        function,
+        fields: HashMap::new(),
+        sources: Vec::new(),
+    };
+    // SAFETY: parse analysis of a NUL-terminated text in the current memory context; the
+    // returned trees live until the context ends, past this function's use of them.
+    let analyzed = unsafe {
+        let raw = pg_sys::pg_parse_query(text.as_ptr());
+        let raws = pgrx::PgList::<pg_sys::RawStmt>::from_pg(raw);
+        if raws.len() != 1 {
+            errors::invalid_argument(
+                function,
+                format!("the query must be one statement, not {}", raws.len()),
+            );
+        }
+        let Some(stmt) = raws.get_ptr(0) else {
+            errors::invalid_argument(function, "the query is empty".into());
+        };
+        pg_sys::parse_analyze_fixedparams(
+            stmt,
+            text.as_ptr(),
+            std::ptr::null(),
+            0,
+            std::ptr::null_mut(),
+        )
+    };
+    // Every name the deparsed text holds is qualified unless in pg_catalog.
+    let plan = guard::with_pinned_settings(time_zone, || {
+        guard::with_locked_search_path(|| reader.query(analyzed, "the query"))
+    });
+    ReadQuery {
+        plan,
+        fields: reader.fields,
+        sources: reader.sources,
+    }
+}
+
+struct Reader {
+    function: &'static str,
+    fields: HashMap<(String, String), FieldSpec>,
+    sources: Vec<pg_sys::Oid>,
+}
+
+/// The deparse names of one query level's range table, and the context to deparse in.
+struct Scope {
+    query: *mut pg_sys::Query,
+    names: Vec<Option<String>>,
+    context: *mut pg_sys::List,
+}
+
+impl Reader {
+    fn refuse(&self, what: &str, place: &str) -> ! {
+        errors::refused(
+            self.function,
+            "0A000",
+            &format!("{what} ({place}) cannot be kept in a stream table"),
+        );
+    }
+
+    /// One query level, `place` naming it in errors.
+    fn query(&mut self, q: *mut pg_sys::Query, place: &str) -> Plan {
+        // SAFETY: `q` is an analyzed Query of this backend's parse analysis.
+        let query = unsafe { &*q };
+        if query.commandType != pg_sys::CmdType::CMD_SELECT || !query.utilityStmt.is_null() {
+            self.refuse("a statement other than SELECT", place);
+        }
+        let checks: [(bool, &str); 11] = [
+            (query.hasWindowFuncs, "a window function"),
+            (
+                query.hasTargetSRFs,
+                "a set-returning function in the select list",
+            ),
+            (
+                query.hasSubLinks,
+                "a subquery in an expression (EXISTS, IN, scalar subquery)",
+            ),
+            (query.hasDistinctOn, "DISTINCT ON"),
+            (query.hasRecursive, "WITH RECURSIVE"),
+            (query.hasModifyingCTE, "a data-modifying WITH"),
+            (query.hasForUpdate, "FOR UPDATE / FOR SHARE"),
+            (!query.limitCount.is_null(), "LIMIT"),
+            (!query.limitOffset.is_null(), "OFFSET"),
+            (
+                !query.groupingSets.is_null(),
+                "GROUPING SETS, ROLLUP or CUBE",
+            ),
+            (!query.rowMarks.is_null(), "a row-locking clause"),
+        ];
+        for (present, what) in checks {
+            if present {
+                self.refuse(what, place);
+            }
+        }
+        // SAFETY: a node tree of the analysis.
+        if unsafe { pg_sys::contain_volatile_functions(q.cast()) } {
+            self.refuse("a volatile function", place);
+        }
+        let scope = self.scope(q);
+        if !query.setOperations.is_null() {
+            let plan = self.set_operation(&scope, query.setOperations, place);
+            if matches!(plan, Plan::SetOp { .. }) {
+                // A distinct set operation's identity holds its output columns by name
+                // (spec/stream-tables.md §2), of the types the operation resolved.
+                self.by_name(&scope, &plan);
+            }
+            return plan;
+        }
+        let from = self.read_from(&scope, place);
+        let mut plan = from;
+        // SAFETY: the jointree of an analyzed SELECT is a FromExpr.
+        let where_ = unsafe { (*query.jointree).quals };
+        if !where_.is_null() {
+            plan = Plan::Filter {
+                input: Box::new(plan),
+                predicate: self.expr(&scope, where_, "boolean"),
+            };
+        }
+        let targets = self.targets(&scope, place);
+        if query.hasAggs || !query.groupClause.is_null() || !query.havingQual.is_null() {
+            self.aggregates(&scope, place);
+            let group_by = self.group_by(&scope);
+            plan = Plan::Aggregate {
+                input: Box::new(plan),
+                group_by,
+                columns: targets,
+            };
+            if !query.havingQual.is_null() {
+                plan = Plan::Filter {
+                    input: Box::new(plan),
+                    predicate: self.expr(&scope, query.havingQual, "boolean"),
+                };
+            }
+        } else {
+            plan = Plan::Project {
+                input: Box::new(plan),
+                columns: targets,
+            };
+        }
+        if !query.distinctClause.is_null() {
+            plan = Plan::Distinct {
+                input: Box::new(plan),
+            };
+            self.by_name(&scope, &plan);
+        }
+        plan
+    }
+
+    /// Records the facts of `plan`'s output columns by name (what `DISTINCT` and distinct set
+    /// operations identify their rows by), from this level's select list.
+    fn by_name(&mut self, scope: &Scope, plan: &Plan) {
+        let outputs = plan.outputs();
+        // SAFETY: the target list of this level.
+        let exprs: Vec<*mut pg_sys::Node> = unsafe {
+            pgrx::PgList::<pg_sys::TargetEntry>::from_pg((*scope.query).targetList)
+                .iter_ptr()
+                .filter(|te| !(**te).resjunk)
+                .map(|te| (*te).expr.cast())
+                .collect()
+        };
+        for (output, node) in outputs.iter().zip(exprs) {
+            // SAFETY: an expression of this level's target list.
+            let (typid, typmod, collid) = unsafe {
+                (
+                    pg_sys::exprType(node),
+                    pg_sys::exprTypmod(node),
+                    pg_sys::exprCollation(node),
+                )
+            };
+            let spec = FieldSpec {
+                expr: quote_ident(&output.name),
+                ty: type_ref(typid, &encoder_collation),
+                typmod,
+                collation: encoder_collation(collid),
+                opclass: OpClass::Default,
+            };
+            self.fields.insert(
+                (quote_ident(&output.name), output.expr.sql_type.clone()),
+                spec,
+            );
+        }
+    }
+
+    fn scope(&self, q: *mut pg_sys::Query) -> Scope {
+        // SAFETY: the range table of an analyzed Query; the PlannedStmt built here carries
+        // only what `deparse_context_for_plan_tree` reads (its range table; no subplans, no
+        // append relations).
+        unsafe {
+            let rtable = (*q).rtable;
+            let n = pgrx::PgList::<pg_sys::RangeTblEntry>::from_pg(rtable).len();
+            let mut used: *mut pg_sys::Bitmapset = std::ptr::null_mut();
+            for i in 1..=n {
+                used = pg_sys::bms_add_member(used, i as i32);
+            }
+            let names = pg_sys::select_rtable_names_for_explain(rtable, used);
+            let stmt = pg_sys::palloc0(std::mem::size_of::<pg_sys::PlannedStmt>())
+                .cast::<pg_sys::PlannedStmt>();
+            (*stmt).type_ = pg_sys::NodeTag::T_PlannedStmt;
+            (*stmt).rtable = rtable;
+            let context = pg_sys::deparse_context_for_plan_tree(stmt, names);
+            let names = pgrx::PgList::<std::ffi::c_char>::from_pg(names)
+                .iter_ptr()
+                .map(|p| (!p.is_null()).then(|| CStr::from_ptr(p).to_string_lossy().into()))
+                .collect();
+            Scope {
+                query: q,
+                names,
+                context,
+            }
+        }
+    }
+
+    fn rte(&self, scope: &Scope, index: i32) -> *mut pg_sys::RangeTblEntry {
+        // SAFETY: `index` is a range table index of this level (from a RangeTblRef).
+        unsafe {
+            pgrx::PgList::<pg_sys::RangeTblEntry>::from_pg((*scope.query).rtable)
+                .get_ptr(index as usize - 1)
+                .unwrap_or_else(|| self.refuse("a dangling range table reference", "FROM"))
+        }
+    }
+
+    fn name(&self, scope: &Scope, index: i32) -> String {
+        scope
+            .names
+            .get(index as usize - 1)
+            .cloned()
+            .flatten()
+            .unwrap_or_else(|| format!("__pgt_from_{index}"))
+    }
+
+    /// The `FROM` list: one item, or an inner join of its items (and of `JOIN ... ON`).
+    fn read_from(&mut self, scope: &Scope, place: &str) -> Plan {
+        // SAFETY: the jointree of an analyzed SELECT is a FromExpr.
+        let list = unsafe { (*(*scope.query).jointree).fromlist };
+        let items = unsafe { pgrx::PgList::<pg_sys::Node>::from_pg(list) };
+        if items.is_empty() {
+            self.refuse("a SELECT without FROM", place);
+        }
+        let mut inputs = Vec::new();
+        for node in items.iter_ptr() {
+            inputs.push(self.join_item(scope, node, place));
+        }
+        if inputs.len() == 1 {
+            inputs
+                .pop()
+                .unwrap_or_else(|| self.refuse("an empty FROM", place))
+        } else {
+            Plan::inner_join(inputs, None)
+        }
+    }
+
+    fn join_item(&mut self, scope: &Scope, node: *mut pg_sys::Node, place: &str) -> Plan {
+        // SAFETY: jointree nodes are RangeTblRef, JoinExpr or FromExpr.
+        unsafe {
+            if pgrx::is_a(node, pg_sys::NodeTag::T_RangeTblRef) {
+                let index = (*node.cast::<pg_sys::RangeTblRef>()).rtindex;
+                return self.range(scope, index, place);
+            }
+            if pgrx::is_a(node, pg_sys::NodeTag::T_JoinExpr) {
+                let join = &*node.cast::<pg_sys::JoinExpr>();
+                let kind = match join.jointype {
+                    pg_sys::JoinType::JOIN_INNER => None,
+                    pg_sys::JoinType::JOIN_LEFT => Some("LEFT JOIN"),
+                    pg_sys::JoinType::JOIN_RIGHT => Some("RIGHT JOIN"),
+                    pg_sys::JoinType::JOIN_FULL => Some("FULL JOIN"),
+                    _ => Some("a join other than INNER"),
+                };
+                if let Some(kind) = kind {
+                    self.refuse(kind, place);
+                }
+                let left = self.join_item(scope, join.larg, place);
+                let right = self.join_item(scope, join.rarg, place);
+                let condition =
+                    (!join.quals.is_null()).then(|| self.expr(scope, join.quals, "boolean"));
+                return Plan::inner_join(vec![left, right], condition);
+            }
+        }
+        self.refuse("a FROM item of this kind", place)
+    }
+
+    fn range(&mut self, scope: &Scope, index: i32, place: &str) -> Plan {
+        let rte = self.rte(scope, index);
+        let alias = self.name(scope, index);
+        let at = format!("{place}, FROM item {}", quote_ident(&alias));
+        // SAFETY: a range table entry of this level.
+        let entry = unsafe { &*rte };
+        if entry.lateral {
+            self.refuse("LATERAL", &at);
+        }
+        match entry.rtekind {
+            pg_sys::RTEKind::RTE_RELATION => self.scan(entry, &alias, &at),
+            pg_sys::RTEKind::RTE_SUBQUERY => {
+                let inner = self.query(entry.subquery, &format!("the subquery {}", alias));
+                Plan::Subquery {
+                    alias,
+                    columns: self.colnames(entry),
+                    input: Box::new(inner),
+                }
+            }
+            pg_sys::RTEKind::RTE_CTE => {
+                if entry.ctelevelsup != 0 {
+                    self.refuse("a CTE of an outer query level", &at);
+                }
+                let cte = self.cte(scope, entry, &at);
+                let inner = self.query(cte, &format!("the CTE {}", alias));
+                Plan::Subquery {
+                    alias,
+                    columns: self.colnames(entry),
+                    input: Box::new(inner),
+                }
+            }
+            pg_sys::RTEKind::RTE_FUNCTION => self.refuse("a function in FROM", &at),
+            pg_sys::RTEKind::RTE_VALUES => self.refuse("VALUES in FROM", &at),
+            pg_sys::RTEKind::RTE_TABLEFUNC => self.refuse("XMLTABLE or JSON_TABLE", &at),
+            _ => self.refuse("a FROM item of this kind", &at),
+        }
+    }
+
+    fn colnames(&self, entry: &pg_sys::RangeTblEntry) -> Vec<String> {
+        // SAFETY: `eref` of an analyzed entry: an Alias whose colnames are String nodes.
+        unsafe {
+            pgrx::PgList::<pg_sys::Node>::from_pg((*entry.eref).colnames)
+                .iter_ptr()
+                .map(|n| string_node(n))
+                .collect()
+        }
+    }
+
+    fn cte(&self, scope: &Scope, entry: &pg_sys::RangeTblEntry, at: &str) -> *mut pg_sys::Query {
+        // SAFETY: the CTE list of this level; `ctename` is a NUL-terminated name.
+        unsafe {
+            let wanted = CStr::from_ptr(entry.ctename);
+            for cte in
+                pgrx::PgList::<pg_sys::CommonTableExpr>::from_pg((*scope.query).cteList).iter_ptr()
+            {
+                if CStr::from_ptr((*cte).ctename) == wanted {
+                    if (*cte).cterecursive {
+                        self.refuse("a recursive CTE", at);
+                    }
+                    return (*cte).ctequery.cast();
+                }
+            }
+        }
+        self.refuse("a CTE that is not defined", at)
+    }
+
+    fn scan(&mut self, entry: &pg_sys::RangeTblEntry, alias: &str, at: &str) -> Plan {
+        if !entry.tablesample.is_null() {
+            self.refuse("TABLESAMPLE", at);
+        }
+        let relid = entry.relid;
+        let kind = entry.relkind as u8;
+        if kind != b'r' {
+            let what = match kind {
+                b'v' => "a view",
+                b'm' => "a materialized view",
+                b'f' => "a foreign table",
+                b'p' => "a partitioned table",
+                _ => "a relation of this kind",
+            };
+            self.refuse(what, at);
+        }
+        let Some(facts) = relation_facts(relid) else {
+            self.refuse("a relation that is gone", at);
+        };
+        if !self.sources.contains(&relid) {
+            self.sources.push(relid);
+        }
+        let relation = format!(
+            "{}.{}",
+            quote_ident(&facts.namespace),
+            quote_ident(&facts.relname)
+        );
+        let a = quote_ident(alias);
+        let ctx = server_context();
+        let columns: Vec<FieldSpec> = all_columns(relid);
+        let outputs = columns
+            .iter()
+            .map(|c| Output {
+                name: c.expr.clone(),
+                expr: Expr::new(&format!("{a}.{}", quote_ident(&c.expr)), c.ty.name()),
+            })
+            .collect();
+        let key = match choose_scan_key(&index_candidates(relid), &ctx) {
+            Ok(key) => {
+                let mut exprs = Vec::with_capacity(key.columns.len());
+                for name in &key.columns {
+                    let Some(spec) = columns.iter().find(|c| &c.expr == name) else {
+                        self.refuse("a key column that is not a plain column", at);
+                    };
+                    exprs.push(self.field(&format!("{a}.{}", quote_ident(name)), spec));
+                }
+                SourceKey::Key(exprs)
+            }
+            Err(_) => {
+                if let Err(r) = resolve_schema(rowid_codec::Domain::KeylessRow, &columns, &ctx) {
+                    match r.0.first() {
+                        Some(first) => errors::rejected(self.function, first),
+                        None => self.refuse("a keyless source", at),
+                    }
+                }
+                SourceKey::Keyless(
+                    columns
+                        .iter()
+                        .map(|c| self.field(&format!("{a}.{}", quote_ident(&c.expr)), c))
+                        .collect(),
+                )
+            }
+        };
+        Plan::Scan {
+            relation,
+            alias: alias.to_string(),
+            columns: outputs,
+            key,
+        }
+    }
+
+    /// A value field `sql` with `spec`'s facts, recorded for the identity checks.
+    fn field(&mut self, sql: &str, spec: &FieldSpec) -> Expr {
+        let expr = Expr::new(sql, spec.ty.name());
+        let mut spec = spec.clone();
+        spec.expr = sql.to_string();
+        self.fields
+            .insert((expr.sql.clone(), expr.sql_type.clone()), spec);
+        expr
+    }
+
+    /// A value expression: its deparsed text and type, its facts recorded.
+    fn value(&mut self, scope: &Scope, node: *mut pg_sys::Node) -> Expr {
+        // SAFETY: an expression node of this level.
+        let (typid, typmod, collid) = unsafe {
+            (
+                pg_sys::exprType(node),
+                pg_sys::exprTypmod(node),
+                pg_sys::exprCollation(node),
+            )
+        };
+        let sql = self.deparse(scope, node);
+        let spec = FieldSpec {
+            expr: sql.clone(),
+            ty: type_ref(typid, &encoder_collation),
+            typmod,
+            collation: encoder_collation(collid),
+            opclass: OpClass::Default,
+        };
+        self.field(&sql, &spec)
+    }
+
+    fn expr(&mut self, scope: &Scope, node: *mut pg_sys::Node, ty: &str) -> Expr {
+        Expr::new(&self.deparse(scope, node), ty)
+    }
+
+    fn deparse(&self, scope: &Scope, node: *mut pg_sys::Node) -> String {
+        // SAFETY: an expression of this level, its join alias variables (and on 18 its
+        // grouped expressions) replaced by what they stand for (the deparse context has no
+        // join or group scopes), deparsed in the context
+        // built for this level's range table.
+        unsafe {
+            // PostgreSQL 18 points grouped expressions at a GROUP range table entry.
+            #[cfg(feature = "pg18")]
+            let node = if (*scope.query).hasGroupRTE {
+                pg_sys::flatten_group_exprs(std::ptr::null_mut(), scope.query, node)
+            } else {
+                node
+            };
+            #[cfg(feature = "pg15")]
+            let flat = pg_sys::flatten_join_alias_vars(scope.query, node);
+            #[cfg(not(feature = "pg15"))]
+            let flat = pg_sys::flatten_join_alias_vars(std::ptr::null_mut(), scope.query, node);
+            let text = pg_sys::deparse_expression(flat, scope.context, true, false);
+            CStr::from_ptr(text).to_string_lossy().into_owned()
+        }
+    }
+
+    /// The select list (without the columns only `ORDER BY` or `GROUP BY` added).
+    fn targets(&mut self, scope: &Scope, place: &str) -> Vec<Output> {
+        let mut out = Vec::new();
+        // SAFETY: the target list of this level.
+        unsafe {
+            for te in
+                pgrx::PgList::<pg_sys::TargetEntry>::from_pg((*scope.query).targetList).iter_ptr()
+            {
+                if (*te).resjunk {
+                    continue;
+                }
+                let name = if (*te).resname.is_null() {
+                    format!("column{}", (*te).resno)
+                } else {
+                    CStr::from_ptr((*te).resname).to_string_lossy().into_owned()
+                };
+                if name.starts_with("__pgt_") {
+                    self.refuse(
+                        &format!("an output column named {}", quote_ident(&name)),
+                        place,
+                    );
+                }
+                let expr = self.value(scope, (*te).expr.cast());
+                out.push(Output { name, expr });
+            }
+        }
+        out
+    }
+
+    /// The `GROUP BY` expressions, in written order.
+    fn group_by(&mut self, scope: &Scope) -> Vec<Expr> {
+        let mut out = Vec::new();
+        // SAFETY: the group clause and target list of this level.
+        unsafe {
+            let tlist = pgrx::PgList::<pg_sys::TargetEntry>::from_pg((*scope.query).targetList);
+            for clause in
+                pgrx::PgList::<pg_sys::SortGroupClause>::from_pg((*scope.query).groupClause)
+                    .iter_ptr()
+            {
+                let sgref = (*clause).tleSortGroupRef;
+                if let Some(te) = tlist.iter_ptr().find(|te| (**te).ressortgroupref == sgref) {
+                    out.push(self.value(scope, (*te).expr.cast()));
+                }
+            }
+        }
+        out
+    }
+
+    /// Refuses aggregates the tree has no operator for.
+    fn aggregates(&self, scope: &Scope, place: &str) {
+        // SAFETY: the target list and HAVING of this level; pull_var_clause returns the
+        // aggregates (and variables) it finds, without recursing into aggregates.
+        unsafe {
+            let mut nodes = vec![(*scope.query).targetList.cast::<pg_sys::Node>()];
+            nodes.push((*scope.query).havingQual);
+            for n in nodes.into_iter().filter(|n| !n.is_null()) {
+                let found = pg_sys::pull_var_clause(n, pg_sys::PVC_INCLUDE_AGGREGATES as i32);
+                for node in pgrx::PgList::<pg_sys::Node>::from_pg(found).iter_ptr() {
+                    if !pgrx::is_a(node, pg_sys::NodeTag::T_Aggref) {
+                        continue;
+                    }
+                    let agg = &*node.cast::<pg_sys::Aggref>();
+                    let name: Option<String> = spi::one(
+                        &format!(
+                            "SELECT proname::pg_catalog.text FROM pg_catalog.pg_proc \
+                             WHERE oid OPERATOR(pg_catalog.=) {} \
+                               AND pronamespace OPERATOR(pg_catalog.=) 11",
+                            u32::from(agg.aggfnoid)
+                        ),
+                        &[],
+                    );
+                    let Some(name) = name.filter(|n| AGGREGATES.contains(&n.as_str())) else {
+                        let shown: Option<String> = spi::one(
+                            &format!(
+                                "SELECT {}::pg_catalog.regprocedure::pg_catalog.text",
+                                u32::from(agg.aggfnoid)
+                            ),
+                            &[],
+                        );
+                        self.refuse(
+                            &format!("the aggregate {}", shown.unwrap_or_default()),
+                            place,
+                        );
+                    };
+                    if !agg.aggdistinct.is_null() {
+                        self.refuse(&format!("{name}(DISTINCT ...)"), place);
+                    }
+                    if !agg.aggorder.is_null() {
+                        self.refuse(&format!("ORDER BY inside {name}(...)"), place);
+                    }
+                    if !agg.aggfilter.is_null() {
+                        self.refuse(&format!("FILTER on {name}(...)"), place);
+                    }
+                }
+            }
+        }
+    }
+
+    /// `UNION [ALL]`, `INTERSECT [ALL]`, `EXCEPT [ALL]` of this level's subqueries.
+    fn set_operation(&mut self, scope: &Scope, node: *mut pg_sys::Node, place: &str) -> Plan {
+        // SAFETY: a set operation tree: SetOperationStmt nodes over RangeTblRefs to this
+        // level's subquery entries.
+        unsafe {
+            if pgrx::is_a(node, pg_sys::NodeTag::T_RangeTblRef) {
+                let index = (*node.cast::<pg_sys::RangeTblRef>()).rtindex;
+                let entry = &*self.rte(scope, index);
+                return self.query(entry.subquery, &format!("{place}, branch {index}"));
+            }
+            let op = &*node.cast::<pg_sys::SetOperationStmt>();
+            let left = self.set_operation(scope, op.larg, place);
+            let right = self.set_operation(scope, op.rarg, place);
+            let kind = match op.op {
+                pg_sys::SetOperation::SETOP_UNION => SetOpKind::Union,
+                pg_sys::SetOperation::SETOP_INTERSECT => SetOpKind::Intersect,
+                pg_sys::SetOperation::SETOP_EXCEPT => SetOpKind::Except,
+                _ => self.refuse("a set operation of this kind", place),
+            };
+            if kind == SetOpKind::Union && op.all {
+                // UNION ALL of UNION ALLs is one UNION ALL of every branch, in order.
+                let mut branches = Vec::new();
+                for side in [left, right] {
+                    match side {
+                        Plan::UnionAll { branches: inner } => branches.extend(inner),
+                        other => branches.push(other),
+                    }
+                }
+                return Plan::UnionAll { branches };
+            }
+            Plan::SetOp {
+                op: kind,
+                all: op.all,
+                branches: vec![left, right],
+            }
+        }
+    }
+}
+
+/// The text of a `String` node (PostgreSQL 15 and later: `sval`).
+///
+/// # Safety
+/// `node` must be a `String` node.
+unsafe fn string_node(node: *mut pg_sys::Node) -> String {
+    // SAFETY: guaranteed by the caller.
+    unsafe {
+        let s = &*node.cast::<pg_sys::String>();
+        CStr::from_ptr(s.sval).to_string_lossy().into_owned()
+    }
+}

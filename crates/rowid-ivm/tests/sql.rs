@@ -1,0 +1,132 @@
+//! The statement a FULL refresh stores (spec/stream-tables.md §4), without a server:
+//! snapshots of the SQL `rowid_ivm::sql::full_query` renders for every operator and the
+//! scoped blocks between them (a subquery, `DISTINCT`, the branches of set operations), the
+//! refusal of a tree no reader builds, and the worst-case identity lengths the index plan is
+//! chosen by. That the SQL computes the query and the identities of §3 is shown on the server
+//! (pg-trickle-ext's `full_refresh_keeps_every_operator_equal_to_its_query_...`).
+
+// Test code: a failed expectation is a panic by design.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use rowid_ivm::identity::{identity, max_len};
+use rowid_ivm::plan::{Plan, SetOpKind};
+use rowid_ivm::sql::full_query;
+
+mod model;
+use model::{cond, group_by_v, join, keyed, keyless, out};
+
+fn project(input: Plan, columns: &[(&str, &str)]) -> Plan {
+    Plan::Project {
+        input: Box::new(input),
+        columns: columns.iter().map(|(n, s)| out(n, s)).collect(),
+    }
+}
+
+#[test]
+fn the_full_refresh_sql_of_every_operator() {
+    let filtered = project(
+        Plan::Filter {
+            input: Box::new(keyed("x")),
+            predicate: cond("x.v > 0"),
+        },
+        &[("k", "x.k"), ("twice", "x.v * 2")],
+    );
+    let joined = project(
+        join(vec![keyed("x"), keyed("y"), keyless("z")]),
+        &[("k", "x.k"), ("a", "z.a")],
+    );
+    let grouped = Plan::Filter {
+        input: Box::new(group_by_v(keyed("x"), "x")),
+        predicate: cond("count(*) > 1"),
+    };
+    let scalar = Plan::Aggregate {
+        input: Box::new(keyed("x")),
+        group_by: vec![],
+        columns: vec![out("n", "count(*)")],
+    };
+    let distinct = Plan::Distinct {
+        input: Box::new(project(keyed("x"), &[("v", "x.v")])),
+    };
+    let sub = Plan::Subquery {
+        alias: "s".into(),
+        columns: vec!["v".into(), "n".into()],
+        input: Box::new(group_by_v(keyed("x"), "x")),
+    };
+    let over_subquery = project(
+        Plan::inner_join(vec![sub, keyed("y")], Some(cond("s.v = y.v"))),
+        &[("v", "s.v"), ("n", "s.n"), ("k", "y.k")],
+    );
+    let union_all = Plan::UnionAll {
+        branches: vec![
+            project(keyed("x"), &[("k", "x.k")]),
+            project(keyless("z"), &[("a", "z.a")]),
+        ],
+    };
+    let except_all = Plan::SetOp {
+        op: SetOpKind::Except,
+        all: true,
+        branches: vec![
+            project(keyed("x"), &[("v", "x.v")]),
+            project(keyed("y"), &[("v", "y.v")]),
+        ],
+    };
+    let union = Plan::SetOp {
+        op: SetOpKind::Union,
+        all: false,
+        branches: vec![union_all.clone(), project(keyed("y"), &[("k", "y.k")])],
+    };
+    let cases = [
+        ("filter and projection", filtered),
+        ("join of three, one keyless", joined),
+        ("group by with having", grouped),
+        ("aggregate without group by", scalar),
+        ("distinct", distinct),
+        ("a subquery joined", over_subquery),
+        ("union all", union_all),
+        ("except all", except_all),
+        ("union over a union all", union),
+    ];
+    let text: String = cases
+        .iter()
+        .map(|(what, plan)| format!("{what}:\n  {}\n", full_query(plan).unwrap()))
+        .collect();
+    insta::assert_snapshot!(text);
+}
+
+#[test]
+fn a_tree_no_reader_builds_is_refused() {
+    let bare_filter = Plan::Filter {
+        input: Box::new(Plan::UnionAll { branches: vec![] }),
+        predicate: cond("true"),
+    };
+    let err = full_query(&Plan::Distinct {
+        input: Box::new(bare_filter),
+    })
+    .unwrap_err();
+    assert!(err.to_string().contains("select list"), "{err}");
+}
+
+#[test]
+fn identity_bounds_add_up_by_the_wire_format() {
+    // Each bigint value field: 2 bytes of tag and state, 8 of payload.
+    let value = |_: &rowid_ivm::plan::Expr| Some(10);
+    // SCAN_KEY(k): 7 bytes outside the fields, one field.
+    assert_eq!(max_len(&identity(&keyed("x")), &value), Some(17));
+    // JOIN_KEY of two SCAN_KEYs: each child escaped (at worst doubled) and terminated.
+    assert_eq!(
+        max_len(&identity(&join(vec![keyed("x"), keyed("y")])), &value),
+        Some(7 + 2 * (2 + 2 * 17 + 2))
+    );
+    // SYNTHETIC: the discriminator text escaped and terminated.
+    let scalar = Plan::Aggregate {
+        input: Box::new(keyed("x")),
+        group_by: vec![],
+        columns: vec![],
+    };
+    assert_eq!(
+        max_len(&identity(&scalar), &value),
+        Some(7 + 2 + 2 * 26 + 2)
+    );
+    // One unbounded field makes the identity unbounded.
+    assert_eq!(max_len(&identity(&keyless("z")), &|_| None), None);
+}
