@@ -54,6 +54,8 @@ fn server_checks(major: u32, source: pg::Source) -> Result<Counts, String> {
         tests.push(("rowid-pgoutput", "cross_path"));
         // Stream tables: every operator's identity SQL as the server's encoder derives it.
         tests.push(("rowid-ivm", "on_server"));
+        // Stream tables: the DIFFERENTIAL frontier with concurrent sessions.
+        tests.push(("rowid-ivm", "frontier"));
         // Identity schemas in-band: the event trigger's messages read back from a slot.
         tests.push(("rowid-cdc", "in_band"));
         // The rowid-cdc command on a live slot, killed and restarted during a workload.

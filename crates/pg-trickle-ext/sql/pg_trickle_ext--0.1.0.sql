@@ -23,33 +23,21 @@ COMMENT ON DOMAIN pgtrickle.row_id IS
 --   row_id_domain
 
 
--- Stream tables (spec/stream-tables.md §6): one row per stream table, written only by the
--- extension's functions (as the extension's owner), readable by every role.
-CREATE TABLE pgtrickle.pgt_stream_tables (
-    pgt_relid oid PRIMARY KEY,
-    pgt_name text NOT NULL,
-    defining_query text NOT NULL,
-    schedule text,
-    refresh_mode text NOT NULL CHECK (refresh_mode IN ('FULL', 'DIFFERENTIAL', 'IMMEDIATE')),
-    status text NOT NULL CHECK (status IN ('INITIALIZING', 'ACTIVE', 'NEEDS_REINIT')),
-    identity_domain text NOT NULL,
-    identity_unique boolean NOT NULL,
-    index_class text NOT NULL,
-    max_identity_bytes integer,
-    row_identity_version smallint NOT NULL,
-    row_probe_version smallint NOT NULL,
-    sources oid[] NOT NULL,
-    frontier text,
-    refresh_sql text NOT NULL,
-    time_zone text NOT NULL,
-    last_refresh_at timestamptz,
-    last_refresh_ms double precision,
-    rows_changed bigint
-);
-COMMENT ON TABLE pgtrickle.pgt_stream_tables IS
-  'Stream tables (spec/stream-tables.md): their queries, identities, index plans and refreshes';
-REVOKE ALL ON pgtrickle.pgt_stream_tables FROM PUBLIC;
-GRANT SELECT ON pgtrickle.pgt_stream_tables TO PUBLIC;
+CREATE FUNCTION pgtrickle.encode_row_id_v2(domain text, fields record) RETURNS bytea
+STABLE PARALLEL SAFE LANGUAGE c AS 'MODULE_PATHNAME', 'encode_row_id_v2_wrapper';
+COMMENT ON FUNCTION pgtrickle.encode_row_id_v2(text, record) IS
+  'Row Identity V2 of the record''s fields (spec/wire-format.md)';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- requires:
+--   row_id_domain
+
+
+CREATE FUNCTION pgtrickle.capture_changes() RETURNS trigger
+LANGUAGE c AS 'MODULE_PATHNAME', 'capture_changes';
+COMMENT ON FUNCTION pgtrickle.capture_changes() IS
+  'Trigger: appends each change with its old and new Row Identity V2 to the change buffer named by its argument (pgtrickle.capture_table creates both)';
 /* </end connected objects> */
 
 /* <begin connected objects> */
@@ -69,21 +57,37 @@ COMMENT ON FUNCTION pgtrickle.encode_row_id_v2_fields(text, "any") IS
 --   row_id_domain
 
 
-CREATE FUNCTION pgtrickle.encode_row_id_v2(domain text, fields record) RETURNS bytea
-STABLE PARALLEL SAFE LANGUAGE c AS 'MODULE_PATHNAME', 'encode_row_id_v2_wrapper';
-COMMENT ON FUNCTION pgtrickle.encode_row_id_v2(text, record) IS
-  'Row Identity V2 of the record''s fields (spec/wire-format.md)';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- requires:
---   row_id_domain
-
-
-CREATE FUNCTION pgtrickle.capture_changes() RETURNS trigger
-LANGUAGE c AS 'MODULE_PATHNAME', 'capture_changes';
-COMMENT ON FUNCTION pgtrickle.capture_changes() IS
-  'Trigger: appends each change with its old and new Row Identity V2 to the change buffer named by its argument (pgtrickle.capture_table creates both)';
+-- Stream tables (spec/stream-tables.md §6): one row per stream table, written only by the
+-- extension's functions (as the extension's owner), readable by every role.
+CREATE TABLE pgtrickle.pgt_stream_tables (
+    pgt_relid oid PRIMARY KEY,
+    pgt_name text NOT NULL,
+    defining_query text NOT NULL,
+    schedule text,
+    refresh_mode text NOT NULL CHECK (refresh_mode IN ('FULL', 'DIFFERENTIAL', 'IMMEDIATE')),
+    status text NOT NULL CHECK (status IN ('INITIALIZING', 'ACTIVE', 'NEEDS_REINIT')),
+    identity_domain text NOT NULL,
+    identity_unique boolean NOT NULL,
+    index_class text NOT NULL,
+    max_identity_bytes integer,
+    row_identity_version smallint NOT NULL,
+    row_probe_version smallint NOT NULL,
+    sources oid[] NOT NULL,
+    frontier text,
+    frontier_xid bigint,
+    frontier_seq integer,
+    refresh_sql text NOT NULL,
+    fill_sql text NOT NULL,
+    delta_sql text,
+    time_zone text NOT NULL,
+    last_refresh_at timestamptz,
+    last_refresh_ms double precision,
+    rows_changed bigint
+);
+COMMENT ON TABLE pgtrickle.pgt_stream_tables IS
+  'Stream tables (spec/stream-tables.md): their queries, identities, index plans and refreshes';
+REVOKE ALL ON pgtrickle.pgt_stream_tables FROM PUBLIC;
+GRANT SELECT ON pgtrickle.pgt_stream_tables TO PUBLIC;
 /* </end connected objects> */
 
 /* <begin connected objects> */
@@ -91,41 +95,30 @@ CREATE SCHEMA IF NOT EXISTS pgtrickle; /* pg_trickle_ext::pgtrickle */
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- pg_trickle_ext::pgtrickle::capture_table
+-- pg_trickle_ext::pgtrickle::check_change_buffer
 
-CREATE FUNCTION pgtrickle.capture_table(source regclass) RETURNS text
-VOLATILE STRICT LANGUAGE c AS 'MODULE_PATHNAME', 'capture_table_wrapper';
+CREATE FUNCTION pgtrickle.check_change_buffer(buffer regclass) RETURNS boolean
+STABLE STRICT LANGUAGE c AS 'MODULE_PATHNAME', 'check_change_buffer_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- pg_trickle_ext::pgtrickle::row_probe_v1
-CREATE  FUNCTION pgtrickle."row_probe_v1"(
+-- pg_trickle_ext::pgtrickle::drop_stream_table
+CREATE  FUNCTION pgtrickle."drop_stream_table"(
+	"name" TEXT /* & str */
+) RETURNS void
+STRICT VOLATILE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'drop_stream_table_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- pg_trickle_ext::pgtrickle::row_id_fingerprint
+CREATE  FUNCTION pgtrickle."row_id_fingerprint"(
 	"id" bytea /* & [u8] */
-) RETURNS bytea /* Vec < u8 > */
+) RETURNS TEXT /* String */
 IMMUTABLE STRICT PARALLEL SAFE
 LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'row_probe_v1_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- pg_trickle_ext::pgtrickle::write_identity_schemas
-CREATE  FUNCTION pgtrickle."write_identity_schemas"(
-	"relids" oid[] /* Vec < pg_sys :: Oid > */
-) RETURNS INT /* i32 */
-STRICT VOLATILE
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'write_identity_schemas_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- pg_trickle_ext::pgtrickle::write_published_identity_schemas
-CREATE  FUNCTION pgtrickle."write_published_identity_schemas"(
-	"candidates" oid[], /* Vec < pg_sys :: Oid > */
-	"publishing" oid[] /* Vec < pg_sys :: Oid > */
-) RETURNS INT /* i32 */
-STRICT VOLATILE
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'write_published_identity_schemas_wrapper';
+AS 'MODULE_PATHNAME', 'row_id_fingerprint_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
@@ -149,13 +142,20 @@ AS 'MODULE_PATHNAME', 'validate_source_identity_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- pg_trickle_ext::pgtrickle::row_id_fingerprint
-CREATE  FUNCTION pgtrickle."row_id_fingerprint"(
-	"id" bytea /* & [u8] */
-) RETURNS TEXT /* String */
-IMMUTABLE STRICT PARALLEL SAFE
+-- pg_trickle_ext::pgtrickle::capture_table
+
+CREATE FUNCTION pgtrickle.capture_table(source regclass) RETURNS text
+VOLATILE STRICT LANGUAGE c AS 'MODULE_PATHNAME', 'capture_table_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- pg_trickle_ext::pgtrickle::follow_source_ddl
+CREATE  FUNCTION pgtrickle."follow_source_ddl"(
+	"sources" oid[] /* Vec < pg_sys :: Oid > */
+) RETURNS INT /* i32 */
+STRICT VOLATILE
 LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'row_id_fingerprint_wrapper';
+AS 'MODULE_PATHNAME', 'follow_source_ddl_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
@@ -169,13 +169,89 @@ AS 'MODULE_PATHNAME', 'identity_schema_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- pg_trickle_ext::pgtrickle::follow_source_ddl
-CREATE  FUNCTION pgtrickle."follow_source_ddl"(
-	"sources" oid[] /* Vec < pg_sys :: Oid > */
+-- pg_trickle_ext::pgtrickle::create_stream_table
+CREATE  FUNCTION pgtrickle."create_stream_table"(
+	"name" TEXT, /* Option < & str > */
+	"query" TEXT, /* Option < & str > */
+	"schedule" TEXT DEFAULT NULL, /* Option < & str > */
+	"refresh_mode" TEXT DEFAULT 'DIFFERENTIAL', /* Option < & str > */
+	"initialize" bool DEFAULT true /* Option < bool > */
+) RETURNS void
+VOLATILE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'create_stream_table_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- pg_trickle_ext::pgtrickle::row_id_describe
+CREATE  FUNCTION pgtrickle."row_id_describe"(
+	"id" bytea /* & [u8] */
+) RETURNS TEXT /* String */
+IMMUTABLE STRICT PARALLEL SAFE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'row_id_describe_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- pg_trickle_ext::validate::validate_identity_fields
+CREATE  FUNCTION pgtrickle."validate_identity_fields"(
+	"domain" TEXT, /* & str */
+	"types" oid[], /* Vec < pg_sys :: Oid > */
+	"typmods" INT[] DEFAULT NULL, /* :: std :: option :: Option < Vec < i32 > > */
+	"collations" oid[] DEFAULT NULL, /* :: std :: option :: Option < Vec < pg_sys :: Oid > > */
+	"uniqueness" TEXT DEFAULT 'unique', /* & str */
+	"mode" TEXT DEFAULT 'refresh' /* & str */
+) RETURNS TABLE (
+	"max_identity_bytes" bigint,  /* Option < i64 > */
+	"index_class" TEXT,  /* String */
+	"order_preserving" bool,  /* bool */
+	"volatility" TEXT,  /* String */
+	"invalidations" TEXT[]  /* Vec < String > */
+)
+STABLE PARALLEL SAFE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'validate_identity_fields_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- pg_trickle_ext::pgtrickle::write_published_identity_schemas
+CREATE  FUNCTION pgtrickle."write_published_identity_schemas"(
+	"candidates" oid[], /* Vec < pg_sys :: Oid > */
+	"publishing" oid[] /* Vec < pg_sys :: Oid > */
 ) RETURNS INT /* i32 */
 STRICT VOLATILE
 LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'follow_source_ddl_wrapper';
+AS 'MODULE_PATHNAME', 'write_published_identity_schemas_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- pg_trickle_ext::pgtrickle::row_probe_v1
+CREATE  FUNCTION pgtrickle."row_probe_v1"(
+	"id" bytea /* & [u8] */
+) RETURNS bytea /* Vec < u8 > */
+IMMUTABLE STRICT PARALLEL SAFE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'row_probe_v1_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- pg_trickle_ext::pgtrickle::refresh_stream_table
+CREATE  FUNCTION pgtrickle."refresh_stream_table"(
+	"name" TEXT /* & str */
+) RETURNS void
+STRICT VOLATILE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'refresh_stream_table_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- pg_trickle_ext::pgtrickle::write_identity_schemas
+CREATE  FUNCTION pgtrickle."write_identity_schemas"(
+	"relids" oid[] /* Vec < pg_sys :: Oid > */
+) RETURNS INT /* i32 */
+STRICT VOLATILE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'write_identity_schemas_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
@@ -583,78 +659,6 @@ CREATE EVENT TRIGGER pgtrickle_capture_rewrite ON table_rewrite
   EXECUTE FUNCTION pgtrickle.identity_messages_on_rewrite();
 -- In every session_replication_role: a rewrite not noted is a rewrite not marked.
 ALTER EVENT TRIGGER pgtrickle_capture_rewrite ENABLE ALWAYS;
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- pg_trickle_ext::pgtrickle::drop_stream_table
-CREATE  FUNCTION pgtrickle."drop_stream_table"(
-	"name" TEXT /* & str */
-) RETURNS void
-STRICT VOLATILE
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'drop_stream_table_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- pg_trickle_ext::pgtrickle::create_stream_table
-CREATE  FUNCTION pgtrickle."create_stream_table"(
-	"name" TEXT, /* Option < & str > */
-	"query" TEXT, /* Option < & str > */
-	"schedule" TEXT DEFAULT NULL, /* Option < & str > */
-	"refresh_mode" TEXT DEFAULT 'DIFFERENTIAL', /* Option < & str > */
-	"initialize" bool DEFAULT true /* Option < bool > */
-) RETURNS void
-VOLATILE
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'create_stream_table_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- pg_trickle_ext::pgtrickle::refresh_stream_table
-CREATE  FUNCTION pgtrickle."refresh_stream_table"(
-	"name" TEXT /* & str */
-) RETURNS void
-STRICT VOLATILE
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'refresh_stream_table_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- pg_trickle_ext::validate::validate_identity_fields
-CREATE  FUNCTION pgtrickle."validate_identity_fields"(
-	"domain" TEXT, /* & str */
-	"types" oid[], /* Vec < pg_sys :: Oid > */
-	"typmods" INT[] DEFAULT NULL, /* :: std :: option :: Option < Vec < i32 > > */
-	"collations" oid[] DEFAULT NULL, /* :: std :: option :: Option < Vec < pg_sys :: Oid > > */
-	"uniqueness" TEXT DEFAULT 'unique', /* & str */
-	"mode" TEXT DEFAULT 'refresh' /* & str */
-) RETURNS TABLE (
-	"max_identity_bytes" bigint,  /* Option < i64 > */
-	"index_class" TEXT,  /* String */
-	"order_preserving" bool,  /* bool */
-	"volatility" TEXT,  /* String */
-	"invalidations" TEXT[]  /* Vec < String > */
-)
-STABLE PARALLEL SAFE 
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'validate_identity_fields_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- pg_trickle_ext::pgtrickle::check_change_buffer
-
-CREATE FUNCTION pgtrickle.check_change_buffer(buffer regclass) RETURNS boolean
-STABLE STRICT LANGUAGE c AS 'MODULE_PATHNAME', 'check_change_buffer_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- pg_trickle_ext::pgtrickle::row_id_describe
-CREATE  FUNCTION pgtrickle."row_id_describe"(
-	"id" bytea /* & [u8] */
-) RETURNS TEXT /* String */
-IMMUTABLE STRICT PARALLEL SAFE
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'row_id_describe_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */

@@ -153,6 +153,25 @@ pub fn rows_mut(sql: &str, args: &[DatumWithOid<'_>]) -> usize {
         .unwrap_or_else(|e| errors::catalog_query(&e))
 }
 
+/// Runs the statement `sql` (which may modify data: a data-modifying `WITH`) with `args`
+/// and maps each row it returns with `f`.
+pub fn rows_mut_map<T>(
+    sql: &str,
+    args: &[DatumWithOid<'_>],
+    mut f: impl FnMut(&SpiHeapTupleData<'_>) -> SpiResult<T>,
+) -> Vec<T> {
+    with_locked_search_path(|| {
+        Spi::connect_mut(|c| {
+            let mut out = Vec::new();
+            for row in c.update(sql, None, args)? {
+                out.push(f(&row)?);
+            }
+            Ok::<_, pgrx::spi::SpiError>(out)
+        })
+    })
+    .unwrap_or_else(|e| errors::catalog_query(&e))
+}
+
 /// Runs the statement `sql` (DML with `RETURNING`) with `args`; returns the first column of
 /// its first row.
 pub fn one_mut<T: FromDatum + IntoDatum>(sql: &str, args: &[DatumWithOid<'_>]) -> Option<T> {

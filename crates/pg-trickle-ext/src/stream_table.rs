@@ -8,8 +8,8 @@
 //! and the settings that decide how values print and compute pinned to those recorded at
 //! create (every name in the stored statement is qualified).
 //!
-//! FULL refresh only, today: DIFFERENTIAL and IMMEDIATE are refused by name until their
-//! frontier and delta rules land (issue 34).
+//! FULL and DIFFERENTIAL refresh (the statements of `rowid_ivm::delta`, the frontier in the
+//! catalog); IMMEDIATE is refused by name until it lands (issue 34).
 
 use std::time::Instant;
 
@@ -17,6 +17,7 @@ use pgrx::datum::DatumWithOid;
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 use rowid_codec::probe::PROBE_V1_PREFIX_LEN;
+use rowid_ivm::delta::{SourceBuffer, delta_statement, fill_statement};
 use rowid_ivm::identity::{self, Field, Identity};
 use rowid_ivm::sql::full_query;
 use rowid_registry::sql::{QualifiedName, index_ddl, quote_ident};
@@ -42,17 +43,28 @@ const REFRESH_LOCK_CLASS: i32 = 0x0070_6774;
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Mode {
     Full,
+    Differential,
+}
+
+impl Mode {
+    fn name(self) -> &'static str {
+        match self {
+            Mode::Full => "FULL",
+            Mode::Differential => "DIFFERENTIAL",
+        }
+    }
 }
 
 fn mode(function: &str, text: &str) -> Mode {
     match text.to_ascii_uppercase().as_str() {
         "FULL" => Mode::Full,
-        "DIFFERENTIAL" | "IMMEDIATE" | "AUTO" => errors::refused(
+        "DIFFERENTIAL" => Mode::Differential,
+        "IMMEDIATE" | "AUTO" => errors::refused(
             function,
             "0A000",
             &format!(
                 "refresh_mode {} is not available yet: this version refreshes stream tables \
-                 FULL only (refresh_mode => 'FULL')",
+                 FULL or DIFFERENTIAL",
                 text.to_ascii_uppercase()
             ),
         ),
@@ -190,9 +202,10 @@ fn current_time_zone() -> String {
         .unwrap_or_else(|| "UTC".into())
 }
 
-/// `pgtrickle.create_stream_table`: checks everything, then creates the storage (owned by
-/// the caller), its identity index and the catalog row, and fills it unless `initialize` is
-/// false.
+/// `pgtrickle.create_stream_table`: checks everything (for DIFFERENTIAL, that every
+/// operator has a delta rule), then captures the sources (DIFFERENTIAL), creates the storage
+/// (owned by the caller), its identity index and the catalog row, and fills it unless
+/// `initialize` is false.
 pub fn create(
     name: &str,
     query: &str,
@@ -204,8 +217,32 @@ pub fn create(
     let time_zone = current_time_zone();
     let def = define(CREATE, query, &time_zone);
     let target = target_name(CREATE, name);
+    let storage = target.quoted();
+    let plan = &def.read.plan;
+    if mode == Mode::Differential {
+        // The delta rule checked before any capture or storage exists.
+        let unnamed = source_buffers(&def.read.sources, &|_| String::new());
+        if let Err(e) = delta_statement(plan, &storage, def.plan.class, &unnamed) {
+            errors::refused(CREATE, "0A000", &format!("{e}: use refresh_mode => 'FULL'"));
+        }
+    }
+    let buffers = match mode {
+        Mode::Full => Vec::new(),
+        Mode::Differential => source_buffers(&def.read.sources, &|source| {
+            crate::capture::capture_table(source)
+        }),
+    };
+    let fill = fill_statement(plan, &storage, &buffers)
+        .unwrap_or_else(|e| errors::invalid_argument(CREATE, e.to_string()));
+    let delta = match mode {
+        Mode::Full => None,
+        Mode::Differential => Some(
+            delta_statement(plan, &storage, def.plan.class, &buffers)
+                .unwrap_or_else(|e| errors::invalid_argument(CREATE, e.to_string())),
+        ),
+    };
     create_storage(&target, &def, &time_zone);
-    let relid = storage_oid(CREATE, &target.quoted());
+    let relid = storage_oid(CREATE, &storage);
     let sources: Vec<pg_sys::Oid> = def.read.sources.clone();
     let domain = def.identity.domain.name();
     as_owner(crate::catalog::extension_owner(), || {
@@ -213,16 +250,15 @@ pub fn create(
             "INSERT INTO pgtrickle.pgt_stream_tables (pgt_relid, pgt_name, defining_query, \
                schedule, refresh_mode, status, identity_domain, identity_unique, index_class, \
                max_identity_bytes, row_identity_version, row_probe_version, sources, \
-               refresh_sql, time_zone) \
-             VALUES ($1, $2, $3, $4, $5, 'INITIALIZING', $6, $7, $8, $9, 2, 1, $10, $11, $12)",
+               refresh_sql, time_zone, fill_sql, delta_sql) \
+             VALUES ($1, $2, $3, $4, $5, 'INITIALIZING', $6, $7, $8, $9, 2, 1, $10, $11, $12, \
+               $13, $14)",
             &[
                 DatumWithOid::from(relid),
-                DatumWithOid::from(target.quoted().as_str()),
+                DatumWithOid::from(storage.as_str()),
                 DatumWithOid::from(query),
                 DatumWithOid::from(schedule),
-                DatumWithOid::from(match mode {
-                    Mode::Full => "FULL",
-                }),
+                DatumWithOid::from(mode.name()),
                 DatumWithOid::from(domain),
                 DatumWithOid::from(def.identity.unique),
                 DatumWithOid::from(class_name(def.plan.class)),
@@ -230,12 +266,55 @@ pub fn create(
                 DatumWithOid::from(sources),
                 DatumWithOid::from(def.sql.as_str()),
                 DatumWithOid::from(time_zone.as_str()),
+                DatumWithOid::from(fill.as_str()),
+                DatumWithOid::from(delta.as_deref()),
             ],
         );
     });
     if initialize {
         refresh_relid(REFRESH, relid);
     }
+}
+
+/// The change buffer of each source as a delta statement reads it, `buffer` naming it (and,
+/// for DIFFERENTIAL, creating it with its capture triggers).
+fn source_buffers(
+    sources: &[pg_sys::Oid],
+    buffer: &dyn Fn(pg_sys::Oid) -> String,
+) -> Vec<SourceBuffer> {
+    sources
+        .iter()
+        .map(|&source| {
+            let facts = crate::catalog::relation_facts(source);
+            let relation = facts
+                .map(|f| format!("{}.{}", quote_ident(&f.namespace), quote_ident(&f.relname)))
+                .unwrap_or_default();
+            let columns = spi::rows(
+                &format!(
+                    "SELECT attname::pg_catalog.text, \
+                       pg_catalog.format_type(atttypid, atttypmod) \
+                     FROM pg_catalog.pg_attribute \
+                     WHERE attrelid OPERATOR(pg_catalog.=) {} \
+                       AND attnum OPERATOR(pg_catalog.>) 0 AND NOT attisdropped \
+                       AND attgenerated OPERATOR(pg_catalog.=) '' \
+                     ORDER BY attnum",
+                    u32::from(source)
+                ),
+                &[],
+                |r| {
+                    Ok((
+                        r.get::<String>(1)?.unwrap_or_default(),
+                        r.get::<String>(2)?.unwrap_or_default(),
+                    ))
+                },
+            );
+            SourceBuffer {
+                relation,
+                buffer: buffer(source),
+                columns,
+            }
+        })
+        .collect()
 }
 
 /// The storage: `__pgt_row_id bytea NOT NULL`, then the query's columns with the types,
@@ -333,9 +412,48 @@ pub fn refresh(name: &str) {
     refresh_relid(REFRESH, relid);
 }
 
-/// Refreshes the stream table `relid` (FULL): serialised with every other refresh of it,
-/// its recorded versions checked before anything changes, its rows replaced by the query's
-/// as its owner.
+/// What a refresh statement returns: the new frontier, whether the window needed a full
+/// recomputation instead, and how many stored rows changed (rowid_ivm::delta).
+struct Outcome {
+    snapshot: String,
+    own_xid: i64,
+    own_seq: i32,
+    blocked: bool,
+    changed: i64,
+}
+
+fn run_refresh(sql: &str, args: &[DatumWithOid<'_>]) -> Outcome {
+    spi::rows_mut_map(sql, args, |r| {
+        Ok(Outcome {
+            snapshot: r.get::<String>(1)?.unwrap_or_default(),
+            own_xid: r.get::<i64>(2)?.unwrap_or(0),
+            own_seq: r.get::<i32>(3)?.unwrap_or(0),
+            blocked: r.get::<bool>(4)?.unwrap_or(false),
+            changed: r.get::<i64>(5)?.unwrap_or(0),
+        })
+    })
+    .pop()
+    .unwrap_or_else(|| errors::invalid_argument(REFRESH, "a refresh returned no row".into()))
+}
+
+/// The catalog row a refresh works from, locked until the transaction ends.
+struct Recorded {
+    name: String,
+    mode: String,
+    fill: String,
+    delta: Option<String>,
+    frontier: Option<(String, i64, i32)>,
+    time_zone: String,
+    identity_version: i16,
+    probe_version: i16,
+}
+
+/// Refreshes the stream table `relid`: serialised with every other refresh of it (an
+/// advisory lock, and its catalog row locked: a refresh in a transaction whose snapshot
+/// predates another's commit fails to serialise instead of consuming a window twice), its
+/// recorded versions checked before anything changes, then as its owner: FULL recomputes,
+/// DIFFERENTIAL applies the window past its frontier (or recomputes when the window needs
+/// it), and the catalog records the new frontier.
 fn refresh_relid(function: &str, relid: pg_sys::Oid) {
     let owner = owner_checked(function, relid);
     spi::run(
@@ -345,56 +463,103 @@ fn refresh_relid(function: &str, relid: pg_sys::Oid) {
             DatumWithOid::from(u32::from(relid) as i32),
         ],
     );
-    let row: Option<(String, String, i16, i16)> = spi::rows(
-        "SELECT refresh_sql, time_zone, row_identity_version, row_probe_version \
-         FROM pgtrickle.pgt_stream_tables WHERE pgt_relid OPERATOR(pg_catalog.=) $1",
-        &[DatumWithOid::from(relid)],
-        |r| {
-            Ok((
-                r.get::<String>(1)?.unwrap_or_default(),
-                r.get::<String>(2)?.unwrap_or_default(),
-                r.get::<i16>(3)?.unwrap_or(0),
-                r.get::<i16>(4)?.unwrap_or(0),
-            ))
-        },
-    )
-    .pop();
-    let Some((sql, time_zone, identity_version, probe_version)) = row else {
+    let recorded = as_owner(crate::catalog::extension_owner(), || {
+        spi::rows_mut_map(
+            "SELECT pgt_name, refresh_mode, fill_sql, delta_sql, frontier, frontier_xid, \
+               frontier_seq, time_zone, row_identity_version, row_probe_version \
+             FROM pgtrickle.pgt_stream_tables WHERE pgt_relid OPERATOR(pg_catalog.=) $1 \
+             FOR UPDATE",
+            &[DatumWithOid::from(relid)],
+            |r| {
+                let frontier = match (r.get::<String>(5)?, r.get::<i64>(6)?, r.get::<i32>(7)?) {
+                    (Some(s), Some(x), Some(q)) => Some((s, x, q)),
+                    _ => None,
+                };
+                Ok(Recorded {
+                    name: r.get::<String>(1)?.unwrap_or_default(),
+                    mode: r.get::<String>(2)?.unwrap_or_default(),
+                    fill: r.get::<String>(3)?.unwrap_or_default(),
+                    delta: r.get::<String>(4)?,
+                    frontier,
+                    time_zone: r.get::<String>(8)?.unwrap_or_default(),
+                    identity_version: r.get::<i16>(9)?.unwrap_or(0),
+                    probe_version: r.get::<i16>(10)?.unwrap_or(0),
+                })
+            },
+        )
+        .pop()
+    });
+    let Some(recorded) = recorded else {
         errors::invalid_argument(function, "the stream table is gone".into());
     };
-    if identity_version != 2 || probe_version != 1 {
+    let table = crate::catalog::relation_name(relid);
+    if recorded.identity_version != 2 || recorded.probe_version != 1 {
         errors::invalid_buffer(
             function,
             &format!(
-                "{} records row identity version {identity_version} and probe version \
-                 {probe_version}; this library writes 2 and 1: rebuild it \
-                 (drop_stream_table, create_stream_table)",
-                crate::catalog::relation_name(relid)
+                "{table} records row identity version {} and probe version {}; this library \
+                 writes 2 and 1: rebuild it (drop_stream_table, create_stream_table)",
+                recorded.identity_version, recorded.probe_version
             ),
         );
     }
-    let table = crate::catalog::relation_name(relid);
+    let canonical = crate::catalog::relation_facts(relid)
+        .map(|f| QualifiedName::new(&f.namespace, &f.relname).quoted());
+    if canonical.as_deref() != Some(recorded.name.as_str()) {
+        errors::invalid_buffer(
+            function,
+            &format!(
+                "{table} was created as {}: its stored statements name that table; rename it \
+                 back, or create it again under the new name",
+                recorded.name
+            ),
+        );
+    }
+    let differential = recorded.mode == Mode::Differential.name();
     let started = Instant::now();
-    let changed = as_owner(owner, || {
-        with_pinned(&time_zone, || {
-            let deleted = spi::rows_mut(&format!("DELETE FROM {table}"), &[]);
-            let inserted = spi::rows_mut(
-                &format!("INSERT INTO {table} SELECT * FROM ({sql}) AS q"),
-                &[],
-            );
-            deleted + inserted
+    let outcome = as_owner(owner, || {
+        with_pinned(&recorded.time_zone, || {
+            if let (true, Some(delta), Some((snapshot, xid, seq))) =
+                (differential, &recorded.delta, &recorded.frontier)
+            {
+                let outcome = run_refresh(
+                    delta,
+                    &[
+                        DatumWithOid::from(snapshot.as_str()),
+                        DatumWithOid::from(*xid),
+                        DatumWithOid::from(*seq),
+                    ],
+                );
+                if !outcome.blocked {
+                    return outcome;
+                }
+            }
+            run_refresh(&recorded.fill, &[])
         })
     });
     let ms = started.elapsed().as_secs_f64() * 1000.0;
+    let (frontier, xid, seq) = if differential {
+        (
+            Some(outcome.snapshot.as_str()),
+            Some(outcome.own_xid),
+            Some(outcome.own_seq),
+        )
+    } else {
+        (None, None, None)
+    };
     as_owner(crate::catalog::extension_owner(), || {
         spi::run(
             "UPDATE pgtrickle.pgt_stream_tables SET status = 'ACTIVE', \
-               last_refresh_at = pg_catalog.now(), last_refresh_ms = $2, rows_changed = $3 \
+               last_refresh_at = pg_catalog.now(), last_refresh_ms = $2, rows_changed = $3, \
+               frontier = $4, frontier_xid = $5, frontier_seq = $6 \
              WHERE pgt_relid OPERATOR(pg_catalog.=) $1",
             &[
                 DatumWithOid::from(relid),
                 DatumWithOid::from(ms),
-                DatumWithOid::from(changed as i64),
+                DatumWithOid::from(outcome.changed),
+                DatumWithOid::from(frontier),
+                DatumWithOid::from(xid),
+                DatumWithOid::from(seq),
             ],
         );
     });

@@ -10,10 +10,12 @@
 //! - [`sql`]: the statement that computes a stream table's rows with their identities (what
 //!   a FULL refresh stores).
 //!
-//! Delta rules (DIFFERENTIAL and IMMEDIATE refresh) are the next stage of issue 34.
+//! - [`delta`]: the one-statement DIFFERENTIAL refresh of the operators that have a delta
+//!   rule, and the fill that sets a frontier.
 
 #![forbid(unsafe_code)]
 
+pub mod delta;
 pub mod identity;
 pub mod plan;
 pub mod sql;

@@ -195,6 +195,21 @@ fn level(
     with_id: bool,
     distinct: bool,
 ) -> Result<String, Unrenderable> {
+    level_where(plan, names, with_id, distinct, &|_| None, &[], &[])
+}
+
+/// [`level`] with a `FROM` item replaced where `replace` gives its SQL (a delta relation
+/// under the item's name), `extra` select-list items after the columns, and `more`
+/// predicates `AND`ed to its `WHERE`.
+pub(crate) fn level_where(
+    plan: &Plan,
+    names: &[String],
+    with_id: bool,
+    distinct: bool,
+    replace: &dyn Fn(&Plan) -> Option<String>,
+    extra: &[String],
+    more: &[String],
+) -> Result<String, Unrenderable> {
     let l = split(plan)?;
     let mut select: Vec<String> = Vec::with_capacity(l.targets.len() + 1);
     if with_id {
@@ -207,8 +222,13 @@ fn level(
     for (t, n) in l.targets.iter().zip(names) {
         select.push(format!("{} AS {}", t.expr.sql, quote_ident(n)));
     }
+    select.extend(extra.iter().cloned());
     let mut from = Vec::with_capacity(l.from.len());
     for item in &l.from {
+        if let Some(sql) = replace(item) {
+            from.push(sql);
+            continue;
+        }
         from.push(match item {
             Plan::Scan {
                 relation, alias, ..
@@ -232,11 +252,12 @@ fn level(
         select.join(", "),
         from.join(", ")
     );
-    if !l.predicates.is_empty() {
+    if !l.predicates.is_empty() || !more.is_empty() {
         let p: Vec<String> = l
             .predicates
             .iter()
             .map(|e| format!("({})", e.sql))
+            .chain(more.iter().map(|m| format!("({m})")))
             .collect();
         sql.push_str(&format!(" WHERE {}", p.join(" AND ")));
     }

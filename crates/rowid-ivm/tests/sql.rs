@@ -130,3 +130,73 @@ fn identity_bounds_add_up_by_the_wire_format() {
     // One unbounded field makes the identity unbounded.
     assert_eq!(max_len(&identity(&keyless("z")), &|_| None), None);
 }
+
+fn buffer(alias: &str) -> rowid_ivm::delta::SourceBuffer {
+    rowid_ivm::delta::SourceBuffer {
+        relation: format!("public.{alias}_t"),
+        buffer: format!("\"pgtrickle_changes\".\"changes_{alias}\""),
+        columns: vec![("k".into(), "bigint".into()), ("v".into(), "bigint".into())],
+    }
+}
+
+#[test]
+fn the_differential_statements_of_one_source() {
+    use rowid_ivm::delta::delta_statement;
+    use rowid_registry::IndexClass;
+    let linear = project(
+        Plan::Filter {
+            input: Box::new(keyed("x")),
+            predicate: cond("x.v > 0"),
+        },
+        &[("k", "x.k"), ("twice", "x.v * 2")],
+    );
+    let grouped = Plan::Filter {
+        input: Box::new(group_by_v(keyed("x"), "x")),
+        predicate: cond("count(*) > 1"),
+    };
+    let text: String = [
+        (
+            "linear, direct unique index",
+            &linear,
+            IndexClass::DirectUnique,
+        ),
+        ("linear, probe index", &linear, IndexClass::ProbeExpression),
+        ("aggregate", &grouped, IndexClass::DirectUnique),
+    ]
+    .iter()
+    .map(|(what, plan, class)| {
+        format!(
+            "{what}:\n  {}\n",
+            delta_statement(plan, "\"public\".\"st\"", *class, &[buffer("x")]).unwrap()
+        )
+    })
+    .collect();
+    insta::assert_snapshot!(text);
+}
+
+#[test]
+fn operators_without_a_delta_rule_are_named() {
+    use rowid_ivm::delta::delta_statement;
+    use rowid_registry::IndexClass;
+    let joined = project(join(vec![keyed("x"), keyed("y")]), &[("k", "x.k")]);
+    let err = delta_statement(
+        &joined,
+        "\"public\".\"st\"",
+        IndexClass::DirectUnique,
+        &[buffer("x"), buffer("y")],
+    )
+    .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "DIFFERENTIAL refresh of a Join is not built yet"
+    );
+    let distinct = Plan::Distinct {
+        input: Box::new(project(keyed("x"), &[("v", "x.v")])),
+    };
+    let err =
+        delta_statement(&distinct, "st", IndexClass::DirectUnique, &[buffer("x")]).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "DIFFERENTIAL refresh of a Distinct is not built yet"
+    );
+}

@@ -1,0 +1,211 @@
+//! The frontier of a DIFFERENTIAL refresh under concurrency (spec/stream-tables.md §5.2),
+//! with real sessions on a server: a transaction that wrote before a refresh began and
+//! commits after it ended (with a smaller xid than changes the refresh consumed) is
+//! consumed by the next refresh, once; two refreshes of one stream table serialise. The
+//! stream tables are compared with their queries run fresh (`EXCEPT ALL` both ways) after
+//! every refresh, and a keyless source makes a change consumed twice visible as a copy too
+//! many.
+//!
+//! Needs a server with the extension: run through `cargo xtask test`.
+
+// Test code: a failed expectation is a panic by design.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::io::Write;
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use rowid_testkit::psql::Psql;
+
+/// A session kept open: a psql reading statements from its standard input, named
+/// `application_name` so that the test can see what it waits for.
+struct Session {
+    child: Child,
+    stdin: ChildStdin,
+    name: String,
+}
+
+impl Session {
+    fn open(db: &Psql, name: &str) -> Session {
+        let mut child = Command::new("psql")
+            .args(db.args().split_whitespace())
+            .args(["-X", "-q", "-v", "ON_ERROR_STOP=1"])
+            .env("PGAPPNAME", name)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let stdin = child.stdin.take().unwrap();
+        Session {
+            child,
+            stdin,
+            name: name.into(),
+        }
+    }
+
+    /// Sends `sql` and waits until the session is idle in its transaction again.
+    fn run(&mut self, db: &Psql, sql: &str) {
+        self.send(sql);
+        self.wait(db, "idle in transaction");
+    }
+
+    fn send(&mut self, sql: &str) {
+        writeln!(self.stdin, "{sql}").unwrap();
+        self.stdin.flush().unwrap();
+    }
+
+    /// Waits until the session's state is `state` (or, for `"Lock"`, it waits for a lock).
+    fn wait(&self, db: &Psql, state: &str) {
+        let column = if state == "Lock" {
+            "wait_event_type"
+        } else {
+            "state"
+        };
+        let sql = format!(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = '{}' \
+             AND {column} = '{state}';",
+            self.name
+        );
+        let t = Instant::now();
+        while db.run(&sql).unwrap().trim() != "1" {
+            assert!(
+                t.elapsed() < Duration::from_secs(30),
+                "session {} never reached {state}",
+                self.name
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn finish(mut self) {
+        self.send("COMMIT;");
+        drop(self.stdin);
+        assert!(
+            self.child.wait().unwrap().success(),
+            "session {}",
+            self.name
+        );
+    }
+}
+
+/// Rows in one query and not in the other (as multisets), both ways.
+fn difference(db: &Psql, left: &str, right: &str) -> i64 {
+    db.run(&format!(
+        "SELECT count(*) FROM (({left}) EXCEPT ALL ({right})
+                               UNION ALL (({right}) EXCEPT ALL ({left}))) AS d;"
+    ))
+    .unwrap()
+    .trim()
+    .parse()
+    .unwrap()
+}
+
+/// The stream tables of this test, each equal to its query.
+fn assert_equal(db: &Psql, when: &str) {
+    for (table, columns, query) in [
+        ("kept", "id, v", "SELECT id, v FROM src"),
+        ("bagged", "x", "SELECT x FROM bag"),
+        (
+            "counted",
+            "n, s",
+            "SELECT count(*) AS n, sum(v) AS s FROM src",
+        ),
+    ] {
+        assert_eq!(
+            difference(db, &format!("SELECT {columns} FROM {table}"), query),
+            0,
+            "{when}: {table} differs from its query"
+        );
+    }
+}
+
+fn refresh(db: &Psql) {
+    db.run(
+        "SELECT pgtrickle.refresh_stream_table('kept');
+         SELECT pgtrickle.refresh_stream_table('bagged');
+         SELECT pgtrickle.refresh_stream_table('counted');",
+    )
+    .unwrap();
+}
+
+#[test]
+#[ignore = "needs a PostgreSQL server with the extension: run through `cargo xtask test`"]
+fn a_transaction_committing_after_a_refresh_is_consumed_by_the_next_once() {
+    let db = Psql::fresh_database("rowid_ivm_frontier").unwrap();
+    db.run(
+        "CREATE EXTENSION pg_trickle_ext;
+         CREATE TABLE src (id int8 PRIMARY KEY, v int8);
+         CREATE TABLE bag (x int8);
+         INSERT INTO src SELECT g, g FROM generate_series(1, 10) g;
+         INSERT INTO bag SELECT g % 3 FROM generate_series(1, 10) g;
+         SELECT pgtrickle.create_stream_table('kept', 'SELECT id, v FROM src');
+         SELECT pgtrickle.create_stream_table('bagged', 'SELECT x FROM bag');
+         SELECT pgtrickle.create_stream_table('counted',
+           'SELECT count(*) AS n, sum(v) AS s FROM src');",
+    )
+    .unwrap();
+    assert_equal(&db, "after create");
+    // A writes first (the smaller xid) and stays open across a refresh.
+    let mut a = Session::open(&db, "frontier_a");
+    a.run(
+        &db,
+        "BEGIN; INSERT INTO src VALUES (100, 100); INSERT INTO bag VALUES (1);
+         UPDATE src SET v = -1 WHERE id = 1;",
+    );
+    // B commits after A wrote, before the refresh.
+    db.run("INSERT INTO src VALUES (200, 200); INSERT INTO bag VALUES (1), (2);")
+        .unwrap();
+    refresh(&db);
+    assert_equal(&db, "A open, B consumed");
+    // A commits after the refresh ended: the next refresh consumes it, once.
+    a.finish();
+    refresh(&db);
+    assert_equal(&db, "A committed and consumed");
+    refresh(&db);
+    assert_equal(&db, "nothing new");
+    let copies = db
+        .run("SELECT count(*) FROM bagged WHERE x = 1;")
+        .unwrap()
+        .trim()
+        .to_string();
+    assert_eq!(copies, "6", "one copy per row of bag with x = 1");
+}
+
+#[test]
+#[ignore = "needs a PostgreSQL server with the extension: run through `cargo xtask test`"]
+fn two_refreshes_of_one_stream_table_serialise() {
+    let db = Psql::fresh_database("rowid_ivm_serialise").unwrap();
+    db.run(
+        "CREATE EXTENSION pg_trickle_ext;
+         CREATE TABLE src (id int8 PRIMARY KEY, v int8);
+         CREATE TABLE bag (x int8);
+         SELECT pgtrickle.create_stream_table('kept', 'SELECT id, v FROM src');
+         SELECT pgtrickle.create_stream_table('bagged', 'SELECT x FROM bag');
+         SELECT pgtrickle.create_stream_table('counted',
+           'SELECT count(*) AS n, sum(v) AS s FROM src');
+         INSERT INTO bag VALUES (7), (7);
+         INSERT INTO src VALUES (1, 1);",
+    )
+    .unwrap();
+    // The first refresh holds its transaction open; the second must wait for it, then
+    // consume nothing the first consumed.
+    let mut first = Session::open(&db, "refresh_first");
+    first.run(
+        &db,
+        "BEGIN; SELECT pgtrickle.refresh_stream_table('bagged');",
+    );
+    let mut second = Session::open(&db, "refresh_second");
+    second.send("BEGIN; SELECT pgtrickle.refresh_stream_table('bagged');");
+    second.wait(&db, "Lock");
+    first.finish();
+    second.wait(&db, "idle in transaction");
+    second.finish();
+    assert_eq!(
+        db.run("SELECT count(*) FROM bagged;").unwrap().trim(),
+        "2",
+        "each change consumed once"
+    );
+    refresh(&db);
+    assert_equal(&db, "after both");
+}
