@@ -22,13 +22,14 @@
 //!
 //! The operators with a delta rule today:
 //!
-//! - **linear** (`Project` and `Filter` over one source's `Scan`): the level's query run over
-//!   the window's row images (new images weigh +1, old images -1), the weights summed per
-//!   identity and representation, then as many stored copies deleted or inserted; the
-//!   source is not read;
-//! - **aggregate** (`GROUP BY`, or none, over a filtered scan): the groups the window's
-//!   images touch are recomputed from the source under the statement's snapshot and replace
-//!   their stored rows (an emptied group's row is deleted).
+//! - **linear** (`Project` and `Filter` over one `Scan`, or over an inner join of scans):
+//!   the level's query run over the window's row images (new images weigh +1, old images
+//!   -1; a join by inclusion and exclusion over its inputs, [`delta_statement`]), the weights
+//!   summed per identity and representation, then as many stored copies deleted or
+//!   inserted;
+//! - **aggregate** (`GROUP BY`, or none, over a filtered scan or join): the groups the
+//!   window's images touch are recomputed from the sources under the statement's snapshot
+//!   and replace their stored rows (an emptied group's row is deleted).
 //!
 //! Anything else is [`NotDifferential`], by operator name.
 
@@ -63,15 +64,19 @@ impl std::fmt::Display for NotDifferential {
 
 impl std::error::Error for NotDifferential {}
 
+/// The statement's first `WITH` part: the newest transaction its snapshot knows (64 bits).
+const NOW: &str = "__pgt_now AS (SELECT pg_catalog.pg_snapshot_xmax(pg_catalog.pg_current_snapshot())\
+    ::pg_catalog.text::pg_catalog.int8 AS next)";
+
 /// The 64-bit transaction id of a buffer row `b`'s 32-bit `xid`: the epoch of the newest
-/// transaction the statement's snapshot knows, one less when that would put it in the
-/// future (a visible row's transaction is never more than 2^31 transactions old: it would
+/// transaction the statement's snapshot knows ([`NOW`]), one less when that would put it in
+/// the future (a visible row's transaction is never more than 2^31 transactions old: it would
 /// have been frozen, and the window of a frontier that old is refused, §5.2).
 fn xid8(b: &str) -> String {
-    let next = "pg_catalog.pg_snapshot_xmax(pg_catalog.pg_current_snapshot())::pg_catalog.text::pg_catalog.int8";
-    let full = format!("((({next}) >> 32) << 32 | {b}.xid)");
+    let next = "(SELECT __pgt_n.next FROM __pgt_now AS __pgt_n)";
+    let full = format!("(({next} >> 32) << 32 | {b}.xid)");
     format!(
-        "(CASE WHEN {full} > ({next}) THEN {full} - 4294967296 ELSE {full} END)::pg_catalog.text::pg_catalog.xid8"
+        "(CASE WHEN {full} > {next} THEN {full} - 4294967296 ELSE {full} END)::pg_catalog.text::pg_catalog.xid8"
     )
 }
 
@@ -125,7 +130,7 @@ fn images(source: &SourceBuffer, alias: &str) -> String {
 /// cannot apply, or a frontier so old (2^30 transactions) that a 32-bit `xid` no longer
 /// names one transaction for certain.
 fn blocked(sources: &[SourceBuffer]) -> String {
-    let stale = "(pg_catalog.pg_snapshot_xmax(pg_catalog.pg_current_snapshot())::pg_catalog.text::pg_catalog.int8 \
+    let stale = "((SELECT __pgt_n.next FROM __pgt_now AS __pgt_n) \
          - pg_catalog.pg_snapshot_xmin($1::pg_catalog.pg_snapshot)::pg_catalog.text::pg_catalog.int8) \
          > 1073741824";
     let any: Vec<String> = std::iter::once(stale.to_string())
@@ -188,50 +193,107 @@ pub fn fill_statement(
     ))
 }
 
+/// The most `FROM` items a join may have in DIFFERENTIAL: its delta has one term per
+/// non-empty subset of them.
+pub const MAX_JOIN_INPUTS: usize = 6;
+
 /// The DIFFERENTIAL statement of `plan` over `sources` into `storage` (identity index of
 /// `class`), or the operator that has no delta rule yet.
+///
+/// The window's change of a level over the `FROM` items `A1 ... An` (scans; one item is the
+/// single-source case) is the sum, over every non-empty subset `T` of them, of
+/// `(-1)^(|T|+1)` times the level evaluated with the items of `T` replaced by their window
+/// images and the others read as they are now (inclusion and exclusion: the items now are
+/// the items at the frontier plus the window, and a join is linear in each input). A row of
+/// a term weighs the product of its images' weights and the term's sign.
 pub fn delta_statement(
     plan: &Plan,
     storage: &str,
     class: IndexClass,
     sources: &[SourceBuffer],
 ) -> Result<String, NotDifferential> {
-    let scan = single_scan(plan)?;
-    let Plan::Scan {
-        relation, alias, ..
-    } = scan
-    else {
-        return Err(NotDifferential(name(scan).into()));
-    };
-    let source = sources
-        .iter()
-        .find(|s| &s.relation == relation)
-        .ok_or_else(|| NotDifferential(format!("a source without a change buffer ({relation})")))?;
-    let replace = |p: &Plan| match p {
-        Plan::Scan { .. } => Some(images(source, alias)),
-        _ => None,
-    };
-    let blocked = blocked(std::slice::from_ref(source));
+    let items = from_items(plan)?;
+    if items.len() > MAX_JOIN_INPUTS {
+        return Err(NotDifferential(format!(
+            "a join of {} tables (at most {MAX_JOIN_INPUTS})",
+            items.len()
+        )));
+    }
+    // Each item's name and buffer.
+    let mut scans = Vec::with_capacity(items.len());
+    for item in &items {
+        let Plan::Scan {
+            relation, alias, ..
+        } = item
+        else {
+            return Err(NotDifferential(format!("a {} in FROM", name(item))));
+        };
+        let source = sources
+            .iter()
+            .find(|s| &s.relation == relation)
+            .ok_or_else(|| {
+                NotDifferential(format!("a source without a change buffer ({relation})"))
+            })?;
+        scans.push((alias.as_str(), source));
+    }
+    let mut buffers: Vec<SourceBuffer> = Vec::new();
+    for (_, source) in &scans {
+        if !buffers.iter().any(|b| b.buffer == source.buffer) {
+            buffers.push((*source).clone());
+        }
+    }
+    let blocked = blocked(&buffers);
     let go = format!("NOT ({blocked})");
     let names: Vec<String> = plan.outputs().into_iter().map(|o| o.name).collect();
     let cols: Vec<String> = names.iter().map(|n| quote_ident(n)).collect();
     let id = quote_ident(ROW_ID);
     let matches = |t: &str, s: &str| rowid_registry::sql::match_predicate(class, t, s);
+    let changed = "(SELECT count(*) FROM __pgt_gone) + (SELECT count(*) FROM __pgt_new)";
+    // Every term: the subset as a bit set, and its weight expression.
+    let terms: Vec<(usize, String)> = (1..(1usize << scans.len()))
+        .map(|set| {
+            let sign = if set.count_ones() % 2 == 1 { "1" } else { "-1" };
+            let weights: Vec<String> = scans
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| set & (1 << i) != 0)
+                .map(|(_, (alias, _))| format!("{}.\"__pgt_w\"", quote_ident(alias)))
+                .collect();
+            (set, format!("{sign} * {}", weights.join(" * ")))
+        })
+        .collect();
+    let term = |level: &Plan,
+                set: usize,
+                names: &[String],
+                with_id: bool,
+                extra: &[String]|
+     -> Result<String, NotDifferential> {
+        let replace = |p: &Plan| match p {
+            Plan::Scan { alias, .. } => scans
+                .iter()
+                .enumerate()
+                .find(|(i, (a, _))| *a == alias.as_str() && set & (1 << i) != 0)
+                .map(|(_, (a, source))| images(source, a)),
+            _ => None,
+        };
+        level_where(level, names, with_id, false, &replace, extra, &[])
+            .map_err(|e| NotDifferential(e.0))
+    };
     if is_aggregate(plan) {
-        // The groups the window touches, by their identities, computed per image row.
-        let touched = level_where(
-            &strip_aggregate(plan),
-            &[],
-            false,
-            false,
-            &replace,
-            &[format!(
-                "{} AS {id}",
-                level_identity(plan).map_err(|e| NotDifferential(e.0))?
-            )],
-            &[],
-        )
-        .map_err(|e| NotDifferential(e.0))?;
+        // The groups the window touches: the group identity of every row of every term
+        // (signs do not matter: a group a term reaches is touched).
+        let group = level_identity(plan).map_err(|e| NotDifferential(e.0))?;
+        let stripped = strip_aggregate(plan);
+        let mut touched = Vec::with_capacity(terms.len());
+        for (set, _) in &terms {
+            touched.push(term(
+                &stripped,
+                *set,
+                &[],
+                false,
+                &[format!("{group} AS {id}")],
+            )?);
+        }
         let fresh = level_where(
             plan,
             &names,
@@ -245,40 +307,37 @@ pub fn delta_statement(
             )],
         )
         .map_err(|e| NotDifferential(e.0))?;
-        let statement = format!(
-            "WITH __pgt_touched AS (SELECT DISTINCT t.{id} FROM ({touched}) AS t WHERE {go}), \
+        return Ok(format!(
+            "WITH {NOW}, __pgt_touched AS (SELECT DISTINCT t.{id} FROM ({}) AS t WHERE {go}), \
              __pgt_gone AS (DELETE FROM {storage} AS s WHERE EXISTS (SELECT FROM __pgt_touched AS a \
                WHERE {m}) RETURNING 1), \
              __pgt_new AS (INSERT INTO {storage} SELECT f.* FROM ({fresh}) AS f \
                WHERE f.{id} IN (SELECT a.{id} FROM __pgt_touched AS a) RETURNING 1) \
              {row}",
+            touched.join(" UNION ALL "),
             m = matches("s", "a"),
-            row = result_row(
-                std::slice::from_ref(source),
-                &format!("({blocked})"),
-                "(SELECT count(*) FROM __pgt_gone) + (SELECT count(*) FROM __pgt_new)"
-            ),
-        );
-        return Ok(statement);
+            row = result_row(&buffers, &format!("({blocked})"), changed),
+        ));
     }
-    // Linear: the level over the images, weights summed per identity and representation.
-    let delta = level_where(
-        plan,
-        &names,
-        true,
-        false,
-        &replace,
-        &[format!("{}.\"__pgt_w\" AS \"__pgt_w\"", quote_ident(alias))],
-        &[],
-    )
-    .map_err(|e| NotDifferential(e.0))?;
+    // Linear (and joins): every term's rows with their weights, summed per identity and
+    // representation, then as many stored copies deleted or inserted.
+    let mut delta = Vec::with_capacity(terms.len());
+    for (set, weight) in &terms {
+        delta.push(term(
+            plan,
+            *set,
+            &names,
+            true,
+            &[format!("{weight} AS \"__pgt_w\"")],
+        )?);
+    }
     let rep = |t: &str| -> String {
         let c: Vec<String> = cols.iter().map(|c| format!("{t}.{c}")).collect();
         format!("ROW({})::pg_catalog.text", c.join(", "))
     };
     let net_cols: Vec<String> = cols.iter().map(|c| format!("n.{c}")).collect();
-    let statement = format!(
-        "WITH __pgt_delta AS (SELECT d.*, {drep} AS __pgt_rep FROM ({delta}) AS d WHERE {go}), \
+    Ok(format!(
+        "WITH {NOW}, __pgt_delta AS (SELECT d.*, {drep} AS __pgt_rep FROM ({delta}) AS d WHERE {go}), \
          __pgt_net AS (SELECT DISTINCT ON (d.{id}, d.__pgt_rep) d.*, \
            sum(d.\"__pgt_w\") OVER (PARTITION BY d.{id}, d.__pgt_rep) AS __pgt_n \
            FROM __pgt_delta AS d), \
@@ -294,24 +353,22 @@ pub fn delta_statement(
          {row}",
         drep = rep("d"),
         srep = rep("s2"),
+        delta = delta.join(" UNION ALL "),
         ncols = net_cols.join(", "),
         m2 = matches("s2", "n"),
-        row = result_row(
-            std::slice::from_ref(source),
-            &format!("({blocked})"),
-            "(SELECT count(*) FROM __pgt_gone) + (SELECT count(*) FROM __pgt_new)"
-        ),
-    );
-    Ok(statement)
+        row = result_row(&buffers, &format!("({blocked})"), changed),
+    ))
 }
 
-/// The one `Scan` a plan with a delta rule reads, or the operator that has none.
-fn single_scan(plan: &Plan) -> Result<&Plan, NotDifferential> {
+/// The `FROM` items of the one `SELECT` level a plan with a delta rule is, or the operator
+/// that has none.
+fn from_items(plan: &Plan) -> Result<Vec<&Plan>, NotDifferential> {
     match plan {
-        Plan::Scan { .. } => Ok(plan),
+        Plan::Scan { .. } => Ok(vec![plan]),
+        Plan::Join { inputs, .. } => Ok(inputs.iter().collect()),
         Plan::Project { input, .. }
         | Plan::Filter { input, .. }
-        | Plan::Aggregate { input, .. } => single_scan(input),
+        | Plan::Aggregate { input, .. } => from_items(input),
         other => Err(NotDifferential(format!("a {}", name(other)))),
     }
 }

@@ -131,11 +131,16 @@ fn identity_bounds_add_up_by_the_wire_format() {
     assert_eq!(max_len(&identity(&keyless("z")), &|_| None), None);
 }
 
+/// The change buffer of `alias`'s table, its columns `k` and `v` (keyless `y`: `a`, `b`).
 fn buffer(alias: &str) -> rowid_ivm::delta::SourceBuffer {
     rowid_ivm::delta::SourceBuffer {
         relation: format!("public.{alias}_t"),
         buffer: format!("\"pgtrickle_changes\".\"changes_{alias}\""),
-        columns: vec![("k".into(), "bigint".into()), ("v".into(), "bigint".into())],
+        columns: if alias == "y" {
+            vec![("a".into(), "bigint".into()), ("b".into(), "bigint".into())]
+        } else {
+            vec![("k".into(), "bigint".into()), ("v".into(), "bigint".into())]
+        },
     }
 }
 
@@ -154,7 +159,16 @@ fn the_differential_statements_of_one_source() {
         input: Box::new(group_by_v(keyed("x"), "x")),
         predicate: cond("count(*) > 1"),
     };
+    let joined = project(
+        Plan::inner_join(vec![keyed("x"), keyless("y")], Some(cond("x.v = y.a"))),
+        &[("k", "x.k"), ("b", "y.b")],
+    );
     let text: String = [
+        (
+            "join of two: three terms",
+            &joined,
+            IndexClass::DirectNonUnique,
+        ),
         (
             "linear, direct unique index",
             &linear,
@@ -167,7 +181,13 @@ fn the_differential_statements_of_one_source() {
     .map(|(what, plan, class)| {
         format!(
             "{what}:\n  {}\n",
-            delta_statement(plan, "\"public\".\"st\"", *class, &[buffer("x")]).unwrap()
+            delta_statement(
+                plan,
+                "\"public\".\"st\"",
+                *class,
+                &[buffer("x"), buffer("y")]
+            )
+            .unwrap()
         )
     })
     .collect();
@@ -178,17 +198,24 @@ fn the_differential_statements_of_one_source() {
 fn operators_without_a_delta_rule_are_named() {
     use rowid_ivm::delta::delta_statement;
     use rowid_registry::IndexClass;
-    let joined = project(join(vec![keyed("x"), keyed("y")]), &[("k", "x.k")]);
+    let seven: Vec<Plan> = ["a", "b", "c", "d", "e", "f", "g"]
+        .iter()
+        .map(|a| keyed(a))
+        .collect();
+    let buffers: Vec<_> = ["a", "b", "c", "d", "e", "f", "g"]
+        .iter()
+        .map(|a| buffer(a))
+        .collect();
     let err = delta_statement(
-        &joined,
-        "\"public\".\"st\"",
+        &project(Plan::inner_join(seven, None), &[("k", "a.k")]),
+        "st",
         IndexClass::DirectUnique,
-        &[buffer("x"), buffer("y")],
+        &buffers,
     )
     .unwrap_err();
     assert_eq!(
         err.to_string(),
-        "DIFFERENTIAL refresh of a Join is not built yet"
+        "DIFFERENTIAL refresh of a join of 7 tables (at most 6) is not built yet"
     );
     let distinct = Plan::Distinct {
         input: Box::new(project(keyed("x"), &[("v", "x.v")])),
