@@ -23,10 +23,11 @@ COMMENT ON DOMAIN pgtrickle.row_id IS
 --   row_id_domain
 
 
-CREATE FUNCTION pgtrickle.encode_row_id_v2(domain text, fields record) RETURNS bytea
-STABLE PARALLEL SAFE LANGUAGE c AS 'MODULE_PATHNAME', 'encode_row_id_v2_wrapper';
-COMMENT ON FUNCTION pgtrickle.encode_row_id_v2(text, record) IS
-  'Row Identity V2 of the record''s fields (spec/wire-format.md)';
+CREATE FUNCTION pgtrickle.encode_row_id_v2_fields(domain text, VARIADIC fields "any")
+RETURNS bytea STABLE PARALLEL SAFE
+LANGUAGE c AS 'MODULE_PATHNAME', 'encode_row_id_v2_fields';
+COMMENT ON FUNCTION pgtrickle.encode_row_id_v2_fields(text, "any") IS
+  'Row Identity V2 of the arguments, each one field: the bytes of encode_row_id_v2(domain, ROW(...)) without the ROW';
 /* </end connected objects> */
 
 /* <begin connected objects> */
@@ -38,18 +39,6 @@ CREATE FUNCTION pgtrickle.capture_changes() RETURNS trigger
 LANGUAGE c AS 'MODULE_PATHNAME', 'capture_changes';
 COMMENT ON FUNCTION pgtrickle.capture_changes() IS
   'Trigger: appends each change with its old and new Row Identity V2 to the change buffer named by its argument (pgtrickle.capture_table creates both)';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- requires:
---   row_id_domain
-
-
-CREATE FUNCTION pgtrickle.encode_row_id_v2_fields(domain text, VARIADIC fields "any")
-RETURNS bytea STABLE PARALLEL SAFE
-LANGUAGE c AS 'MODULE_PATHNAME', 'encode_row_id_v2_fields';
-COMMENT ON FUNCTION pgtrickle.encode_row_id_v2_fields(text, "any") IS
-  'Row Identity V2 of the arguments, each one field: the bytes of encode_row_id_v2(domain, ROW(...)) without the ROW';
 /* </end connected objects> */
 
 /* <begin connected objects> */
@@ -84,6 +73,21 @@ CREATE TABLE pgtrickle.pgt_stream_tables (
     last_refresh_ms double precision,
     rows_changed bigint
 );
+-- The statement each IMMEDIATE stream table applies for a statement on one of its sources
+-- (event i, u, d; a TRUNCATE recomputes with fill_sql).
+CREATE TABLE pgtrickle.pgt_immediate (
+    pgt_relid oid NOT NULL REFERENCES pgtrickle.pgt_stream_tables ON DELETE CASCADE,
+    source oid NOT NULL,
+    event text NOT NULL CHECK (event IN ('i', 'u', 'd')),
+    statement text NOT NULL,
+    PRIMARY KEY (pgt_relid, source, event)
+);
+REVOKE ALL ON pgtrickle.pgt_immediate FROM PUBLIC;
+GRANT SELECT ON pgtrickle.pgt_immediate TO PUBLIC;
+CREATE FUNCTION pgtrickle.maintain_stream_table() RETURNS trigger
+LANGUAGE c AS 'MODULE_PATHNAME', 'maintain_stream_table';
+COMMENT ON FUNCTION pgtrickle.maintain_stream_table() IS
+  'Trigger: applies a statement on a source to the IMMEDIATE stream table whose OID is its argument (create_stream_table creates these triggers)';
 COMMENT ON TABLE pgtrickle.pgt_stream_tables IS
   'Stream tables (spec/stream-tables.md): their queries, identities, index plans and refreshes';
 REVOKE ALL ON pgtrickle.pgt_stream_tables FROM PUBLIC;
@@ -91,14 +95,67 @@ GRANT SELECT ON pgtrickle.pgt_stream_tables TO PUBLIC;
 /* </end connected objects> */
 
 /* <begin connected objects> */
+-- requires:
+--   row_id_domain
+
+
+CREATE FUNCTION pgtrickle.encode_row_id_v2(domain text, fields record) RETURNS bytea
+STABLE PARALLEL SAFE LANGUAGE c AS 'MODULE_PATHNAME', 'encode_row_id_v2_wrapper';
+COMMENT ON FUNCTION pgtrickle.encode_row_id_v2(text, record) IS
+  'Row Identity V2 of the record''s fields (spec/wire-format.md)';
+/* </end connected objects> */
+
+/* <begin connected objects> */
 CREATE SCHEMA IF NOT EXISTS pgtrickle; /* pg_trickle_ext::pgtrickle */
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- pg_trickle_ext::pgtrickle::check_change_buffer
+-- pg_trickle_ext::pgtrickle::capture_table
 
-CREATE FUNCTION pgtrickle.check_change_buffer(buffer regclass) RETURNS boolean
-STABLE STRICT LANGUAGE c AS 'MODULE_PATHNAME', 'check_change_buffer_wrapper';
+CREATE FUNCTION pgtrickle.capture_table(source regclass) RETURNS text
+VOLATILE STRICT LANGUAGE c AS 'MODULE_PATHNAME', 'capture_table_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- pg_trickle_ext::pgtrickle::note_table_rewrite
+CREATE  FUNCTION pgtrickle."note_table_rewrite"(
+	"rel" oid, /* pg_sys :: Oid */
+	"reason" INT /* i32 */
+) RETURNS void
+STRICT VOLATILE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'note_table_rewrite_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- pg_trickle_ext::validate::validate_identity_fields
+CREATE  FUNCTION pgtrickle."validate_identity_fields"(
+	"domain" TEXT, /* & str */
+	"types" oid[], /* Vec < pg_sys :: Oid > */
+	"typmods" INT[] DEFAULT NULL, /* :: std :: option :: Option < Vec < i32 > > */
+	"collations" oid[] DEFAULT NULL, /* :: std :: option :: Option < Vec < pg_sys :: Oid > > */
+	"uniqueness" TEXT DEFAULT 'unique', /* & str */
+	"mode" TEXT DEFAULT 'refresh' /* & str */
+) RETURNS TABLE (
+	"max_identity_bytes" bigint,  /* Option < i64 > */
+	"index_class" TEXT,  /* String */
+	"order_preserving" bool,  /* bool */
+	"volatility" TEXT,  /* String */
+	"invalidations" TEXT[]  /* Vec < String > */
+)
+STABLE PARALLEL SAFE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'validate_identity_fields_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- pg_trickle_ext::pgtrickle::refresh_stream_table
+CREATE  FUNCTION pgtrickle."refresh_stream_table"(
+	"name" TEXT /* & str */
+) RETURNS void
+STRICT VOLATILE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'refresh_stream_table_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
@@ -112,6 +169,23 @@ AS 'MODULE_PATHNAME', 'drop_stream_table_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
+-- pg_trickle_ext::pgtrickle::row_id_describe
+CREATE  FUNCTION pgtrickle."row_id_describe"(
+	"id" bytea /* & [u8] */
+) RETURNS TEXT /* String */
+IMMUTABLE STRICT PARALLEL SAFE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'row_id_describe_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- pg_trickle_ext::pgtrickle::check_change_buffer
+
+CREATE FUNCTION pgtrickle.check_change_buffer(buffer regclass) RETURNS boolean
+STABLE STRICT LANGUAGE c AS 'MODULE_PATHNAME', 'check_change_buffer_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
 -- pg_trickle_ext::pgtrickle::row_id_fingerprint
 CREATE  FUNCTION pgtrickle."row_id_fingerprint"(
 	"id" bytea /* & [u8] */
@@ -119,6 +193,28 @@ CREATE  FUNCTION pgtrickle."row_id_fingerprint"(
 IMMUTABLE STRICT PARALLEL SAFE
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', 'row_id_fingerprint_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- pg_trickle_ext::pgtrickle::row_probe_v1
+CREATE  FUNCTION pgtrickle."row_probe_v1"(
+	"id" bytea /* & [u8] */
+) RETURNS bytea /* Vec < u8 > */
+IMMUTABLE STRICT PARALLEL SAFE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'row_probe_v1_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- pg_trickle_ext::pgtrickle::alter_stream_table
+CREATE  FUNCTION pgtrickle."alter_stream_table"(
+	"name" TEXT, /* Option < & str > */
+	"query" TEXT DEFAULT NULL, /* Option < & str > */
+	"refresh_mode" TEXT DEFAULT NULL /* Option < & str > */
+) RETURNS void
+VOLATILE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'alter_stream_table_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
@@ -139,23 +235,6 @@ CREATE  FUNCTION pgtrickle."validate_source_identity"(
 STRICT STABLE 
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', 'validate_source_identity_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- pg_trickle_ext::pgtrickle::capture_table
-
-CREATE FUNCTION pgtrickle.capture_table(source regclass) RETURNS text
-VOLATILE STRICT LANGUAGE c AS 'MODULE_PATHNAME', 'capture_table_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- pg_trickle_ext::pgtrickle::follow_source_ddl
-CREATE  FUNCTION pgtrickle."follow_source_ddl"(
-	"sources" oid[] /* Vec < pg_sys :: Oid > */
-) RETURNS INT /* i32 */
-STRICT VOLATILE
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'follow_source_ddl_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
@@ -183,65 +262,13 @@ AS 'MODULE_PATHNAME', 'create_stream_table_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- pg_trickle_ext::pgtrickle::row_id_describe
-CREATE  FUNCTION pgtrickle."row_id_describe"(
-	"id" bytea /* & [u8] */
-) RETURNS TEXT /* String */
-IMMUTABLE STRICT PARALLEL SAFE
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'row_id_describe_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- pg_trickle_ext::validate::validate_identity_fields
-CREATE  FUNCTION pgtrickle."validate_identity_fields"(
-	"domain" TEXT, /* & str */
-	"types" oid[], /* Vec < pg_sys :: Oid > */
-	"typmods" INT[] DEFAULT NULL, /* :: std :: option :: Option < Vec < i32 > > */
-	"collations" oid[] DEFAULT NULL, /* :: std :: option :: Option < Vec < pg_sys :: Oid > > */
-	"uniqueness" TEXT DEFAULT 'unique', /* & str */
-	"mode" TEXT DEFAULT 'refresh' /* & str */
-) RETURNS TABLE (
-	"max_identity_bytes" bigint,  /* Option < i64 > */
-	"index_class" TEXT,  /* String */
-	"order_preserving" bool,  /* bool */
-	"volatility" TEXT,  /* String */
-	"invalidations" TEXT[]  /* Vec < String > */
-)
-STABLE PARALLEL SAFE 
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'validate_identity_fields_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- pg_trickle_ext::pgtrickle::write_published_identity_schemas
-CREATE  FUNCTION pgtrickle."write_published_identity_schemas"(
-	"candidates" oid[], /* Vec < pg_sys :: Oid > */
-	"publishing" oid[] /* Vec < pg_sys :: Oid > */
+-- pg_trickle_ext::pgtrickle::follow_source_ddl
+CREATE  FUNCTION pgtrickle."follow_source_ddl"(
+	"sources" oid[] /* Vec < pg_sys :: Oid > */
 ) RETURNS INT /* i32 */
 STRICT VOLATILE
 LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'write_published_identity_schemas_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- pg_trickle_ext::pgtrickle::row_probe_v1
-CREATE  FUNCTION pgtrickle."row_probe_v1"(
-	"id" bytea /* & [u8] */
-) RETURNS bytea /* Vec < u8 > */
-IMMUTABLE STRICT PARALLEL SAFE
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'row_probe_v1_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- pg_trickle_ext::pgtrickle::refresh_stream_table
-CREATE  FUNCTION pgtrickle."refresh_stream_table"(
-	"name" TEXT /* & str */
-) RETURNS void
-STRICT VOLATILE
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'refresh_stream_table_wrapper';
+AS 'MODULE_PATHNAME', 'follow_source_ddl_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
@@ -255,14 +282,14 @@ AS 'MODULE_PATHNAME', 'write_identity_schemas_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- pg_trickle_ext::pgtrickle::note_table_rewrite
-CREATE  FUNCTION pgtrickle."note_table_rewrite"(
-	"rel" oid, /* pg_sys :: Oid */
-	"reason" INT /* i32 */
-) RETURNS void
+-- pg_trickle_ext::pgtrickle::write_published_identity_schemas
+CREATE  FUNCTION pgtrickle."write_published_identity_schemas"(
+	"candidates" oid[], /* Vec < pg_sys :: Oid > */
+	"publishing" oid[] /* Vec < pg_sys :: Oid > */
+) RETURNS INT /* i32 */
 STRICT VOLATILE
 LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'note_table_rewrite_wrapper';
+AS 'MODULE_PATHNAME', 'write_published_identity_schemas_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
@@ -659,18 +686,6 @@ CREATE EVENT TRIGGER pgtrickle_capture_rewrite ON table_rewrite
   EXECUTE FUNCTION pgtrickle.identity_messages_on_rewrite();
 -- In every session_replication_role: a rewrite not noted is a rewrite not marked.
 ALTER EVENT TRIGGER pgtrickle_capture_rewrite ENABLE ALWAYS;
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- pg_trickle_ext::pgtrickle::alter_stream_table
-CREATE  FUNCTION pgtrickle."alter_stream_table"(
-	"name" TEXT, /* Option < & str > */
-	"query" TEXT DEFAULT NULL, /* Option < & str > */
-	"refresh_mode" TEXT DEFAULT NULL /* Option < & str > */
-) RETURNS void
-VOLATILE
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'alter_stream_table_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */

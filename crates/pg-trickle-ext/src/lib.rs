@@ -61,6 +61,7 @@ pub mod reader;
 pub mod redefinition;
 pub mod sequence;
 pub mod spi;
+pub mod stream_immediate;
 pub mod stream_query;
 pub mod stream_table;
 pub mod validate;
@@ -316,6 +317,21 @@ CREATE TABLE pgtrickle.pgt_stream_tables (
     last_refresh_ms double precision,
     rows_changed bigint
 );
+-- The statement each IMMEDIATE stream table applies for a statement on one of its sources
+-- (event i, u, d; a TRUNCATE recomputes with fill_sql).
+CREATE TABLE pgtrickle.pgt_immediate (
+    pgt_relid oid NOT NULL REFERENCES pgtrickle.pgt_stream_tables ON DELETE CASCADE,
+    source oid NOT NULL,
+    event text NOT NULL CHECK (event IN ('i', 'u', 'd')),
+    statement text NOT NULL,
+    PRIMARY KEY (pgt_relid, source, event)
+);
+REVOKE ALL ON pgtrickle.pgt_immediate FROM PUBLIC;
+GRANT SELECT ON pgtrickle.pgt_immediate TO PUBLIC;
+CREATE FUNCTION pgtrickle.maintain_stream_table() RETURNS trigger
+LANGUAGE c AS 'MODULE_PATHNAME', 'maintain_stream_table';
+COMMENT ON FUNCTION pgtrickle.maintain_stream_table() IS
+  'Trigger: applies a statement on a source to the IMMEDIATE stream table whose OID is its argument (create_stream_table creates these triggers)';
 COMMENT ON TABLE pgtrickle.pgt_stream_tables IS
   'Stream tables (spec/stream-tables.md): their queries, identities, index plans and refreshes';
 REVOKE ALL ON pgtrickle.pgt_stream_tables FROM PUBLIC;

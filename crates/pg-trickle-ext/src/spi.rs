@@ -172,6 +172,25 @@ pub fn rows_mut_map<T>(
     .unwrap_or_else(|e| errors::catalog_query(&e))
 }
 
+/// Runs the statement `sql` in a statement trigger's call, with the trigger's transition
+/// tables visible to it by the names its `REFERENCING` clause gave them.
+///
+/// # Safety
+/// `trigger_data` must be the `TriggerData` of the trigger call this runs in.
+pub unsafe fn run_with_transition_tables(sql: &str, trigger_data: *mut pg_sys::TriggerData) {
+    with_locked_search_path(|| {
+        Spi::connect_mut(|c| {
+            // SAFETY: guaranteed by the caller; SPI is connected for this scope.
+            let rc = unsafe { pg_sys::SPI_register_trigger_data(trigger_data) };
+            if rc < 0 {
+                return Err(SpiError::SpiError(SpiErrorCodes::Argument));
+            }
+            c.update(sql, None, &[]).map(|_| ())
+        })
+    })
+    .unwrap_or_else(|e| errors::catalog_query(&e));
+}
+
 /// Runs the statement `sql` (DML with `RETURNING`) with `args`; returns the first column of
 /// its first row.
 pub fn one_mut<T: FromDatum + IntoDatum>(sql: &str, args: &[DatumWithOid<'_>]) -> Option<T> {

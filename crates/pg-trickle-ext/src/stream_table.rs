@@ -9,7 +9,8 @@
 //! create (every name in the stored statement is qualified).
 //!
 //! FULL and DIFFERENTIAL refresh (the statements of `rowid_ivm::delta`, the frontier in the
-//! catalog); IMMEDIATE is refused by name until it lands (issue 34).
+//! catalog) and IMMEDIATE maintenance (statement triggers on the sources,
+//! [`crate::stream_immediate`]).
 
 use std::time::Instant;
 
@@ -17,7 +18,7 @@ use pgrx::datum::DatumWithOid;
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 use rowid_codec::probe::PROBE_V1_PREFIX_LEN;
-use rowid_ivm::delta::{SourceBuffer, delta_statement, fill_statement};
+use rowid_ivm::delta::{SourceBuffer, delta_statement, fill_statement, immediate_statement};
 use rowid_ivm::identity::{self, Field, Identity};
 use rowid_ivm::sql::full_query;
 use rowid_registry::sql::{QualifiedName, index_ddl, quote_ident};
@@ -44,6 +45,7 @@ const REFRESH_LOCK_CLASS: i32 = 0x0070_6774;
 enum Mode {
     Full,
     Differential,
+    Immediate,
 }
 
 impl Mode {
@@ -51,6 +53,7 @@ impl Mode {
         match self {
             Mode::Full => "FULL",
             Mode::Differential => "DIFFERENTIAL",
+            Mode::Immediate => "IMMEDIATE",
         }
     }
 }
@@ -59,14 +62,11 @@ fn mode(function: &str, text: &str) -> Mode {
     match text.to_ascii_uppercase().as_str() {
         "FULL" => Mode::Full,
         "DIFFERENTIAL" => Mode::Differential,
-        "IMMEDIATE" | "AUTO" => errors::refused(
+        "IMMEDIATE" => Mode::Immediate,
+        "AUTO" => errors::refused(
             function,
             "0A000",
-            &format!(
-                "refresh_mode {} is not available yet: this version refreshes stream tables \
-                 FULL or DIFFERENTIAL",
-                text.to_ascii_uppercase()
-            ),
+            "refresh_mode AUTO is not available yet: choose FULL, DIFFERENTIAL or IMMEDIATE",
         ),
         _ => errors::invalid_argument(
             function,
@@ -86,7 +86,7 @@ struct Definition {
 /// Reads `query` and checks everything a stream table of it needs: the operators, every
 /// value its identity holds (the registry's contract: errors name the expression, its type
 /// and the property), the output names, and the index plan.
-fn define(function: &'static str, query: &str, time_zone: &str) -> Definition {
+fn define(function: &'static str, query: &str, time_zone: &str, mode: Mode) -> Definition {
     let read = read(function, query, time_zone);
     let outputs = read.plan.outputs();
     for (i, o) in outputs.iter().enumerate() {
@@ -116,10 +116,14 @@ fn define(function: &'static str, query: &str, time_zone: &str) -> Definition {
     } else {
         Uniqueness::Multiset
     };
+    let maintenance = match mode {
+        Mode::Immediate => MaintenanceMode::Immediate,
+        Mode::Full | Mode::Differential => MaintenanceMode::Refresh,
+    };
     let plan = plan_for_bound(
         bound,
         uniqueness,
-        MaintenanceMode::Refresh,
+        maintenance,
         ctx.block_size,
         PROBE_V1_PREFIX_LEN,
     )
@@ -215,7 +219,7 @@ pub fn create(
 ) {
     let mode = mode(CREATE, refresh_mode);
     let time_zone = current_time_zone();
-    let def = define(CREATE, query, &time_zone);
+    let def = define(CREATE, query, &time_zone, mode);
     let target = target_name(CREATE, name);
     let storage = target.quoted();
     let plan = &def.read.plan;
@@ -226,8 +230,36 @@ pub fn create(
             errors::refused(CREATE, "0A000", &format!("{e}: use refresh_mode => 'FULL'"));
         }
     }
+    // IMMEDIATE: one statement per source and event, rendered before anything exists.
+    let mut immediate = Vec::new();
+    if mode == Mode::Immediate {
+        for source in unique(&def.read.sources) {
+            let relation = crate::catalog::relation_facts(source)
+                .map(|f| format!("{}.{}", quote_ident(&f.namespace), quote_ident(&f.relname)))
+                .unwrap_or_default();
+            for (event, new, old) in [
+                ("i", Some("__pgt_new"), None),
+                ("u", Some("__pgt_new"), Some("__pgt_old")),
+                ("d", None, Some("__pgt_old")),
+            ] {
+                match immediate_statement(plan, &storage, def.plan.class, &relation, new, old) {
+                    Ok(sql) => immediate.push((source, event, sql)),
+                    Err(e) => errors::refused(
+                        CREATE,
+                        "0A000",
+                        &format!(
+                            "{}: IMMEDIATE maintenance has the delta rules of DIFFERENTIAL; \
+                             use refresh_mode => 'FULL'",
+                            e.to_string()
+                                .replace("DIFFERENTIAL refresh", "IMMEDIATE maintenance")
+                        ),
+                    ),
+                }
+            }
+        }
+    }
     let buffers = match mode {
-        Mode::Full => Vec::new(),
+        Mode::Full | Mode::Immediate => Vec::new(),
         Mode::Differential => source_buffers(&def.read.sources, &|source| {
             crate::capture::capture_table(source)
         }),
@@ -235,7 +267,7 @@ pub fn create(
     let fill = fill_statement(plan, &storage, &buffers)
         .unwrap_or_else(|e| errors::invalid_argument(CREATE, e.to_string()));
     let delta = match mode {
-        Mode::Full => None,
+        Mode::Full | Mode::Immediate => None,
         Mode::Differential => Some(
             delta_statement(plan, &storage, def.plan.class, &buffers)
                 .unwrap_or_else(|e| errors::invalid_argument(CREATE, e.to_string())),
@@ -271,8 +303,90 @@ pub fn create(
             ],
         );
     });
+    if mode == Mode::Immediate {
+        as_owner(crate::catalog::extension_owner(), || {
+            for (source, event, sql) in &immediate {
+                spi::run(
+                    "INSERT INTO pgtrickle.pgt_immediate (pgt_relid, source, event, statement) \
+                     VALUES ($1, $2, $3, $4)",
+                    &[
+                        DatumWithOid::from(relid),
+                        DatumWithOid::from(*source),
+                        DatumWithOid::from(*event),
+                        DatumWithOid::from(sql.as_str()),
+                    ],
+                );
+            }
+        });
+        for source in unique(&def.read.sources) {
+            create_immediate_triggers(relid, source);
+        }
+    }
     if initialize {
         refresh_relid(REFRESH, relid);
+    }
+}
+
+/// Each OID of `oids` once, in order.
+fn unique(oids: &[pg_sys::Oid]) -> Vec<pg_sys::Oid> {
+    let mut out: Vec<pg_sys::Oid> = Vec::with_capacity(oids.len());
+    for o in oids {
+        if !out.contains(o) {
+            out.push(*o);
+        }
+    }
+    out
+}
+
+/// The statement triggers that maintain IMMEDIATE stream table `relid` from `source`
+/// (created as the caller, who needs the right to create triggers on it).
+fn create_immediate_triggers(relid: pg_sys::Oid, source: pg_sys::Oid) {
+    let table = crate::catalog::relation_name(source);
+    let name = |e: char| quote_ident(&crate::stream_immediate::trigger_name(relid, e));
+    let id = u32::from(relid);
+    for (e, event, referencing) in [
+        ('i', "INSERT", "REFERENCING NEW TABLE AS __pgt_new"),
+        (
+            'u',
+            "UPDATE",
+            "REFERENCING OLD TABLE AS __pgt_old NEW TABLE AS __pgt_new",
+        ),
+        ('d', "DELETE", "REFERENCING OLD TABLE AS __pgt_old"),
+        ('t', "TRUNCATE", ""),
+    ] {
+        spi::run(
+            &format!(
+                "CREATE TRIGGER {} AFTER {event} ON {table} {referencing} FOR EACH STATEMENT \
+                 EXECUTE FUNCTION pgtrickle.maintain_stream_table('{id}')",
+                name(e)
+            ),
+            &[],
+        );
+    }
+}
+
+/// Drops the triggers of IMMEDIATE stream table `relid` on its sources (those still there).
+fn drop_immediate_triggers(relid: pg_sys::Oid) {
+    let sources: Vec<pg_sys::Oid> = spi::rows(
+        "SELECT DISTINCT source FROM pgtrickle.pgt_immediate \
+         WHERE pgt_relid OPERATOR(pg_catalog.=) $1",
+        &[DatumWithOid::from(relid)],
+        |r| Ok(r.get::<pg_sys::Oid>(1)?.unwrap_or(pg_sys::InvalidOid)),
+    );
+    for source in sources {
+        let table = crate::catalog::relation_name(source);
+        if table.is_empty() {
+            continue;
+        }
+        for e in ['i', 'u', 'd', 't'] {
+            spi::run(
+                &format!(
+                    "DROP TRIGGER IF EXISTS {} ON {table}",
+                    quote_ident(&crate::stream_immediate::trigger_name(relid, e))
+                ),
+                &[],
+            );
+        }
     }
 }
 
@@ -518,6 +632,10 @@ fn refresh_relid(function: &str, relid: pg_sys::Oid) {
     let differential = recorded.mode == Mode::Differential.name();
     let started = Instant::now();
     let outcome = as_owner(owner, || {
+        // Maintenance of an IMMEDIATE stream table by its sources' writers waits, and the
+        // statements below read under a snapshot taken after every earlier one committed.
+        // SAFETY: a relation lock on the storage, held to the transaction's end.
+        unsafe { pg_sys::LockRelationOid(relid, pg_sys::ExclusiveLock as pg_sys::LOCKMODE) };
         with_pinned(&recorded.time_zone, || {
             if let (true, Some(delta), Some((snapshot, xid, seq))) =
                 (differential, &recorded.delta, &recorded.frontier)
@@ -570,6 +688,7 @@ pub fn drop(name: &str) {
     let relid = stream_table(DROP, name);
     owner_checked(DROP, relid);
     let table = crate::catalog::relation_name(relid);
+    drop_immediate_triggers(relid);
     spi::run(&format!("DROP TABLE {table}"), &[]);
     as_owner(crate::catalog::extension_owner(), || {
         spi::run(
@@ -602,10 +721,9 @@ pub fn alter(name: &str, query: Option<&str>, refresh_mode: Option<&str>) {
     };
     let query = query.unwrap_or(&old_query).to_string();
     let refresh_mode = refresh_mode.unwrap_or(&old_mode).to_string();
-    mode(ALTER, &refresh_mode);
     let time_zone = current_time_zone();
     // Everything checked before anything is dropped.
-    define(ALTER, &query, &time_zone);
+    define(ALTER, &query, &time_zone, mode(ALTER, &refresh_mode));
     let table = crate::catalog::relation_name(relid);
     drop(&table);
     create(&table, &query, schedule.as_deref(), &refresh_mode, true);

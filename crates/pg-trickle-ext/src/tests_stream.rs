@@ -316,7 +316,6 @@ fn stream_unsupported_queries_are_refused_by_name_before_anything_exists() {
         ("SELECT j FROM st_jsons", "FULL", "json keeps its input text"),
         ("SELECT id AS __pgt_x FROM st_orders", "FULL", "__pgt_x"),
         ("SELECT id, id FROM st_orders", "FULL", "two output columns"),
-        ("SELECT id FROM st_orders", "IMMEDIATE", "IMMEDIATE is not available yet"),
         ("WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r WHERE n < 3) SELECT n FROM r", "FULL", "WITH RECURSIVE"),
         ("SELECT id FROM st_orders; SELECT 1", "FULL", "one statement"),
         ("SELECT g FROM generate_series(1, 3) g", "FULL", "a function in FROM"),
@@ -466,10 +465,37 @@ const DIFFERENTIAL_CASES: &[&str] = &[
     "st_join_groups",
 ];
 
+/// The cases IMMEDIATE keeps in this test: those whose identity a UNIQUE index can enforce
+/// or that are multisets (a unique identity without a size bound, a text group key or a
+/// text primary key, is refused for IMMEDIATE: tested below).
+const IMMEDIATE_CASES: &[&str] = &["st_filtered", "st_keyless", "st_total", "st_join", "st_join3"];
+
+/// For each case of `cases`, a FULL stream table `<case>` and one `<case>_d` in `mode`.
+fn create_twins(cases: &[&str], mode: &str) {
+    for name in cases {
+        let (_, query, _) = STREAM_CASES
+            .iter()
+            .find(|c| c.0 == *name && !c.2.is_empty())
+            .expect("a case");
+        Spi::run(&format!(
+            "SELECT pgtrickle.create_stream_table('{name}', $q${query}$q$, refresh_mode => 'FULL');
+             SELECT pgtrickle.create_stream_table('{name}_d', $q${query}$q$,
+               refresh_mode => '{mode}');"
+        ))
+        .unwrap_or_else(|e| panic!("{name}: {e}"));
+    }
+}
+
 /// Each DIFFERENTIAL stream table equals its query, the identities derived by hand, and its
 /// FULL twin, as a multiset of `(__pgt_row_id, columns)`.
 fn assert_differential(when: &str) {
-    for name in DIFFERENTIAL_CASES {
+    assert_kept(DIFFERENTIAL_CASES, when);
+}
+
+/// Each stream table `<case>_d` of `cases` equals its query, the identities derived by hand,
+/// and its FULL twin `<case>`, as a multiset of `(__pgt_row_id, columns)`.
+fn assert_kept(cases: &[&str], when: &str) {
+    for name in cases {
         let (_, query, expected) = STREAM_CASES
             .iter()
             .find(|c| c.0 == *name && !c.2.is_empty())
@@ -502,18 +528,7 @@ fn assert_differential(when: &str) {
 #[pg_test]
 fn stream_differential_equals_its_query_and_its_full_twin() {
     stream_sources();
-    for name in DIFFERENTIAL_CASES {
-        let (_, query, _) = STREAM_CASES
-            .iter()
-            .find(|c| c.0 == *name && !c.2.is_empty())
-            .expect("a case");
-        Spi::run(&format!(
-            "SELECT pgtrickle.create_stream_table('{name}', $q${query}$q$, refresh_mode => 'FULL');
-             SELECT pgtrickle.create_stream_table('{name}_d', $q${query}$q$,
-               refresh_mode => 'DIFFERENTIAL');"
-        ))
-        .unwrap_or_else(|e| panic!("{name}: {e}"));
-    }
+    create_twins(DIFFERENTIAL_CASES, "DIFFERENTIAL");
     let refresh = || {
         for name in DIFFERENTIAL_CASES {
             Spi::run(&format!(
@@ -599,4 +614,85 @@ fn stream_differential_without_a_delta_rule_is_refused_before_anything_exists() 
         .expect("nothing"),
         Some(true)
     );
+}
+
+/// IMMEDIATE maintenance: the same cases as DIFFERENTIAL kept inside every writing statement
+/// (statement triggers with transition tables), equal to their query, the identities
+/// derived by hand and their FULL twins after every round, without a refresh.
+#[pg_test]
+fn stream_immediate_equals_its_query_after_every_statement() {
+    stream_sources();
+    create_twins(IMMEDIATE_CASES, "IMMEDIATE");
+    assert_kept(IMMEDIATE_CASES, "IMMEDIATE, after create");
+    let statements = [
+        "UPDATE st_orders SET id = 10 WHERE id = 1",
+        "UPDATE st_customers SET cid = 4 WHERE cid = 3",
+        "UPDATE st_orders SET customer = 4 WHERE customer = 3",
+        "DELETE FROM st_bag WHERE ctid = (SELECT min(ctid) FROM st_bag WHERE x = 1)",
+        "INSERT INTO st_orders VALUES (7, 'west', 1.50, 4, false), (8, NULL, 0.0, 1, true)",
+        "UPDATE st_orders SET region = 'south' WHERE id = 2",
+        "DELETE FROM st_orders WHERE region = 'east'",
+        "UPDATE st_orders SET amount = NULL WHERE region = 'south'",
+        "UPDATE st_pairs SET b = 3 WHERE a = 'a' AND b = 1",
+        "INSERT INTO st_bag SELECT 7, 'seven' FROM generate_series(1, 3)",
+        "UPDATE st_orders SET region = NULL, ok = NOT ok",
+        "TRUNCATE st_bag",
+        "INSERT INTO st_bag VALUES (1, 'x'), (1, 'x')",
+    ];
+    for statement in statements {
+        Spi::run(statement).unwrap_or_else(|e| panic!("{statement}: {e}"));
+        for name in IMMEDIATE_CASES {
+            Spi::run(&format!("SELECT pgtrickle.refresh_stream_table('{name}')"))
+                .expect("refresh the FULL twin");
+        }
+        assert_kept(IMMEDIATE_CASES, &format!("IMMEDIATE, after {statement}"));
+    }
+}
+
+/// A unique identity without a size bound cannot be enforced by a UNIQUE index, which
+/// IMMEDIATE needs (proposal §9, §17): refused with feature_not_supported before any trigger,
+/// storage or catalog row exists. And the maintenance function refuses a trigger
+/// create_stream_table did not make: another role's table feeding rows into a stream table.
+#[pg_test]
+fn stream_immediate_refuses_unbounded_unique_identities_and_foreign_triggers() {
+    Spi::run(
+        "CREATE TABLE st_texts (t text PRIMARY KEY, n int4);
+         INSERT INTO st_texts VALUES ('a', 1);",
+    )
+    .expect("setup");
+    let err = error_of(
+        None,
+        "SELECT pgtrickle.create_stream_table('st_unbounded', 'SELECT t, n FROM st_texts',
+           refresh_mode => 'IMMEDIATE')",
+    )
+    .expect("an unbounded unique identity was accepted for IMMEDIATE");
+    assert!(err.contains("IMMEDIATE mode needs one"), "{err}");
+    assert_eq!(
+        Spi::get_one::<bool>(
+            "SELECT to_regclass('st_unbounded') IS NULL
+                AND NOT EXISTS (SELECT FROM pgtrickle.pgt_stream_tables)
+                AND NOT EXISTS (SELECT FROM pg_trigger WHERE tgrelid = 'st_texts'::regclass)"
+        )
+        .expect("nothing"),
+        Some(true)
+    );
+    // The same query is kept by a refreshed mode (the probe index, the identity rechecked).
+    Spi::run(
+        "SELECT pgtrickle.create_stream_table('st_unbounded', 'SELECT t, n FROM st_texts',
+           refresh_mode => 'DIFFERENTIAL');
+         CREATE TABLE st_other (t text, n int4);",
+    )
+    .expect("differential");
+    let relid = Spi::get_one::<i64>("SELECT 'st_unbounded'::regclass::oid::int8")
+        .expect("oid")
+        .expect("an oid");
+    Spi::run(&format!(
+        "CREATE TRIGGER pgtrickle_immediate_{relid}_i AFTER INSERT ON st_other
+           REFERENCING NEW TABLE AS __pgt_new FOR EACH STATEMENT
+           EXECUTE FUNCTION pgtrickle.maintain_stream_table('{relid}')"
+    ))
+    .expect("a foreign trigger");
+    let err = error_of(None, "INSERT INTO st_other VALUES ('forged', 666)")
+        .expect("a foreign trigger fed the stream table");
+    assert!(err.contains("is not a source of an IMMEDIATE stream table"), "{err}");
 }

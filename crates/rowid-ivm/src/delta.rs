@@ -213,12 +213,6 @@ pub fn delta_statement(
     sources: &[SourceBuffer],
 ) -> Result<String, NotDifferential> {
     let items = from_items(plan)?;
-    if items.len() > MAX_JOIN_INPUTS {
-        return Err(NotDifferential(format!(
-            "a join of {} tables (at most {MAX_JOIN_INPUTS})",
-            items.len()
-        )));
-    }
     // Each item's name and buffer.
     let mut scans = Vec::with_capacity(items.len());
     for item in &items {
@@ -243,17 +237,44 @@ pub fn delta_statement(
         }
     }
     let blocked = blocked(&buffers);
-    let go = format!("NOT ({blocked})");
+    let changeable: Vec<(&str, String)> = scans
+        .iter()
+        .map(|(alias, source)| (*alias, images(source, alias)))
+        .collect();
+    let changed = "(SELECT count(*) FROM __pgt_gone) + (SELECT count(*) FROM __pgt_new)";
+    apply(
+        plan,
+        storage,
+        class,
+        &changeable,
+        &format!("WITH {NOW}, "),
+        &format!("NOT ({blocked})"),
+        &result_row(&buffers, &format!("({blocked})"), changed),
+    )
+}
+
+/// The statement applying the change of `plan`'s level when the `FROM` items `changeable`
+/// (by name, with the SQL of their signed row images) changed: `head` opens its `WITH`
+/// list, `go` guards every change it makes, `row` is its final `SELECT`. The other items are
+/// read as they are now.
+fn apply(
+    plan: &Plan,
+    storage: &str,
+    class: IndexClass,
+    changeable: &[(&str, String)],
+    head: &str,
+    go: &str,
+    row: &str,
+) -> Result<String, NotDifferential> {
     let names: Vec<String> = plan.outputs().into_iter().map(|o| o.name).collect();
     let cols: Vec<String> = names.iter().map(|n| quote_ident(n)).collect();
     let id = quote_ident(ROW_ID);
     let matches = |t: &str, s: &str| rowid_registry::sql::match_predicate(class, t, s);
-    let changed = "(SELECT count(*) FROM __pgt_gone) + (SELECT count(*) FROM __pgt_new)";
     // Every term: the subset as a bit set, and its weight expression.
-    let terms: Vec<(usize, String)> = (1..(1usize << scans.len()))
+    let terms: Vec<(usize, String)> = (1..(1usize << changeable.len()))
         .map(|set| {
             let sign = if set.count_ones() % 2 == 1 { "1" } else { "-1" };
-            let weights: Vec<String> = scans
+            let weights: Vec<String> = changeable
                 .iter()
                 .enumerate()
                 .filter(|(i, _)| set & (1 << i) != 0)
@@ -269,18 +290,18 @@ pub fn delta_statement(
                 extra: &[String]|
      -> Result<String, NotDifferential> {
         let replace = |p: &Plan| match p {
-            Plan::Scan { alias, .. } => scans
+            Plan::Scan { alias, .. } => changeable
                 .iter()
                 .enumerate()
                 .find(|(i, (a, _))| *a == alias.as_str() && set & (1 << i) != 0)
-                .map(|(_, (a, source))| images(source, a)),
+                .map(|(_, (_, images))| images.clone()),
             _ => None,
         };
         level_where(level, names, with_id, false, &replace, extra, &[])
             .map_err(|e| NotDifferential(e.0))
     };
     if is_aggregate(plan) {
-        // The groups the window touches: the group identity of every row of every term
+        // The groups the change touches: the group identity of every row of every term
         // (signs do not matter: a group a term reaches is touched).
         let group = level_identity(plan).map_err(|e| NotDifferential(e.0))?;
         let stripped = strip_aggregate(plan);
@@ -308,7 +329,7 @@ pub fn delta_statement(
         )
         .map_err(|e| NotDifferential(e.0))?;
         return Ok(format!(
-            "WITH {NOW}, __pgt_touched AS (SELECT DISTINCT t.{id} FROM ({}) AS t WHERE {go}), \
+            "{head}__pgt_touched AS (SELECT DISTINCT t.{id} FROM ({}) AS t WHERE {go}), \
              __pgt_gone AS (DELETE FROM {storage} AS s WHERE EXISTS (SELECT FROM __pgt_touched AS a \
                WHERE {m}) RETURNING 1), \
              __pgt_new AS (INSERT INTO {storage} SELECT f.* FROM ({fresh}) AS f \
@@ -316,7 +337,6 @@ pub fn delta_statement(
              {row}",
             touched.join(" UNION ALL "),
             m = matches("s", "a"),
-            row = result_row(&buffers, &format!("({blocked})"), changed),
         ));
     }
     // Linear (and joins): every term's rows with their weights, summed per identity and
@@ -337,7 +357,7 @@ pub fn delta_statement(
     };
     let net_cols: Vec<String> = cols.iter().map(|c| format!("n.{c}")).collect();
     Ok(format!(
-        "WITH {NOW}, __pgt_delta AS (SELECT d.*, {drep} AS __pgt_rep FROM ({delta}) AS d WHERE {go}), \
+        "{head}__pgt_delta AS (SELECT d.*, {drep} AS __pgt_rep FROM ({delta}) AS d WHERE {go}), \
          __pgt_net AS (SELECT DISTINCT ON (d.{id}, d.__pgt_rep) d.*, \
            sum(d.\"__pgt_w\") OVER (PARTITION BY d.{id}, d.__pgt_rep) AS __pgt_n \
            FROM __pgt_delta AS d), \
@@ -356,19 +376,89 @@ pub fn delta_statement(
         delta = delta.join(" UNION ALL "),
         ncols = net_cols.join(", "),
         m2 = matches("s2", "n"),
-        row = result_row(&buffers, &format!("({blocked})"), changed),
     ))
 }
 
-/// The `FROM` items of the one `SELECT` level a plan with a delta rule is, or the operator
-/// that has none.
+/// The IMMEDIATE statement of `plan` into `storage` (identity index of `class`) for a
+/// statement on the source `relation` whose transition tables are named `new_table`
+/// (INSERT, UPDATE) and `old_table` (UPDATE, DELETE): the same rules as
+/// [`delta_statement`], the change being the transition tables (new rows +1, old rows -1)
+/// and every other item read as it is after the statement. Returns one row: the number of
+/// stored rows changed (`bigint`).
+pub fn immediate_statement(
+    plan: &Plan,
+    storage: &str,
+    class: IndexClass,
+    relation: &str,
+    new_table: Option<&str>,
+    old_table: Option<&str>,
+) -> Result<String, NotDifferential> {
+    let items = from_items(plan)?;
+    let side = |table: Option<&str>, weight: &str| -> String {
+        match table {
+            Some(t) => format!(
+                "SELECT t.*, {weight} AS \"__pgt_w\" FROM {} AS t",
+                quote_ident(t)
+            ),
+            None => String::new(),
+        }
+    };
+    let mut changeable = Vec::new();
+    for item in &items {
+        let Plan::Scan {
+            relation: r, alias, ..
+        } = item
+        else {
+            return Err(NotDifferential(format!("a {} in FROM", name(item))));
+        };
+        if r != relation {
+            continue;
+        }
+        let parts: Vec<String> = [side(new_table, "1"), side(old_table, "-1")]
+            .into_iter()
+            .filter(|p| !p.is_empty())
+            .collect();
+        if parts.is_empty() {
+            return Err(NotDifferential(
+                "a statement without transition tables".into(),
+            ));
+        }
+        changeable.push((
+            alias.as_str(),
+            format!("({}) AS {}", parts.join(" UNION ALL "), quote_ident(alias)),
+        ));
+    }
+    apply(
+        plan,
+        storage,
+        class,
+        &changeable,
+        "WITH ",
+        "true",
+        "SELECT ((SELECT count(*) FROM __pgt_gone) + (SELECT count(*) FROM __pgt_new))::pg_catalog.int8",
+    )
+}
+
+/// The `FROM` items of the one `SELECT` level a plan with a delta rule is (at most
+/// [`MAX_JOIN_INPUTS`]), or the operator that has none.
 fn from_items(plan: &Plan) -> Result<Vec<&Plan>, NotDifferential> {
+    let items = level_items(plan)?;
+    if items.len() > MAX_JOIN_INPUTS {
+        return Err(NotDifferential(format!(
+            "a join of {} tables (at most {MAX_JOIN_INPUTS})",
+            items.len()
+        )));
+    }
+    Ok(items)
+}
+
+fn level_items(plan: &Plan) -> Result<Vec<&Plan>, NotDifferential> {
     match plan {
         Plan::Scan { .. } => Ok(vec![plan]),
         Plan::Join { inputs, .. } => Ok(inputs.iter().collect()),
         Plan::Project { input, .. }
         | Plan::Filter { input, .. }
-        | Plan::Aggregate { input, .. } => from_items(input),
+        | Plan::Aggregate { input, .. } => level_items(input),
         other => Err(NotDifferential(format!("a {}", name(other)))),
     }
 }

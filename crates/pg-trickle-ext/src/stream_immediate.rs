@@ -1,0 +1,116 @@
+//! IMMEDIATE stream tables (spec/stream-tables.md §5.3): the statement triggers on their
+//! sources and the trigger function that applies each statement's transition tables with
+//! the statement `rowid_ivm::delta::immediate_statement` rendered at create.
+//!
+//! The function runs only from the triggers `create_stream_table` made: the trigger must be
+//! named as it named it, on a relation the catalog records as a source of that stream table,
+//! so a trigger another role points at the function (on its own table, or a second one on a
+//! source) is refused by name instead of feeding rows into someone else's stream table. It
+//! runs as the stream table's owner, restricted, with the path locked and the refresh
+//! settings pinned, after locking the storage `EXCLUSIVE`: concurrent writers of its sources
+//! apply their statements one after the other, each statement reading the sources under a
+//! snapshot taken after the lock (every earlier writer's maintenance committed).
+
+use pgrx::datum::DatumWithOid;
+use pgrx::pg_sys;
+use pgrx::prelude::*;
+
+use crate::guard::{as_owner, with_pinned_settings};
+use crate::{errors, spi};
+
+const FUNCTION: &str = "pgtrickle.maintain_stream_table";
+
+/// The name of the trigger of stream table `relid` for `event` (`i`, `u`, `d`, `t`).
+pub fn trigger_name(relid: pg_sys::Oid, event: char) -> String {
+    format!("pgtrickle_immediate_{}_{event}", u32::from(relid))
+}
+
+crate::pg_function_info_v1!(pg_finfo_maintain_stream_table);
+
+/// The trigger function `pgtrickle.maintain_stream_table(stream table OID)`: AFTER ... FOR
+/// EACH STATEMENT on INSERT, UPDATE, DELETE (with transition tables) and TRUNCATE.
+///
+/// # Safety
+/// Called by PostgreSQL's trigger manager with a `TriggerData` context.
+#[pg_guard]
+#[unsafe(no_mangle)]
+pub unsafe extern "C-unwind" fn maintain_stream_table(
+    fcinfo: pg_sys::FunctionCallInfo,
+) -> pg_sys::Datum {
+    // SAFETY: a trigger call's context is a TriggerData whose relation and trigger are valid
+    // for this call; the trigger's arguments are `tgnargs` NUL-terminated strings.
+    unsafe {
+        let context = (*fcinfo).context;
+        if context.is_null() || (*context).type_ != pg_sys::NodeTag::T_TriggerData {
+            errors::invalid_argument(FUNCTION, "is a trigger function".into());
+        }
+        let td = context.cast::<pg_sys::TriggerData>();
+        let event = (*td).tg_event;
+        if event & pg_sys::TRIGGER_EVENT_TIMINGMASK != pg_sys::TRIGGER_EVENT_AFTER
+            || event & pg_sys::TRIGGER_EVENT_ROW != 0
+        {
+            errors::invalid_argument(FUNCTION, "must fire AFTER ... FOR EACH STATEMENT".into());
+        }
+        let op = match event & pg_sys::TRIGGER_EVENT_OPMASK {
+            pg_sys::TRIGGER_EVENT_INSERT => 'i',
+            pg_sys::TRIGGER_EVENT_UPDATE => 'u',
+            pg_sys::TRIGGER_EVENT_DELETE => 'd',
+            _ => 't',
+        };
+        let trigger = (*td).tg_trigger;
+        if (*trigger).tgnargs != 1 {
+            errors::invalid_argument(FUNCTION, "takes the stream table's OID".into());
+        }
+        let arg = std::ffi::CStr::from_ptr(*(*trigger).tgargs).to_string_lossy();
+        let relid = pg_sys::Oid::from(arg.parse::<u32>().unwrap_or(0));
+        let name = std::ffi::CStr::from_ptr((*trigger).tgname).to_string_lossy();
+        let source = (*(*td).tg_relation).rd_id;
+        if name != trigger_name(relid, op) {
+            errors::invalid_argument(
+                FUNCTION,
+                format!(
+                    "the trigger {name:?} on {} is not one create_stream_table made",
+                    crate::catalog::relation_name(source)
+                ),
+            );
+        }
+        let statement: Option<String> = spi::one(
+            "SELECT CASE WHEN $3 OPERATOR(pg_catalog.=) 't' THEN s.fill_sql ELSE i.statement END \
+             FROM pgtrickle.pgt_immediate i \
+             JOIN pgtrickle.pgt_stream_tables s ON s.pgt_relid OPERATOR(pg_catalog.=) i.pgt_relid \
+             WHERE i.pgt_relid OPERATOR(pg_catalog.=) $1 AND i.source OPERATOR(pg_catalog.=) $2 \
+               AND (i.event OPERATOR(pg_catalog.=) $3 OR $3 OPERATOR(pg_catalog.=) 't') \
+             LIMIT 1",
+            &[
+                DatumWithOid::from(relid),
+                DatumWithOid::from(source),
+                DatumWithOid::from(op.to_string().as_str()),
+            ],
+        );
+        let Some(statement) = statement else {
+            errors::invalid_argument(
+                FUNCTION,
+                format!(
+                    "{} is not a source of an IMMEDIATE stream table with OID {}",
+                    crate::catalog::relation_name(source),
+                    u32::from(relid)
+                ),
+            );
+        };
+        let time_zone: String = spi::one(
+            "SELECT time_zone FROM pgtrickle.pgt_stream_tables \
+             WHERE pgt_relid OPERATOR(pg_catalog.=) $1",
+            &[DatumWithOid::from(relid)],
+        )
+        .unwrap_or_else(|| "UTC".into());
+        let owner = crate::catalog::relation_owner(relid);
+        as_owner(owner, || {
+            // Writers of the sources apply their statements one at a time.
+            pg_sys::LockRelationOid(relid, pg_sys::ExclusiveLock as pg_sys::LOCKMODE);
+            with_pinned_settings(&time_zone, || {
+                spi::run_with_transition_tables(&statement, td);
+            });
+        });
+        pg_sys::Datum::from(0)
+    }
+}
