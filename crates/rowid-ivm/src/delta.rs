@@ -356,6 +356,27 @@ fn apply(
         format!("ROW({})::pg_catalog.text", c.join(", "))
     };
     let net_cols: Vec<String> = cols.iter().map(|c| format!("n.{c}")).collect();
+    if crate::identity::identity(plan).unique {
+        // One stored row per identity: after consolidation a row of the net change weighs
+        // -1 (its old representation goes) or +1 (its new one comes), and the stored row is
+        // found by its identity (the index) and representation.
+        return Ok(format!(
+            "{head}__pgt_delta AS (SELECT d.*, {drep} AS __pgt_rep FROM ({delta}) AS d WHERE {go}), \
+             __pgt_net AS (SELECT DISTINCT ON (d.{id}, d.__pgt_rep) d.*, \
+               sum(d.\"__pgt_w\") OVER (PARTITION BY d.{id}, d.__pgt_rep) AS __pgt_n \
+               FROM __pgt_delta AS d), \
+             __pgt_gone AS (DELETE FROM {storage} AS s USING __pgt_net AS n \
+               WHERE n.__pgt_n < 0 AND {m} AND {srep} = n.__pgt_rep RETURNING 1), \
+             __pgt_new AS (INSERT INTO {storage} SELECT n.{id}, {ncols} FROM __pgt_net AS n \
+               WHERE n.__pgt_n > 0 RETURNING 1) \
+             {row}",
+            drep = rep("d"),
+            srep = rep("s"),
+            delta = delta.join(" UNION ALL "),
+            ncols = net_cols.join(", "),
+            m = matches("s", "n"),
+        ));
+    }
     Ok(format!(
         "{head}__pgt_delta AS (SELECT d.*, {drep} AS __pgt_rep FROM ({delta}) AS d WHERE {go}), \
          __pgt_net AS (SELECT DISTINCT ON (d.{id}, d.__pgt_rep) d.*, \
