@@ -215,9 +215,99 @@ pub fn run() -> Result<(), String> {
     follow_with_rowid_cdc(&cluster)?;
     keep_a_replica(&cluster)?;
     publish_to_nats(&cluster)?;
+    stream_tables(&cluster)?;
     drop(cluster);
     println!("\ndemo finished; the cluster under target/demo is stopped.");
     Ok(())
+}
+
+/// Stream tables: an aggregate and a join kept DIFFERENTIAL (refreshed from the change
+/// buffers) and IMMEDIATE (inside every writing statement), each shown equal to its query.
+fn stream_tables(cluster: &Cluster) -> Result<(), String> {
+    step(
+        "stream tables: an aggregate and a join kept DIFFERENTIAL and IMMEDIATE, equal to their queries",
+    );
+    show(
+        cluster,
+        "two sources and four stream tables (pg_trickle's calls)",
+        "CREATE TABLE sales (id int8 PRIMARY KEY, region text NOT NULL, store int4 NOT NULL,
+                             amount numeric NOT NULL);
+         CREATE TABLE stores (store int4 PRIMARY KEY, city text NOT NULL);
+         INSERT INTO stores VALUES (1, 'Lyon'), (2, 'Porto'), (3, 'Oslo');
+         INSERT INTO sales SELECT g, (ARRAY['north', 'south', 'east'])[g % 3 + 1], g % 3 + 1,
+                                  (g % 50)::numeric + 0.50
+                           FROM generate_series(1, 3000) g;
+         SELECT pgtrickle.create_stream_table('sales_by_region',
+           'SELECT region, count(*) AS n, sum(amount) AS total FROM sales GROUP BY region',
+           refresh_mode => 'DIFFERENTIAL');
+         SELECT pgtrickle.create_stream_table('sales_with_city',
+           'SELECT s.id, st.city, s.amount FROM sales s JOIN stores st ON st.store = s.store',
+           refresh_mode => 'DIFFERENTIAL');
+         SELECT pgtrickle.create_stream_table('sales_by_store_now',
+           'SELECT store, count(*) AS n, sum(amount) AS total FROM sales GROUP BY store',
+           refresh_mode => 'IMMEDIATE');
+         SELECT pgtrickle.create_stream_table('sales_with_city_now',
+           'SELECT s.id, st.city FROM sales s JOIN stores st ON st.store = s.store',
+           refresh_mode => 'IMMEDIATE');
+         SELECT pgt_name, refresh_mode, identity_domain, index_class
+         FROM pgtrickle.pgt_stream_tables ORDER BY pgt_name",
+    )?;
+    show(
+        cluster,
+        "writes: keys moved, rows deleted and inserted, a store moved to another city; the \
+         DIFFERENTIAL tables refreshed (the IMMEDIATE ones already are)",
+        "UPDATE sales SET id = id + 100000 WHERE id % 10 = 0;
+         DELETE FROM sales WHERE id % 7 = 0;
+         INSERT INTO sales SELECT g, 'west', 2, 9.99 FROM generate_series(5001, 5100) g;
+         UPDATE stores SET city = 'Bergen' WHERE store = 3;
+         SELECT pgtrickle.refresh_stream_table('sales_by_region');
+         SELECT pgtrickle.refresh_stream_table('sales_with_city');
+         SELECT pgt_name, rows_changed FROM pgtrickle.pgt_stream_tables
+         WHERE refresh_mode = 'DIFFERENTIAL' ORDER BY pgt_name",
+    )?;
+    show(
+        cluster,
+        "each stream table equals its query run fresh (rows in one and not the other, both \
+         ways, as multisets: 0)",
+        "SELECT 'sales_by_region' AS stream_table, count(*) AS differences FROM (
+           (SELECT region, n, total FROM sales_by_region
+            EXCEPT ALL SELECT region, count(*), sum(amount) FROM sales GROUP BY region)
+           UNION ALL (SELECT region, count(*), sum(amount) FROM sales GROUP BY region
+            EXCEPT ALL SELECT region, n, total FROM sales_by_region)) d
+         UNION ALL
+         SELECT 'sales_with_city', count(*) FROM (
+           (SELECT id, city, amount FROM sales_with_city
+            EXCEPT ALL SELECT s.id, st.city, s.amount FROM sales s JOIN stores st USING (store))
+           UNION ALL (SELECT s.id, st.city, s.amount FROM sales s JOIN stores st USING (store)
+            EXCEPT ALL SELECT id, city, amount FROM sales_with_city)) d
+         UNION ALL
+         SELECT 'sales_by_store_now', count(*) FROM (
+           (SELECT store, n, total FROM sales_by_store_now
+            EXCEPT ALL SELECT store, count(*), sum(amount) FROM sales GROUP BY store)
+           UNION ALL (SELECT store, count(*), sum(amount) FROM sales GROUP BY store
+            EXCEPT ALL SELECT store, n, total FROM sales_by_store_now)) d
+         UNION ALL
+         SELECT 'sales_with_city_now', count(*) FROM (
+           (SELECT id, city FROM sales_with_city_now
+            EXCEPT ALL SELECT s.id, st.city FROM sales s JOIN stores st USING (store))
+           UNION ALL (SELECT s.id, st.city FROM sales s JOIN stores st USING (store)
+            EXCEPT ALL SELECT id, city FROM sales_with_city_now)) d",
+    )?;
+    show(
+        cluster,
+        "every __pgt_row_id is the identity anyone derives with encode_row_id_v2 (a group's \
+         GROUP_KEY; a joined row's JOIN_KEY of its two source rows' identities)",
+        "SELECT region, total, pgtrickle.row_id_describe(__pgt_row_id) AS identity,
+                __pgt_row_id = pgtrickle.encode_row_id_v2('GROUP_KEY', ROW(region)) AS derived
+         FROM sales_by_region ORDER BY region;
+         SELECT id, city, pgtrickle.row_id_describe(__pgt_row_id) AS identity,
+                __pgt_row_id = pgtrickle.encode_row_id_v2('JOIN_KEY', ROW(
+                  pgtrickle.encode_row_id_v2('SCAN_KEY', ROW(id))::pgtrickle.row_id,
+                  pgtrickle.encode_row_id_v2('SCAN_KEY', ROW(st.store))::pgtrickle.row_id))
+                  AS derived
+         FROM sales_with_city_now JOIN stores st USING (city) WHERE id IN (5001, 100010)
+         ORDER BY id",
+    )
 }
 
 /// `rowid-cdc` follows two tables through a key change and a TOASTed keyless update.
