@@ -61,6 +61,7 @@ fn schema(key: u8, ri: ReplicaIdentity) -> RelationSchema {
                 not_null: true,
                 shape: Some(Shape::Scalar(c.2)),
                 missing: None,
+                missing_without_send_form: false,
             })
             .collect(),
         primary_key: cols[..key_cols].iter().map(|c| c.0.clone()).collect(),

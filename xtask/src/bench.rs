@@ -11,7 +11,9 @@
 //! 4. the probe prefix candidates P = 32, 64, 128, 256 (`benches/sql/probe.sql`);
 //! 5. to 10. WAL capture, trigger capture, the replica, locality, NATS and DDL under the
 //!    extension's event triggers (`bench_cdc`, `bench_replica`, `bench_locality`,
-//!    `bench_nats`, `bench_ddl`).
+//!    `bench_nats`, `bench_ddl`);
+//! 11. stream tables: DIFFERENTIAL refresh against `REFRESH MATERIALIZED VIEW`, IMMEDIATE
+//!     against a hand-written statement trigger (`bench_stream`).
 //!
 //! `--quick` runs everything at small sizes (criterion in test mode, 10^4 rows) as a CI smoke
 //! test: it fails when a benchmark is broken, never because of a ratio.
@@ -642,9 +644,9 @@ fn wal_capture(
 
 /// Runs the benchmarks (`only`: one part, `codec`, `sql` or `wal`).
 pub fn run(quick: bool, only: Option<&str>) -> Result<(), String> {
-    const PARTS: [&str; 11] = [
+    const PARTS: [&str; 12] = [
         "codec", "sql", "per-row", "physical", "probe", "wal", "capture", "replica", "locality",
-        "nats", "ddl",
+        "nats", "ddl", "stream",
     ];
     if let Some(part) = only
         && !PARTS.contains(&part)
@@ -681,6 +683,7 @@ pub fn run(quick: bool, only: Option<&str>) -> Result<(), String> {
     }
     if ![
         "per-row", "physical", "probe", "wal", "capture", "replica", "locality", "nats", "ddl",
+        "stream",
     ]
     .iter()
     .any(|p| wanted(p))
@@ -761,6 +764,24 @@ pub fn run(quick: bool, only: Option<&str>) -> Result<(), String> {
             &sql_dir().join("ddl_catalog.sql"),
             &mut report,
         )?;
+    }
+    if wanted("stream") {
+        let work = if quick {
+            crate::bench_stream::Work {
+                rows: 10_000,
+                groups: 100,
+                customers: 100,
+                rounds: 1,
+            }
+        } else {
+            crate::bench_stream::Work {
+                rows: 1_000_000,
+                groups: 10_000,
+                customers: 10_000,
+                rounds: 5,
+            }
+        };
+        crate::bench_stream::stream(&cluster, &work, &mut report)?;
     }
     if wanted("nats") {
         let binary = rowid_cdc_binary(quick)?;
