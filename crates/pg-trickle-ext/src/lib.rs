@@ -755,6 +755,7 @@ mod tests {
     include!("tests_owner.rs");
     include!("tests_images.rs");
     include!("tests_stream.rs");
+    include!("tests_stream_oracle.rs");
 }
 
 /// pgrx test harness hooks.
