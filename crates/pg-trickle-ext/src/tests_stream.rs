@@ -453,7 +453,8 @@ fn stream_alter_replaces_the_query_only_after_checking_it() {
 }
 
 /// The cases of [`STREAM_CASES`] that DIFFERENTIAL refresh keeps today (one source, or an
-/// inner join of sources, with or without aggregates).
+/// inner join of sources, with or without aggregates; `DISTINCT`; set operations whose
+/// branches agree in type).
 const DIFFERENTIAL_CASES: &[&str] = &[
     "st_filtered",
     "st_composite",
@@ -463,12 +464,26 @@ const DIFFERENTIAL_CASES: &[&str] = &[
     "st_join",
     "st_join3",
     "st_join_groups",
+    "st_distinct",
+    "st_union",
+    "st_intersect_all",
+    "st_except_all",
+    "st_except",
 ];
 
 /// The cases IMMEDIATE keeps in this test: those whose identity a UNIQUE index can enforce
 /// or that are multisets (a unique identity without a size bound, a text group key or a
 /// text primary key, is refused for IMMEDIATE: tested below).
-const IMMEDIATE_CASES: &[&str] = &["st_filtered", "st_keyless", "st_total", "st_join", "st_join3"];
+const IMMEDIATE_CASES: &[&str] = &[
+    "st_filtered",
+    "st_keyless",
+    "st_total",
+    "st_join",
+    "st_join3",
+    "st_intersect_all",
+    "st_except_all",
+    "st_except",
+];
 
 /// For each case of `cases`, a FULL stream table `<case>` and one `<case>_d` in `mode`.
 fn create_twins(cases: &[&str], mode: &str) {
@@ -592,8 +607,9 @@ fn stream_differential_without_a_delta_rule_is_refused_before_anything_exists() 
     stream_sources();
     for query in [
         "WITH big AS (SELECT id FROM st_orders) SELECT b.id FROM big b",
-        "SELECT DISTINCT region FROM st_orders",
+        "SELECT DISTINCT count(*) FROM st_orders GROUP BY region",
         "SELECT id FROM st_orders UNION ALL SELECT cid FROM st_customers",
+        "SELECT id FROM st_orders UNION SELECT cid FROM st_customers",
     ] {
         let err = error_of(
             None,

@@ -95,21 +95,21 @@ const ORACLE: &[(&str, &str, &str, &str)] = &[
         "SELECT DISTINCT g FROM o_int",
         "SELECT pgtrickle.encode_row_id_v2('GROUP_KEY', ROW(g)), g
          FROM (SELECT DISTINCT g FROM o_int) d",
-        "F",
+        "FDI",
     ),
     (
         "o_un",
         "SELECT g FROM o_int UNION SELECT g FROM o_text",
         "SELECT pgtrickle.encode_row_id_v2('SET_KEY', ROW(g)), g
          FROM (SELECT g FROM o_int UNION SELECT g FROM o_text) s",
-        "F",
+        "FDI",
     ),
     (
         "o_ex",
         "SELECT x FROM o_bag EXCEPT ALL SELECT g FROM o_int",
         "SELECT pgtrickle.encode_row_id_v2('SET_KEY', ROW(x)), x
          FROM (SELECT x FROM o_bag EXCEPT ALL SELECT g FROM o_int) s",
-        "F",
+        "FDI",
     ),
     (
         "o_sub",

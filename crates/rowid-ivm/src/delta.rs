@@ -237,10 +237,22 @@ pub fn delta_statement(
         }
     }
     let blocked = blocked(&buffers);
-    let changeable: Vec<(&str, String)> = scans
-        .iter()
-        .map(|(alias, source)| (*alias, images(source, alias)))
-        .collect();
+    let mut changeable: Vec<Changeable<'_>> = Vec::new();
+    for (item, (alias, source)) in items.iter().zip(&scans) {
+        let Plan::Scan { relation, .. } = item else {
+            continue;
+        };
+        if !changeable
+            .iter()
+            .any(|c| c.alias == *alias && c.relation == relation.as_str())
+        {
+            changeable.push(Changeable {
+                alias,
+                relation,
+                images: images(source, alias),
+            });
+        }
+    }
     let changed = "(SELECT count(*) FROM __pgt_gone) + (SELECT count(*) FROM __pgt_new)";
     apply(
         plan,
@@ -253,15 +265,102 @@ pub fn delta_statement(
     )
 }
 
-/// The statement applying the change of `plan`'s level when the `FROM` items `changeable`
-/// (by name, with the SQL of their signed row images) changed: `head` opens its `WITH`
-/// list, `go` guards every change it makes, `row` is its final `SELECT`. The other items are
-/// read as they are now.
+/// A `FROM` item whose rows changed: its name and relation, and the SQL of its signed row
+/// images under that name (column `__pgt_w`: +1 new, -1 old).
+struct Changeable<'a> {
+    alias: &'a str,
+    relation: &'a str,
+    images: String,
+}
+
+/// The items of `level` (a `SELECT` level) that changed, each once.
+fn changed_in<'a, 'b>(level: &Plan, changeable: &'b [Changeable<'a>]) -> Vec<&'b Changeable<'a>> {
+    let mut out: Vec<&Changeable<'_>> = Vec::new();
+    for item in level_items(level).unwrap_or_default() {
+        if let Plan::Scan {
+            alias, relation, ..
+        } = item
+            && let Some(c) = changeable
+                .iter()
+                .find(|c| c.alias == alias.as_str() && c.relation == relation.as_str())
+            && !out.iter().any(|o| std::ptr::eq(*o, c))
+        {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// `level` evaluated with the changed items of `set` (bits over `changed`) replaced by their
+/// images.
+fn term(
+    level: &Plan,
+    changed: &[&Changeable<'_>],
+    set: usize,
+    names: &[String],
+    with_id: bool,
+    extra: &[String],
+) -> Result<String, NotDifferential> {
+    let replace = |p: &Plan| match p {
+        Plan::Scan {
+            alias, relation, ..
+        } => changed
+            .iter()
+            .enumerate()
+            .find(|(i, c)| {
+                c.alias == alias.as_str() && c.relation == relation.as_str() && set & (1 << i) != 0
+            })
+            .map(|(_, c)| c.images.clone()),
+        _ => None,
+    };
+    level_where(level, names, with_id, false, &replace, extra, &[])
+        .map_err(|e| NotDifferential(e.0))
+}
+
+/// The identities, computed by `select` per row, of every row of every term of `level`'s
+/// change (signs do not matter: an identity a term reaches is touched).
+fn touched_terms(
+    level: &Plan,
+    changeable: &[Changeable<'_>],
+    select: &str,
+) -> Result<Vec<String>, NotDifferential> {
+    let changed = changed_in(level, changeable);
+    let id = quote_ident(ROW_ID);
+    (1..(1usize << changed.len()))
+        .map(|set| {
+            term(
+                level,
+                &changed,
+                set,
+                &[],
+                false,
+                &[format!("{select} AS {id}")],
+            )
+        })
+        .collect()
+}
+
+/// `c1`, `c2`, ...: the column names of an inner block.
+fn positional(n: usize) -> Vec<String> {
+    (1..=n).map(|i| format!("c{i}")).collect()
+}
+
+/// `encode_row_id_v2(domain, ROW(exprs))`.
+fn encoded(domain: &str, exprs: &[String]) -> String {
+    format!(
+        "pgtrickle.encode_row_id_v2('{domain}', ROW({}))",
+        exprs.join(", ")
+    )
+}
+
+/// The statement applying the change of `plan` when the `FROM` items `changeable` (with the
+/// SQL of their signed row images) changed: `head` opens its `WITH` list, `go` guards every
+/// change it makes, `row` is its final `SELECT`. The other items are read as they are now.
 fn apply(
     plan: &Plan,
     storage: &str,
     class: IndexClass,
-    changeable: &[(&str, String)],
+    changeable: &[Changeable<'_>],
     head: &str,
     go: &str,
     row: &str,
@@ -270,64 +369,93 @@ fn apply(
     let cols: Vec<String> = names.iter().map(|n| quote_ident(n)).collect();
     let id = quote_ident(ROW_ID);
     let matches = |t: &str, s: &str| rowid_registry::sql::match_predicate(class, t, s);
-    // Every term: the subset as a bit set, and its weight expression.
-    let terms: Vec<(usize, String)> = (1..(1usize << changeable.len()))
-        .map(|set| {
-            let sign = if set.count_ones() % 2 == 1 { "1" } else { "-1" };
-            let weights: Vec<String> = changeable
-                .iter()
-                .enumerate()
-                .filter(|(i, _)| set & (1 << i) != 0)
-                .map(|(_, (alias, _))| format!("{}.\"__pgt_w\"", quote_ident(alias)))
-                .collect();
-            (set, format!("{sign} * {}", weights.join(" * ")))
-        })
-        .collect();
-    let term = |level: &Plan,
-                set: usize,
-                names: &[String],
-                with_id: bool,
-                extra: &[String]|
-     -> Result<String, NotDifferential> {
-        let replace = |p: &Plan| match p {
-            Plan::Scan { alias, .. } => changeable
-                .iter()
-                .enumerate()
-                .find(|(i, (a, _))| *a == alias.as_str() && set & (1 << i) != 0)
-                .map(|(_, (_, images))| images.clone()),
-            _ => None,
-        };
-        level_where(level, names, with_id, false, &replace, extra, &[])
-            .map_err(|e| NotDifferential(e.0))
-    };
-    if is_aggregate(plan) {
-        // The groups the change touches: the group identity of every row of every term
-        // (signs do not matter: a group a term reaches is touched).
-        let group = level_identity(plan).map_err(|e| NotDifferential(e.0))?;
-        let stripped = strip_aggregate(plan);
-        let mut touched = Vec::with_capacity(terms.len());
-        for (set, _) in &terms {
-            touched.push(term(
-                &stripped,
-                *set,
-                &[],
+    let touched_filter =
+        |per_row: &str| format!("{per_row} IN (SELECT a.{id} FROM __pgt_touched AS a)");
+    // The operators whose rows are recomputed where the change touches them: the touched
+    // identities, and the statement that gives those rows now.
+    let recomputed: Option<(Vec<String>, String)> = match plan {
+        Plan::Distinct { input } => {
+            let targets: Vec<String> = input.outputs().into_iter().map(|o| o.expr.sql).collect();
+            let per_row = encoded("GROUP_KEY", &targets);
+            let touched = touched_terms(input, changeable, &per_row)?;
+            let inner_names = positional(targets.len());
+            let inner = level_where(
+                input,
+                &inner_names,
                 false,
-                &[format!("{group} AS {id}")],
-            )?);
+                true,
+                &|_| None,
+                &[],
+                &[touched_filter(&per_row)],
+            )
+            .map_err(|e| NotDifferential(e.0))?;
+            let d: Vec<String> = inner_names.iter().map(|c| format!("d.{c}")).collect();
+            let named: Vec<String> = d
+                .iter()
+                .zip(&cols)
+                .map(|(c, n)| format!("{c} AS {n}"))
+                .collect();
+            let fresh = format!(
+                "SELECT {} AS {id}, {} FROM ({inner}) AS d",
+                encoded("GROUP_KEY", &d),
+                named.join(", ")
+            );
+            Some((touched, fresh))
         }
-        let fresh = level_where(
-            plan,
-            &names,
-            true,
-            false,
-            &|_| None,
-            &[],
-            &[format!(
-                "{} IN (SELECT a.{id} FROM __pgt_touched AS a)",
-                group_identity_per_row(plan)?
-            )],
-        )
-        .map_err(|e| NotDifferential(e.0))?;
+        Plan::SetOp { op, all, branches } => {
+            let mut touched = Vec::new();
+            let mut parts = Vec::new();
+            let width = names.len();
+            for branch in branches {
+                let targets: Vec<String> =
+                    branch.outputs().into_iter().map(|o| o.expr.sql).collect();
+                let per_row = encoded("SET_KEY", &targets);
+                touched.extend(touched_terms(branch, changeable, &per_row)?);
+                let inner = level_where(
+                    branch,
+                    &positional(width),
+                    false,
+                    false,
+                    &|_| None,
+                    &[],
+                    &[touched_filter(&per_row)],
+                )
+                .map_err(|e| NotDifferential(e.0))?;
+                parts.push(format!("({inner})"));
+            }
+            let glue = format!(" {}{} ", op.keyword(), if *all { " ALL" } else { "" });
+            let s: Vec<String> = positional(width).iter().map(|c| format!("s.{c}")).collect();
+            let named: Vec<String> = s
+                .iter()
+                .zip(&cols)
+                .map(|(c, n)| format!("{c} AS {n}"))
+                .collect();
+            let fresh = format!(
+                "SELECT {} AS {id}, {} FROM ({}) AS s",
+                encoded("SET_KEY", &s),
+                named.join(", "),
+                parts.join(&glue)
+            );
+            Some((touched, fresh))
+        }
+        _ if is_aggregate(plan) => {
+            let group = level_identity(plan).map_err(|e| NotDifferential(e.0))?;
+            let touched = touched_terms(&strip_aggregate(plan), changeable, &group)?;
+            let fresh = level_where(
+                plan,
+                &names,
+                true,
+                false,
+                &|_| None,
+                &[],
+                &[touched_filter(&group_identity_per_row(plan)?)],
+            )
+            .map_err(|e| NotDifferential(e.0))?;
+            Some((touched, fresh))
+        }
+        _ => None,
+    };
+    if let Some((touched, fresh)) = recomputed {
         return Ok(format!(
             "{head}__pgt_touched AS (SELECT DISTINCT t.{id} FROM ({}) AS t WHERE {go}), \
              __pgt_gone AS (DELETE FROM {storage} AS s WHERE EXISTS (SELECT FROM __pgt_touched AS a \
@@ -339,12 +467,27 @@ fn apply(
             m = matches("s", "a"),
         ));
     }
+    let changed = changed_in(plan, changeable);
+    // Every term: the subset as a bit set, and its weight expression.
+    let terms: Vec<(usize, String)> = (1..(1usize << changed.len()))
+        .map(|set| {
+            let sign = if set.count_ones() % 2 == 1 { "1" } else { "-1" };
+            let weights: Vec<String> = changed
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| set & (1 << i) != 0)
+                .map(|(_, c)| format!("{}.\"__pgt_w\"", quote_ident(c.alias)))
+                .collect();
+            (set, format!("{sign} * {}", weights.join(" * ")))
+        })
+        .collect();
     // Linear (and joins): every term's rows with their weights, summed per identity and
     // representation, then as many stored copies deleted or inserted.
     let mut delta = Vec::with_capacity(terms.len());
     for (set, weight) in &terms {
         delta.push(term(
             plan,
+            &changed,
             *set,
             &names,
             true,
@@ -444,10 +587,17 @@ pub fn immediate_statement(
                 "a statement without transition tables".into(),
             ));
         }
-        changeable.push((
-            alias.as_str(),
-            format!("({}) AS {}", parts.join(" UNION ALL "), quote_ident(alias)),
-        ));
+        if changeable
+            .iter()
+            .any(|c: &Changeable<'_>| c.alias == alias.as_str() && c.relation == r.as_str())
+        {
+            continue;
+        }
+        changeable.push(Changeable {
+            alias,
+            relation: r,
+            images: format!("({}) AS {}", parts.join(" UNION ALL "), quote_ident(alias)),
+        });
     }
     apply(
         plan,
@@ -463,7 +613,36 @@ pub fn immediate_statement(
 /// The `FROM` items of the one `SELECT` level a plan with a delta rule is (at most
 /// [`MAX_JOIN_INPUTS`]), or the operator that has none.
 fn from_items(plan: &Plan) -> Result<Vec<&Plan>, NotDifferential> {
-    let items = level_items(plan)?;
+    let items = match plan {
+        Plan::Distinct { input } if !is_aggregate(input) => level_items(input)?,
+        Plan::SetOp { branches, .. } => {
+            let first = branches.first().map(|b| b.outputs()).unwrap_or_default();
+            let mut items = Vec::new();
+            for b in branches {
+                if is_aggregate(b) {
+                    return Err(NotDifferential("a set operation of aggregates".into()));
+                }
+                let types = |o: &[crate::plan::Output]| -> Vec<String> {
+                    o.iter().map(|c| c.expr.sql_type.clone()).collect()
+                };
+                if types(&b.outputs()) != types(&first) {
+                    return Err(NotDifferential(
+                        "a set operation whose branches differ in column types".into(),
+                    ));
+                }
+                let mine = level_items(b)?;
+                if mine.len() > MAX_JOIN_INPUTS {
+                    return Err(NotDifferential(format!(
+                        "a join of {} tables (at most {MAX_JOIN_INPUTS})",
+                        mine.len()
+                    )));
+                }
+                items.extend(mine);
+            }
+            return Ok(items);
+        }
+        _ => level_items(plan)?,
+    };
     if items.len() > MAX_JOIN_INPUTS {
         return Err(NotDifferential(format!(
             "a join of {} tables (at most {MAX_JOIN_INPUTS})",

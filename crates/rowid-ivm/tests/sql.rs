@@ -217,13 +217,21 @@ fn operators_without_a_delta_rule_are_named() {
         err.to_string(),
         "DIFFERENTIAL refresh of a join of 7 tables (at most 6) is not built yet"
     );
-    let distinct = Plan::Distinct {
-        input: Box::new(project(keyed("x"), &[("v", "x.v")])),
+    let union_all = Plan::UnionAll {
+        branches: vec![
+            project(keyed("x"), &[("v", "x.v")]),
+            project(keyed("y"), &[("v", "y.v")]),
+        ],
     };
-    let err =
-        delta_statement(&distinct, "st", IndexClass::DirectUnique, &[buffer("x")]).unwrap_err();
+    let err = delta_statement(
+        &union_all,
+        "st",
+        IndexClass::DirectUnique,
+        &[buffer("x"), buffer("y")],
+    )
+    .unwrap_err();
     assert_eq!(
         err.to_string(),
-        "DIFFERENTIAL refresh of a Distinct is not built yet"
+        "DIFFERENTIAL refresh of a UnionAll is not built yet"
     );
 }
