@@ -610,6 +610,7 @@ fn stream_differential_without_a_delta_rule_is_refused_before_anything_exists() 
         "SELECT DISTINCT count(*) FROM st_orders GROUP BY region",
         "SELECT id FROM st_orders UNION ALL SELECT cid FROM st_customers",
         "SELECT id FROM st_orders UNION SELECT cid FROM st_customers",
+        "SELECT s.id FROM (SELECT id FROM st_orders) AS s",
     ] {
         let err = error_of(
             None,

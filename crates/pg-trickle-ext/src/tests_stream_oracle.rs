@@ -112,6 +112,18 @@ const ORACLE: &[(&str, &str, &str, &str)] = &[
         "FDI",
     ),
     (
+        "o_ua",
+        "SELECT g FROM o_int UNION ALL SELECT x FROM o_bag",
+        "SELECT pgtrickle.encode_row_id_v2('SET_KEY', ROW(1,
+                  pgtrickle.encode_row_id_v2('SCAN_KEY', ROW(id))::pgtrickle.row_id)), g
+         FROM o_int
+         UNION ALL
+         SELECT pgtrickle.encode_row_id_v2('SET_KEY', ROW(2,
+                  pgtrickle.encode_row_id_v2('KEYLESS_ROW', ROW(x, y))::pgtrickle.row_id)), x
+         FROM o_bag",
+        "FDI",
+    ),
+    (
         "o_sub",
         "SELECT s.g, s.n FROM (SELECT g, count(*) AS n FROM o_int GROUP BY g) AS s",
         "SELECT pgtrickle.encode_row_id_v2('GROUP_KEY', ROW(g)), g, count(*) FROM o_int

@@ -340,6 +340,23 @@ fn touched_terms(
         .collect()
 }
 
+/// Every term of a change to the items `changed`: the subset as a bit set, and the weight
+/// of a row of that term (the term's sign times its images' weights).
+fn weighted_sets(changed: &[&Changeable<'_>]) -> Vec<(usize, String)> {
+    (1..(1usize << changed.len()))
+        .map(|set| {
+            let sign = if set.count_ones() % 2 == 1 { "1" } else { "-1" };
+            let weights: Vec<String> = changed
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| set & (1 << i) != 0)
+                .map(|(_, c)| format!("{}.\"__pgt_w\"", quote_ident(c.alias)))
+                .collect();
+            (set, format!("{sign} * {}", weights.join(" * ")))
+        })
+        .collect()
+}
+
 /// `c1`, `c2`, ...: the column names of an inner block.
 fn positional(n: usize) -> Vec<String> {
     (1..=n).map(|i| format!("c{i}")).collect()
@@ -467,32 +484,53 @@ fn apply(
             m = matches("s", "a"),
         ));
     }
-    let changed = changed_in(plan, changeable);
-    // Every term: the subset as a bit set, and its weight expression.
-    let terms: Vec<(usize, String)> = (1..(1usize << changed.len()))
-        .map(|set| {
-            let sign = if set.count_ones() % 2 == 1 { "1" } else { "-1" };
-            let weights: Vec<String> = changed
+    // Linear operators (and joins, and UNION ALL of them): every term's rows with their
+    // weights, summed per identity and representation, then as many stored copies deleted
+    // or inserted.
+    let mut delta = Vec::new();
+    match plan {
+        Plan::UnionAll { branches } => {
+            // Each branch's change, its rows' identities framed with the branch number.
+            let inner_names = positional(names.len());
+            let d: Vec<String> = inner_names.iter().map(|c| format!("d.{c}")).collect();
+            let named: Vec<String> = d
                 .iter()
-                .enumerate()
-                .filter(|(i, _)| set & (1 << i) != 0)
-                .map(|(_, c)| format!("{}.\"__pgt_w\"", quote_ident(c.alias)))
+                .zip(&cols)
+                .map(|(c, n)| format!("{c} AS {n}"))
                 .collect();
-            (set, format!("{sign} * {}", weights.join(" * ")))
-        })
-        .collect();
-    // Linear (and joins): every term's rows with their weights, summed per identity and
-    // representation, then as many stored copies deleted or inserted.
-    let mut delta = Vec::with_capacity(terms.len());
-    for (set, weight) in &terms {
-        delta.push(term(
-            plan,
-            &changed,
-            *set,
-            &names,
-            true,
-            &[format!("{weight} AS \"__pgt_w\"")],
-        )?);
+            for (n, branch) in branches.iter().enumerate() {
+                let changed = changed_in(branch, changeable);
+                for (set, weight) in weighted_sets(&changed) {
+                    let inner = term(
+                        branch,
+                        &changed,
+                        set,
+                        &inner_names,
+                        true,
+                        &[format!("{weight} AS \"__pgt_w\"")],
+                    )?;
+                    delta.push(format!(
+                        "SELECT pgtrickle.encode_row_id_v2('SET_KEY', ROW({}::pg_catalog.int4, \
+                         d.{id}::pgtrickle.row_id)) AS {id}, {}, d.\"__pgt_w\" FROM ({inner}) AS d",
+                        n + 1,
+                        named.join(", ")
+                    ));
+                }
+            }
+        }
+        _ => {
+            let changed = changed_in(plan, changeable);
+            for (set, weight) in weighted_sets(&changed) {
+                delta.push(term(
+                    plan,
+                    &changed,
+                    set,
+                    &names,
+                    true,
+                    &[format!("{weight} AS \"__pgt_w\"")],
+                )?);
+            }
+        }
     }
     let rep = |t: &str| -> String {
         let c: Vec<String> = cols.iter().map(|c| format!("{t}.{c}")).collect();
@@ -615,12 +653,14 @@ pub fn immediate_statement(
 fn from_items(plan: &Plan) -> Result<Vec<&Plan>, NotDifferential> {
     let items = match plan {
         Plan::Distinct { input } if !is_aggregate(input) => level_items(input)?,
-        Plan::SetOp { branches, .. } => {
+        Plan::SetOp { branches, .. } | Plan::UnionAll { branches } => {
             let first = branches.first().map(|b| b.outputs()).unwrap_or_default();
             let mut items = Vec::new();
             for b in branches {
-                if is_aggregate(b) {
-                    return Err(NotDifferential("a set operation of aggregates".into()));
+                if is_aggregate(b) || !matches!(b, Plan::Project { .. } | Plan::Filter { .. }) {
+                    return Err(NotDifferential(
+                        "a set operation of aggregates, DISTINCT or set operations".into(),
+                    ));
                 }
                 let types = |o: &[crate::plan::Output]| -> Vec<String> {
                     o.iter().map(|c| c.expr.sql_type.clone()).collect()

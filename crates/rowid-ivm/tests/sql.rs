@@ -163,7 +163,18 @@ fn the_differential_statements_of_one_source() {
         Plan::inner_join(vec![keyed("x"), keyless("y")], Some(cond("x.v = y.a"))),
         &[("k", "x.k"), ("b", "y.b")],
     );
+    let union_all = Plan::UnionAll {
+        branches: vec![
+            project(keyed("x"), &[("v", "x.v")]),
+            project(keyless("y"), &[("v", "y.a")]),
+        ],
+    };
     let text: String = [
+        (
+            "union all of a keyed and a keyless branch",
+            &union_all,
+            IndexClass::DirectNonUnique,
+        ),
         (
             "join of two: three terms",
             &joined,
@@ -217,21 +228,18 @@ fn operators_without_a_delta_rule_are_named() {
         err.to_string(),
         "DIFFERENTIAL refresh of a join of 7 tables (at most 6) is not built yet"
     );
-    let union_all = Plan::UnionAll {
-        branches: vec![
-            project(keyed("x"), &[("v", "x.v")]),
-            project(keyed("y"), &[("v", "y.v")]),
-        ],
-    };
-    let err = delta_statement(
-        &union_all,
-        "st",
-        IndexClass::DirectUnique,
-        &[buffer("x"), buffer("y")],
-    )
-    .unwrap_err();
+    let subquery = project(
+        Plan::Subquery {
+            alias: "s".into(),
+            columns: vec!["v".into()],
+            input: Box::new(project(keyed("x"), &[("v", "x.v")])),
+        },
+        &[("v", "s.v")],
+    );
+    let err =
+        delta_statement(&subquery, "st", IndexClass::DirectUnique, &[buffer("x")]).unwrap_err();
     assert_eq!(
         err.to_string(),
-        "DIFFERENTIAL refresh of a UnionAll is not built yet"
+        "DIFFERENTIAL refresh of a Subquery is not built yet"
     );
 }
