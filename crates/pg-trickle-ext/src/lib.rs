@@ -313,6 +313,8 @@ CREATE TABLE pgtrickle.pgt_stream_tables (
     fill_sql text NOT NULL,
     delta_sql text,
     time_zone text NOT NULL,
+    search_path text NOT NULL,
+    source_shape text NOT NULL,
     last_refresh_at timestamptz,
     last_refresh_ms double precision,
     rows_changed bigint

@@ -97,12 +97,34 @@ pub unsafe extern "C-unwind" fn maintain_stream_table(
                 ),
             );
         };
-        let time_zone: String = spi::one(
-            "SELECT time_zone FROM pgtrickle.pgt_stream_tables \
+        let recorded: Option<(String, String, Vec<pg_sys::Oid>)> = spi::rows(
+            "SELECT time_zone, source_shape, sources FROM pgtrickle.pgt_stream_tables \
              WHERE pgt_relid OPERATOR(pg_catalog.=) $1",
             &[DatumWithOid::from(relid)],
+            |r| {
+                Ok((
+                    r.get::<String>(1)?.unwrap_or_default(),
+                    r.get::<String>(2)?.unwrap_or_default(),
+                    r.get::<Vec<pg_sys::Oid>>(3)?.unwrap_or_default(),
+                ))
+            },
         )
-        .unwrap_or_else(|| "UTC".into());
+        .pop();
+        let Some((time_zone, shape, sources)) = recorded else {
+            errors::invalid_argument(FUNCTION, "the stream table is gone".into());
+        };
+        if crate::stream_table::source_shape(&sources) != shape {
+            // Its statements were written for the sources' old definition: nothing is
+            // applied with them (the write fails) until a refresh rebuilds it.
+            errors::invalid_buffer(
+                FUNCTION,
+                &format!(
+                    "a DDL changed the sources of the IMMEDIATE stream table {} since it was \
+                     built: run pgtrickle.refresh_stream_table to rebuild it from its query",
+                    crate::catalog::relation_name(relid)
+                ),
+            );
+        }
         let owner = crate::catalog::relation_owner(relid);
         as_owner(owner, || {
             // Writers of the sources apply their statements one at a time.

@@ -206,6 +206,49 @@ fn current_time_zone() -> String {
         .unwrap_or_else(|| "UTC".into())
 }
 
+/// The caller's `search_path` (read directly: every statement [`spi`] runs sees the locked
+/// one), recorded at create so that a rebuild reads the query as its creator did.
+fn caller_search_path() -> String {
+    // SAFETY: reads a GUC's current value by its NUL-terminated name; the result is a
+    // palloc'd NUL-terminated string (or NULL).
+    unsafe {
+        let value =
+            pg_sys::GetConfigOptionByName(c"search_path".as_ptr(), std::ptr::null_mut(), false);
+        if value.is_null() {
+            return String::new();
+        }
+        std::ffi::CStr::from_ptr(value)
+            .to_string_lossy()
+            .into_owned()
+    }
+}
+
+/// What a stream table's definition depends on in its sources, as one text: every column
+/// (number, name, type, typmod), every unique index (its key columns) and the labels of every
+/// enum a column has. A DDL that changes it makes the next refresh rebuild the stream table
+/// from its query (spec/stream-tables.md §5.4).
+pub(crate) fn source_shape(sources: &[pg_sys::Oid]) -> String {
+    spi::one::<String>(
+        "SELECT COALESCE(pg_catalog.string_agg(x, ';' ORDER BY x), '') FROM ( \
+           SELECT pg_catalog.format('c:%s:%s:%s:%s:%s', a.attrelid, a.attnum, a.attname, \
+                    a.atttypid, a.atttypmod) AS x \
+           FROM pg_catalog.pg_attribute a \
+           WHERE a.attrelid OPERATOR(pg_catalog.=) ANY ($1) \
+             AND a.attnum OPERATOR(pg_catalog.>) 0 AND NOT a.attisdropped \
+           UNION ALL \
+           SELECT pg_catalog.format('i:%s:%s:%s', i.indrelid, i.indexrelid, i.indkey) \
+           FROM pg_catalog.pg_index i \
+           WHERE i.indrelid OPERATOR(pg_catalog.=) ANY ($1) AND i.indisunique \
+           UNION ALL \
+           SELECT pg_catalog.format('e:%s:%s:%s', e.enumtypid, e.enumsortorder, e.enumlabel) \
+           FROM pg_catalog.pg_enum e \
+           WHERE e.enumtypid OPERATOR(pg_catalog.=) ANY (SELECT a.atttypid \
+             FROM pg_catalog.pg_attribute a WHERE a.attrelid OPERATOR(pg_catalog.=) ANY ($1))) s",
+        &[DatumWithOid::from(sources.to_vec())],
+    )
+    .unwrap_or_default()
+}
+
 /// `pgtrickle.create_stream_table`: checks everything (for DIFFERENTIAL, that every
 /// operator has a delta rule), then captures the sources (DIFFERENTIAL), creates the storage
 /// (owned by the caller), its identity index and the catalog row, and fills it unless
@@ -219,6 +262,7 @@ pub fn create(
 ) {
     let mode = mode(CREATE, refresh_mode);
     let time_zone = current_time_zone();
+    let search_path = caller_search_path();
     let def = define(CREATE, query, &time_zone, mode);
     let target = target_name(CREATE, name);
     let storage = target.quoted();
@@ -282,9 +326,9 @@ pub fn create(
             "INSERT INTO pgtrickle.pgt_stream_tables (pgt_relid, pgt_name, defining_query, \
                schedule, refresh_mode, status, identity_domain, identity_unique, index_class, \
                max_identity_bytes, row_identity_version, row_probe_version, sources, \
-               refresh_sql, time_zone, fill_sql, delta_sql) \
+               refresh_sql, time_zone, fill_sql, delta_sql, search_path, source_shape) \
              VALUES ($1, $2, $3, $4, $5, 'INITIALIZING', $6, $7, $8, $9, 2, 1, $10, $11, $12, \
-               $13, $14)",
+               $13, $14, $15, $16)",
             &[
                 DatumWithOid::from(relid),
                 DatumWithOid::from(storage.as_str()),
@@ -300,6 +344,8 @@ pub fn create(
                 DatumWithOid::from(time_zone.as_str()),
                 DatumWithOid::from(fill.as_str()),
                 DatumWithOid::from(delta.as_deref()),
+                DatumWithOid::from(search_path.as_str()),
+                DatumWithOid::from(source_shape(&def.read.sources).as_str()),
             ],
         );
     });
@@ -553,6 +599,11 @@ fn run_refresh(sql: &str, args: &[DatumWithOid<'_>]) -> Outcome {
 /// The catalog row a refresh works from, locked until the transaction ends.
 struct Recorded {
     name: String,
+    query: String,
+    schedule: Option<String>,
+    search_path: String,
+    shape: String,
+    sources: Vec<pg_sys::Oid>,
     mode: String,
     fill: String,
     delta: Option<String>,
@@ -580,7 +631,8 @@ fn refresh_relid(function: &str, relid: pg_sys::Oid) {
     let recorded = as_owner(crate::catalog::extension_owner(), || {
         spi::rows_mut_map(
             "SELECT pgt_name, refresh_mode, fill_sql, delta_sql, frontier, frontier_xid, \
-               frontier_seq, time_zone, row_identity_version, row_probe_version \
+               frontier_seq, time_zone, row_identity_version, row_probe_version, \
+               defining_query, schedule, search_path, source_shape, sources \
              FROM pgtrickle.pgt_stream_tables WHERE pgt_relid OPERATOR(pg_catalog.=) $1 \
              FOR UPDATE",
             &[DatumWithOid::from(relid)],
@@ -591,6 +643,11 @@ fn refresh_relid(function: &str, relid: pg_sys::Oid) {
                 };
                 Ok(Recorded {
                     name: r.get::<String>(1)?.unwrap_or_default(),
+                    query: r.get::<String>(11)?.unwrap_or_default(),
+                    schedule: r.get::<String>(12)?,
+                    search_path: r.get::<String>(13)?.unwrap_or_default(),
+                    shape: r.get::<String>(14)?.unwrap_or_default(),
+                    sources: r.get::<Vec<pg_sys::Oid>>(15)?.unwrap_or_default(),
                     mode: r.get::<String>(2)?.unwrap_or_default(),
                     fill: r.get::<String>(3)?.unwrap_or_default(),
                     delta: r.get::<String>(4)?,
@@ -628,6 +685,12 @@ fn refresh_relid(function: &str, relid: pg_sys::Oid) {
                 recorded.name
             ),
         );
+    }
+    if source_shape(&recorded.sources) != recorded.shape {
+        // A DDL changed what the definition depends on: rebuilt from its query, read as its
+        // creator read it, never refreshed with statements written for the old definition.
+        rebuild(&recorded);
+        return;
     }
     let differential = recorded.mode == Mode::Differential.name();
     let started = Instant::now();
@@ -679,6 +742,32 @@ fn refresh_relid(function: &str, relid: pg_sys::Oid) {
                 DatumWithOid::from(xid),
                 DatumWithOid::from(seq),
             ],
+        );
+    });
+}
+
+/// Rebuilds the stream table `recorded` describes after a DDL of its sources: its query read
+/// again under the `search_path` it was created with, every check made again, the storage,
+/// catalog row and triggers replaced and filled (as `alter_stream_table` does). A query the
+/// DDL made invalid fails here, naming what is missing, and leaves the old stream table.
+fn rebuild(recorded: &Recorded) {
+    let path = std::ffi::CString::new(recorded.search_path.as_str())
+        .unwrap_or_else(|_| c"pg_catalog".to_owned());
+    crate::guard::with_settings(&[(c"search_path", path.as_c_str())], || {
+        let time_zone = current_time_zone();
+        define(
+            REFRESH,
+            &recorded.query,
+            &time_zone,
+            mode(REFRESH, &recorded.mode),
+        );
+        drop(&recorded.name);
+        create(
+            &recorded.name,
+            &recorded.query,
+            recorded.schedule.as_deref(),
+            &recorded.mode,
+            true,
         );
     });
 }

@@ -713,3 +713,75 @@ fn stream_immediate_refuses_unbounded_unique_identities_and_foreign_triggers() {
         .expect("a foreign trigger fed the stream table");
     assert!(err.contains("is not a source of an IMMEDIATE stream table"), "{err}");
 }
+
+/// Source DDL (issue 34 item 4): a stream table whose sources' definition changed is rebuilt
+/// from its query by the next refresh, never refreshed with statements written for the old
+/// definition: a keyless source's new column joins its identity, a retyped key gives the
+/// new type's identity, a renamed enum label the new label's. An IMMEDIATE stream table
+/// refuses the writes until it is rebuilt. A query the DDL made invalid fails by name.
+#[pg_test]
+fn stream_ddl_of_a_source_rebuilds_the_stream_table() {
+    Spi::run(
+        "CREATE TYPE st_color AS ENUM ('red', 'green');
+         CREATE TABLE st_ddl_bag (x int4, y text);
+         CREATE TABLE st_ddl_key (id int4 PRIMARY KEY, v int4);
+         CREATE TABLE st_ddl_enum (c st_color PRIMARY KEY, v int4);
+         INSERT INTO st_ddl_bag VALUES (1, 'a'), (1, 'a');
+         INSERT INTO st_ddl_key VALUES (1, 10), (2, 20);
+         INSERT INTO st_ddl_enum VALUES ('red', 1), ('green', 2);
+         SELECT pgtrickle.create_stream_table('st_ddl_bag_d', 'SELECT * FROM st_ddl_bag',
+           refresh_mode => 'DIFFERENTIAL');
+         SELECT pgtrickle.create_stream_table('st_ddl_key_d', 'SELECT id, v FROM st_ddl_key',
+           refresh_mode => 'DIFFERENTIAL');
+         SELECT pgtrickle.create_stream_table('st_ddl_enum_i', 'SELECT c, v FROM st_ddl_enum',
+           refresh_mode => 'IMMEDIATE');",
+    )
+    .expect("setup");
+    Spi::run(
+        "ALTER TABLE st_ddl_bag ADD COLUMN z int4 DEFAULT 7;
+         INSERT INTO st_ddl_bag VALUES (2, 'b', 8);
+         ALTER TABLE st_ddl_key ALTER COLUMN id TYPE int8;
+         UPDATE st_ddl_key SET v = v + 1;
+         ALTER TYPE st_color RENAME VALUE 'red' TO 'crimson';
+         SELECT pgtrickle.refresh_stream_table('st_ddl_bag_d');
+         SELECT pgtrickle.refresh_stream_table('st_ddl_key_d');",
+    )
+    .expect("DDL and refresh");
+    assert_eq!(
+        stream_difference(
+            "TABLE st_ddl_bag_d",
+            "SELECT pgtrickle.encode_row_id_v2('KEYLESS_ROW', ROW(x, y, z)), x, y, z
+             FROM st_ddl_bag"
+        ),
+        0,
+        "the new column is in the query's output and in the keyless identity"
+    );
+    assert_eq!(
+        stream_difference(
+            "TABLE st_ddl_key_d",
+            "SELECT pgtrickle.encode_row_id_v2('SCAN_KEY', ROW(id)), id, v FROM st_ddl_key"
+        ),
+        0,
+        "the retyped key's identity (int8)"
+    );
+    let err = error_of(None, "INSERT INTO st_ddl_enum VALUES ('green', 3) ON CONFLICT (c) DO UPDATE SET v = 3")
+        .expect("an IMMEDIATE stream table applied a write after its source's enum changed");
+    assert!(err.contains("refresh_stream_table"), "{err}");
+    Spi::run(
+        "SELECT pgtrickle.refresh_stream_table('st_ddl_enum_i');
+         INSERT INTO st_ddl_enum VALUES ('green', 3) ON CONFLICT (c) DO UPDATE SET v = 3;",
+    )
+    .expect("rebuilt, then maintained");
+    assert_eq!(
+        stream_difference(
+            "TABLE st_ddl_enum_i",
+            "SELECT pgtrickle.encode_row_id_v2('SCAN_KEY', ROW(c)), c, v FROM st_ddl_enum"
+        ),
+        0,
+        "the renamed label's identity"
+    );
+    Spi::run("ALTER TABLE st_ddl_key RENAME COLUMN v TO w").expect("rename");
+    let err = error_of(None, "SELECT pgtrickle.refresh_stream_table('st_ddl_key_d')")
+        .expect("a query naming a renamed column was refreshed");
+    assert!(err.contains("column \"v\" does not exist"), "{err}");
+}
