@@ -741,3 +741,29 @@ pub fn extension_owner() -> pg_sys::Oid {
     )
     .unwrap_or(pg_sys::InvalidOid)
 }
+
+/// What a stream table's definition depends on in its sources, as one text: every column
+/// (number, name, type, typmod), every unique index (its key columns) and the labels of every
+/// enum a column has. A DDL that changes it makes the next refresh rebuild the stream table
+/// from its query (spec/stream-tables.md §5.4).
+pub fn source_shape(sources: &[pg_sys::Oid]) -> String {
+    spi::one::<String>(
+        "SELECT COALESCE(pg_catalog.string_agg(x, ';' ORDER BY x), '') FROM ( \
+           SELECT pg_catalog.format('c:%s:%s:%s:%s:%s', a.attrelid, a.attnum, a.attname, \
+                    a.atttypid, a.atttypmod) AS x \
+           FROM pg_catalog.pg_attribute a \
+           WHERE a.attrelid OPERATOR(pg_catalog.=) ANY ($1) \
+             AND a.attnum OPERATOR(pg_catalog.>) 0 AND NOT a.attisdropped \
+           UNION ALL \
+           SELECT pg_catalog.format('i:%s:%s:%s', i.indrelid, i.indexrelid, i.indkey) \
+           FROM pg_catalog.pg_index i \
+           WHERE i.indrelid OPERATOR(pg_catalog.=) ANY ($1) AND i.indisunique \
+           UNION ALL \
+           SELECT pg_catalog.format('e:%s:%s:%s', e.enumtypid, e.enumsortorder, e.enumlabel) \
+           FROM pg_catalog.pg_enum e \
+           WHERE e.enumtypid OPERATOR(pg_catalog.=) ANY (SELECT a.atttypid \
+             FROM pg_catalog.pg_attribute a WHERE a.attrelid OPERATOR(pg_catalog.=) ANY ($1))) s",
+        &[pgrx::datum::DatumWithOid::from(sources.to_vec())],
+    )
+    .unwrap_or_default()
+}

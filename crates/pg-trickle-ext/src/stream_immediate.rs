@@ -113,7 +113,7 @@ pub unsafe extern "C-unwind" fn maintain_stream_table(
         let Some((time_zone, shape, sources)) = recorded else {
             errors::invalid_argument(FUNCTION, "the stream table is gone".into());
         };
-        if crate::stream_table::source_shape(&sources) != shape {
+        if crate::catalog::source_shape(&sources) != shape {
             // Its statements were written for the sources' old definition: nothing is
             // applied with them (the write fails) until a refresh rebuilds it.
             errors::invalid_buffer(

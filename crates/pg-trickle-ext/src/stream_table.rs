@@ -223,32 +223,6 @@ fn caller_search_path() -> String {
     }
 }
 
-/// What a stream table's definition depends on in its sources, as one text: every column
-/// (number, name, type, typmod), every unique index (its key columns) and the labels of every
-/// enum a column has. A DDL that changes it makes the next refresh rebuild the stream table
-/// from its query (spec/stream-tables.md §5.4).
-pub(crate) fn source_shape(sources: &[pg_sys::Oid]) -> String {
-    spi::one::<String>(
-        "SELECT COALESCE(pg_catalog.string_agg(x, ';' ORDER BY x), '') FROM ( \
-           SELECT pg_catalog.format('c:%s:%s:%s:%s:%s', a.attrelid, a.attnum, a.attname, \
-                    a.atttypid, a.atttypmod) AS x \
-           FROM pg_catalog.pg_attribute a \
-           WHERE a.attrelid OPERATOR(pg_catalog.=) ANY ($1) \
-             AND a.attnum OPERATOR(pg_catalog.>) 0 AND NOT a.attisdropped \
-           UNION ALL \
-           SELECT pg_catalog.format('i:%s:%s:%s', i.indrelid, i.indexrelid, i.indkey) \
-           FROM pg_catalog.pg_index i \
-           WHERE i.indrelid OPERATOR(pg_catalog.=) ANY ($1) AND i.indisunique \
-           UNION ALL \
-           SELECT pg_catalog.format('e:%s:%s:%s', e.enumtypid, e.enumsortorder, e.enumlabel) \
-           FROM pg_catalog.pg_enum e \
-           WHERE e.enumtypid OPERATOR(pg_catalog.=) ANY (SELECT a.atttypid \
-             FROM pg_catalog.pg_attribute a WHERE a.attrelid OPERATOR(pg_catalog.=) ANY ($1))) s",
-        &[DatumWithOid::from(sources.to_vec())],
-    )
-    .unwrap_or_default()
-}
-
 /// `pgtrickle.create_stream_table`: checks everything (for DIFFERENTIAL, that every
 /// operator has a delta rule), then captures the sources (DIFFERENTIAL), creates the storage
 /// (owned by the caller), its identity index and the catalog row, and fills it unless
@@ -345,7 +319,7 @@ pub fn create(
                 DatumWithOid::from(fill.as_str()),
                 DatumWithOid::from(delta.as_deref()),
                 DatumWithOid::from(search_path.as_str()),
-                DatumWithOid::from(source_shape(&def.read.sources).as_str()),
+                DatumWithOid::from(crate::catalog::source_shape(&def.read.sources).as_str()),
             ],
         );
     });
@@ -686,7 +660,7 @@ fn refresh_relid(function: &str, relid: pg_sys::Oid) {
             ),
         );
     }
-    if source_shape(&recorded.sources) != recorded.shape {
+    if crate::catalog::source_shape(&recorded.sources) != recorded.shape {
         // A DDL changed what the definition depends on: rebuilt from its query, read as its
         // creator read it, never refreshed with statements written for the old definition.
         rebuild(&recorded);

@@ -124,6 +124,24 @@ const ORACLE: &[(&str, &str, &str, &str)] = &[
         "FDI",
     ),
     (
+        "o_cte",
+        "WITH big AS (SELECT id, g FROM o_int WHERE v > 5)
+         SELECT b.id, t.code FROM big b JOIN o_text t ON t.g = b.g",
+        "SELECT pgtrickle.encode_row_id_v2('JOIN_KEY', ROW(
+                  pgtrickle.encode_row_id_v2('SCAN_KEY', ROW(i.id))::pgtrickle.row_id,
+                  pgtrickle.encode_row_id_v2('SCAN_KEY', ROW(t.code))::pgtrickle.row_id)),
+                i.id, t.code
+         FROM o_int i JOIN o_text t ON t.g = i.g WHERE i.v > 5",
+        "FD",
+    ),
+    (
+        "o_subg",
+        "SELECT s.g, count(*) AS n FROM (SELECT g FROM o_int WHERE v > 1) AS s GROUP BY s.g",
+        "SELECT pgtrickle.encode_row_id_v2('GROUP_KEY', ROW(g)), g, count(*) FROM o_int
+         WHERE v > 1 GROUP BY g",
+        "FDI",
+    ),
+    (
         "o_sub",
         "SELECT s.g, s.n FROM (SELECT g, count(*) AS n FROM o_int GROUP BY g) AS s",
         "SELECT pgtrickle.encode_row_id_v2('GROUP_KEY', ROW(g)), g, count(*) FROM o_int

@@ -212,15 +212,16 @@ pub fn delta_statement(
     class: IndexClass,
     sources: &[SourceBuffer],
 ) -> Result<String, NotDifferential> {
-    let items = from_items(plan)?;
-    // Each item's name and buffer.
-    let mut scans = Vec::with_capacity(items.len());
-    for item in &items {
+    from_items(plan)?;
+    // Every scan's name and buffer, subqueries included.
+    let mut buffers: Vec<SourceBuffer> = Vec::new();
+    let mut changeable: Vec<Changeable<'_>> = Vec::new();
+    for scan in all_scans(plan) {
         let Plan::Scan {
             relation, alias, ..
-        } = item
+        } = scan
         else {
-            return Err(NotDifferential(format!("a {} in FROM", name(item))));
+            continue;
         };
         let source = sources
             .iter()
@@ -228,31 +229,22 @@ pub fn delta_statement(
             .ok_or_else(|| {
                 NotDifferential(format!("a source without a change buffer ({relation})"))
             })?;
-        scans.push((alias.as_str(), source));
-    }
-    let mut buffers: Vec<SourceBuffer> = Vec::new();
-    for (_, source) in &scans {
         if !buffers.iter().any(|b| b.buffer == source.buffer) {
-            buffers.push((*source).clone());
+            buffers.push(source.clone());
         }
-    }
-    let blocked = blocked(&buffers);
-    let mut changeable: Vec<Changeable<'_>> = Vec::new();
-    for (item, (alias, source)) in items.iter().zip(&scans) {
-        let Plan::Scan { relation, .. } = item else {
-            continue;
-        };
         if !changeable
             .iter()
-            .any(|c| c.alias == *alias && c.relation == relation.as_str())
+            .any(|c| c.alias == alias.as_str() && c.relation == *relation)
         {
             changeable.push(Changeable {
                 alias,
-                relation,
+                relation: relation.clone(),
                 images: images(source, alias),
             });
         }
     }
+    add_subqueries(plan, &mut changeable)?;
+    let blocked = blocked(&buffers);
     let changed = "(SELECT count(*) FROM __pgt_gone) + (SELECT count(*) FROM __pgt_new)";
     apply(
         plan,
@@ -269,20 +261,109 @@ pub fn delta_statement(
 /// images under that name (column `__pgt_w`: +1 new, -1 old).
 struct Changeable<'a> {
     alias: &'a str,
-    relation: &'a str,
+    relation: String,
     images: String,
 }
 
 /// The items of `level` (a `SELECT` level) that changed, each once.
+/// The relation a subquery in `FROM` is recorded under among the changed items.
+const SUBQUERY: &str = "(subquery)";
+
+/// A `FROM` item's name and relation (a subquery's: [`SUBQUERY`] and its tree, so that two
+/// subqueries of one name stay apart, and a copy of a tree is the same subquery).
+fn item_key(item: &Plan) -> Option<(&str, String)> {
+    match item {
+        Plan::Scan {
+            alias, relation, ..
+        } => Some((alias.as_str(), relation.clone())),
+        Plan::Subquery { alias, input, .. } => {
+            Some((alias.as_str(), format!("{SUBQUERY} {input:?}")))
+        }
+        _ => None,
+    }
+}
+
+/// Every scan of `plan`'s tree, subqueries included.
+fn all_scans(plan: &Plan) -> Vec<&Plan> {
+    match plan {
+        Plan::Scan { .. } => vec![plan],
+        Plan::Subquery { input, .. }
+        | Plan::Project { input, .. }
+        | Plan::Filter { input, .. }
+        | Plan::Aggregate { input, .. }
+        | Plan::Distinct { input } => all_scans(input),
+        Plan::Join { inputs, .. } => inputs.iter().flat_map(all_scans).collect(),
+        Plan::UnionAll { branches } | Plan::SetOp { branches, .. } => {
+            branches.iter().flat_map(all_scans).collect()
+        }
+    }
+}
+
+/// A tree whose change is its rows' change, term by term: a level without aggregates or
+/// `DISTINCT`, or a `UNION ALL` of such.
+fn is_linear(plan: &Plan) -> bool {
+    match plan {
+        Plan::UnionAll { branches } => branches.iter().all(is_linear),
+        Plan::Project { .. } | Plan::Filter { .. } => !is_aggregate(plan),
+        _ => false,
+    }
+}
+
+/// Adds to `changeable`, inner ones first, every subquery in a `FROM` of `plan` that the
+/// change reaches, its images being its own change's rows (identity, columns by the names
+/// the outer query sees, weight).
+fn add_subqueries<'a>(
+    plan: &'a Plan,
+    changeable: &mut Vec<Changeable<'a>>,
+) -> Result<(), NotDifferential> {
+    match plan {
+        Plan::Scan { .. } => Ok(()),
+        Plan::Subquery {
+            alias,
+            columns,
+            input,
+        } => {
+            add_subqueries(input, changeable)?;
+            if !is_linear(input) {
+                return Err(NotDifferential(
+                    "a subquery in FROM with aggregates, DISTINCT or set operations other \
+                     than UNION ALL"
+                        .into(),
+                ));
+            }
+            let delta = linear_delta(input, columns, changeable)?;
+            let Some((_, relation)) = item_key(plan) else {
+                return Ok(());
+            };
+            if !delta.is_empty() && !changeable.iter().any(|c| c.relation == relation) {
+                changeable.push(Changeable {
+                    alias,
+                    relation,
+                    images: format!("({}) AS {}", delta.join(" UNION ALL "), quote_ident(alias)),
+                });
+            }
+            Ok(())
+        }
+        Plan::Project { input, .. }
+        | Plan::Filter { input, .. }
+        | Plan::Aggregate { input, .. }
+        | Plan::Distinct { input } => add_subqueries(input, changeable),
+        Plan::Join { inputs, .. } => inputs
+            .iter()
+            .try_for_each(|i| add_subqueries(i, changeable)),
+        Plan::UnionAll { branches } | Plan::SetOp { branches, .. } => branches
+            .iter()
+            .try_for_each(|b| add_subqueries(b, changeable)),
+    }
+}
+
 fn changed_in<'a, 'b>(level: &Plan, changeable: &'b [Changeable<'a>]) -> Vec<&'b Changeable<'a>> {
     let mut out: Vec<&Changeable<'_>> = Vec::new();
     for item in level_items(level).unwrap_or_default() {
-        if let Plan::Scan {
-            alias, relation, ..
-        } = item
+        if let Some((alias, relation)) = item_key(item)
             && let Some(c) = changeable
                 .iter()
-                .find(|c| c.alias == alias.as_str() && c.relation == relation.as_str())
+                .find(|c| c.alias == alias && c.relation == relation)
             && !out.iter().any(|o| std::ptr::eq(*o, c))
         {
             out.push(c);
@@ -301,17 +382,13 @@ fn term(
     with_id: bool,
     extra: &[String],
 ) -> Result<String, NotDifferential> {
-    let replace = |p: &Plan| match p {
-        Plan::Scan {
-            alias, relation, ..
-        } => changed
+    let replace = |p: &Plan| {
+        let (alias, relation) = item_key(p)?;
+        changed
             .iter()
             .enumerate()
-            .find(|(i, c)| {
-                c.alias == alias.as_str() && c.relation == relation.as_str() && set & (1 << i) != 0
-            })
-            .map(|(_, c)| c.images.clone()),
-        _ => None,
+            .find(|(i, c)| c.alias == alias && c.relation == relation && set & (1 << i) != 0)
+            .map(|(_, c)| c.images.clone())
     };
     level_where(level, names, with_id, false, &replace, extra, &[])
         .map_err(|e| NotDifferential(e.0))
@@ -340,6 +417,66 @@ fn touched_terms(
         .collect()
 }
 
+/// The rows of a linear `plan`'s change (a level without aggregates over scans, joins and
+/// subqueries of such, or a UNION ALL of those) under the output names `names`: its
+/// identity, columns and weight (`__pgt_w`), one SELECT per term, not consolidated.
+fn linear_delta(
+    plan: &Plan,
+    names: &[String],
+    changeable: &[Changeable<'_>],
+) -> Result<Vec<String>, NotDifferential> {
+    let cols: Vec<String> = names.iter().map(|n| quote_ident(n)).collect();
+    let id = quote_ident(ROW_ID);
+    let mut delta = Vec::new();
+    match plan {
+        Plan::UnionAll { branches } => {
+            // Each branch's change, its rows' identities framed with the branch number.
+            let inner_names = positional(names.len());
+            let d: Vec<String> = inner_names.iter().map(|c| format!("d.{c}")).collect();
+            let named = renamed(&d, &cols);
+            for (n, branch) in branches.iter().enumerate() {
+                let changed = changed_in(branch, changeable);
+                for (set, weight) in weighted_sets(&changed) {
+                    let inner = term(
+                        branch,
+                        &changed,
+                        set,
+                        &inner_names,
+                        true,
+                        &[format!("{weight} AS \"__pgt_w\"")],
+                    )?;
+                    delta.push(format!(
+                        "SELECT pgtrickle.encode_row_id_v2('SET_KEY', ROW({}::pg_catalog.int4, \
+                         d.{id}::pgtrickle.row_id)) AS {id}, {}, d.\"__pgt_w\" FROM ({inner}) AS d",
+                        n + 1,
+                        named
+                    ));
+                }
+            }
+        }
+        _ => {
+            let changed = changed_in(plan, changeable);
+            for (set, weight) in weighted_sets(&changed) {
+                delta.push(term(
+                    plan,
+                    &changed,
+                    set,
+                    names,
+                    true,
+                    &[format!("{weight} AS \"__pgt_w\"")],
+                )?);
+            }
+        }
+    }
+    Ok(delta)
+}
+
+/// The statement of a change that reaches no stored row: it changes nothing and returns
+/// `row`.
+fn no_change(head: &str, row: &str) -> String {
+    format!("{head}__pgt_gone AS (SELECT 1 WHERE false), __pgt_new AS (SELECT 1 WHERE false) {row}")
+}
+
 /// Every term of a change to the items `changed`: the subset as a bit set, and the weight
 /// of a row of that term (the term's sign times its images' weights).
 fn weighted_sets(changed: &[&Changeable<'_>]) -> Vec<(usize, String)> {
@@ -355,6 +492,15 @@ fn weighted_sets(changed: &[&Changeable<'_>]) -> Vec<(usize, String)> {
             (set, format!("{sign} * {}", weights.join(" * ")))
         })
         .collect()
+}
+
+/// `ref AS name`, ... for the columns `refs` of an inner block and their output names.
+fn renamed(refs: &[String], names: &[String]) -> String {
+    refs.iter()
+        .zip(names)
+        .map(|(c, n)| format!("{c} AS {n}"))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// `c1`, `c2`, ...: the column names of an inner block.
@@ -407,15 +553,11 @@ fn apply(
             )
             .map_err(|e| NotDifferential(e.0))?;
             let d: Vec<String> = inner_names.iter().map(|c| format!("d.{c}")).collect();
-            let named: Vec<String> = d
-                .iter()
-                .zip(&cols)
-                .map(|(c, n)| format!("{c} AS {n}"))
-                .collect();
+            let named = renamed(&d, &cols);
             let fresh = format!(
                 "SELECT {} AS {id}, {} FROM ({inner}) AS d",
                 encoded("GROUP_KEY", &d),
-                named.join(", ")
+                named
             );
             Some((touched, fresh))
         }
@@ -442,15 +584,11 @@ fn apply(
             }
             let glue = format!(" {}{} ", op.keyword(), if *all { " ALL" } else { "" });
             let s: Vec<String> = positional(width).iter().map(|c| format!("s.{c}")).collect();
-            let named: Vec<String> = s
-                .iter()
-                .zip(&cols)
-                .map(|(c, n)| format!("{c} AS {n}"))
-                .collect();
+            let named = renamed(&s, &cols);
             let fresh = format!(
                 "SELECT {} AS {id}, {} FROM ({}) AS s",
                 encoded("SET_KEY", &s),
-                named.join(", "),
+                named,
                 parts.join(&glue)
             );
             Some((touched, fresh))
@@ -473,6 +611,9 @@ fn apply(
         _ => None,
     };
     if let Some((touched, fresh)) = recomputed {
+        if touched.is_empty() {
+            return Ok(no_change(head, row));
+        }
         return Ok(format!(
             "{head}__pgt_touched AS (SELECT DISTINCT t.{id} FROM ({}) AS t WHERE {go}), \
              __pgt_gone AS (DELETE FROM {storage} AS s WHERE EXISTS (SELECT FROM __pgt_touched AS a \
@@ -487,50 +628,9 @@ fn apply(
     // Linear operators (and joins, and UNION ALL of them): every term's rows with their
     // weights, summed per identity and representation, then as many stored copies deleted
     // or inserted.
-    let mut delta = Vec::new();
-    match plan {
-        Plan::UnionAll { branches } => {
-            // Each branch's change, its rows' identities framed with the branch number.
-            let inner_names = positional(names.len());
-            let d: Vec<String> = inner_names.iter().map(|c| format!("d.{c}")).collect();
-            let named: Vec<String> = d
-                .iter()
-                .zip(&cols)
-                .map(|(c, n)| format!("{c} AS {n}"))
-                .collect();
-            for (n, branch) in branches.iter().enumerate() {
-                let changed = changed_in(branch, changeable);
-                for (set, weight) in weighted_sets(&changed) {
-                    let inner = term(
-                        branch,
-                        &changed,
-                        set,
-                        &inner_names,
-                        true,
-                        &[format!("{weight} AS \"__pgt_w\"")],
-                    )?;
-                    delta.push(format!(
-                        "SELECT pgtrickle.encode_row_id_v2('SET_KEY', ROW({}::pg_catalog.int4, \
-                         d.{id}::pgtrickle.row_id)) AS {id}, {}, d.\"__pgt_w\" FROM ({inner}) AS d",
-                        n + 1,
-                        named.join(", ")
-                    ));
-                }
-            }
-        }
-        _ => {
-            let changed = changed_in(plan, changeable);
-            for (set, weight) in weighted_sets(&changed) {
-                delta.push(term(
-                    plan,
-                    &changed,
-                    set,
-                    &names,
-                    true,
-                    &[format!("{weight} AS \"__pgt_w\"")],
-                )?);
-            }
-        }
+    let delta = linear_delta(plan, &names, changeable)?;
+    if delta.is_empty() {
+        return Ok(no_change(head, row));
     }
     let rep = |t: &str| -> String {
         let c: Vec<String> = cols.iter().map(|c| format!("{t}.{c}")).collect();
@@ -595,7 +695,7 @@ pub fn immediate_statement(
     new_table: Option<&str>,
     old_table: Option<&str>,
 ) -> Result<String, NotDifferential> {
-    let items = from_items(plan)?;
+    from_items(plan)?;
     let side = |table: Option<&str>, weight: &str| -> String {
         match table {
             Some(t) => format!(
@@ -605,38 +705,37 @@ pub fn immediate_statement(
             None => String::new(),
         }
     };
-    let mut changeable = Vec::new();
-    for item in &items {
+    let parts: Vec<String> = [side(new_table, "1"), side(old_table, "-1")]
+        .into_iter()
+        .filter(|p| !p.is_empty())
+        .collect();
+    if parts.is_empty() {
+        return Err(NotDifferential(
+            "a statement without transition tables".into(),
+        ));
+    }
+    let mut changeable: Vec<Changeable<'_>> = Vec::new();
+    for scan in all_scans(plan) {
         let Plan::Scan {
             relation: r, alias, ..
-        } = item
+        } = scan
         else {
-            return Err(NotDifferential(format!("a {} in FROM", name(item))));
-        };
-        if r != relation {
             continue;
-        }
-        let parts: Vec<String> = [side(new_table, "1"), side(old_table, "-1")]
-            .into_iter()
-            .filter(|p| !p.is_empty())
-            .collect();
-        if parts.is_empty() {
-            return Err(NotDifferential(
-                "a statement without transition tables".into(),
-            ));
-        }
-        if changeable
-            .iter()
-            .any(|c: &Changeable<'_>| c.alias == alias.as_str() && c.relation == r.as_str())
+        };
+        if r != relation
+            || changeable
+                .iter()
+                .any(|c| c.alias == alias.as_str() && c.relation == *r)
         {
             continue;
         }
         changeable.push(Changeable {
             alias,
-            relation: r,
+            relation: r.clone(),
             images: format!("({}) AS {}", parts.join(" UNION ALL "), quote_ident(alias)),
         });
     }
+    add_subqueries(plan, &mut changeable)?;
     apply(
         plan,
         storage,
@@ -694,7 +793,7 @@ fn from_items(plan: &Plan) -> Result<Vec<&Plan>, NotDifferential> {
 
 fn level_items(plan: &Plan) -> Result<Vec<&Plan>, NotDifferential> {
     match plan {
-        Plan::Scan { .. } => Ok(vec![plan]),
+        Plan::Scan { .. } | Plan::Subquery { .. } => Ok(vec![plan]),
         Plan::Join { inputs, .. } => Ok(inputs.iter().collect()),
         Plan::Project { input, .. }
         | Plan::Filter { input, .. }

@@ -169,7 +169,26 @@ fn the_differential_statements_of_one_source() {
             project(keyless("y"), &[("v", "y.a")]),
         ],
     };
+    let over_subquery = project(
+        Plan::inner_join(
+            vec![
+                Plan::Subquery {
+                    alias: "s".into(),
+                    columns: vec!["v".into()],
+                    input: Box::new(project(keyed("x"), &[("v", "x.v")])),
+                },
+                keyed("y"),
+            ],
+            Some(cond("s.v = y.v")),
+        ),
+        &[("v", "s.v"), ("k", "y.k")],
+    );
     let text: String = [
+        (
+            "a subquery joined",
+            &over_subquery,
+            IndexClass::DirectUnique,
+        ),
         (
             "union all of a keyed and a keyless branch",
             &union_all,
@@ -231,8 +250,8 @@ fn operators_without_a_delta_rule_are_named() {
     let subquery = project(
         Plan::Subquery {
             alias: "s".into(),
-            columns: vec!["v".into()],
-            input: Box::new(project(keyed("x"), &[("v", "x.v")])),
+            columns: vec!["v".into(), "n".into()],
+            input: Box::new(group_by_v(keyed("x"), "x")),
         },
         &[("v", "s.v")],
     );
@@ -240,6 +259,7 @@ fn operators_without_a_delta_rule_are_named() {
         delta_statement(&subquery, "st", IndexClass::DirectUnique, &[buffer("x")]).unwrap_err();
     assert_eq!(
         err.to_string(),
-        "DIFFERENTIAL refresh of a Subquery is not built yet"
+        "DIFFERENTIAL refresh of a subquery in FROM with aggregates, DISTINCT or set \
+         operations other than UNION ALL is not built yet"
     );
 }
