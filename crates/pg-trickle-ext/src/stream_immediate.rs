@@ -74,8 +74,10 @@ pub unsafe extern "C-unwind" fn maintain_stream_table(
                 ),
             );
         }
-        let statement: Option<String> = spi::one(
-            "SELECT CASE WHEN $3 OPERATOR(pg_catalog.=) 't' THEN s.fill_sql ELSE i.statement END \
+        // One catalog read per statement: the statement to run and what it was written for.
+        let recorded: Option<(String, String, String, Vec<pg_sys::Oid>)> = spi::rows(
+            "SELECT CASE WHEN $3 OPERATOR(pg_catalog.=) 't' THEN s.fill_sql ELSE i.statement END, \
+                    s.time_zone, s.source_shape, s.sources \
              FROM pgtrickle.pgt_immediate i \
              JOIN pgtrickle.pgt_stream_tables s ON s.pgt_relid OPERATOR(pg_catalog.=) i.pgt_relid \
              WHERE i.pgt_relid OPERATOR(pg_catalog.=) $1 AND i.source OPERATOR(pg_catalog.=) $2 \
@@ -86,8 +88,17 @@ pub unsafe extern "C-unwind" fn maintain_stream_table(
                 DatumWithOid::from(source),
                 DatumWithOid::from(op.to_string().as_str()),
             ],
-        );
-        let Some(statement) = statement else {
+            |r| {
+                Ok((
+                    r.get::<String>(1)?.unwrap_or_default(),
+                    r.get::<String>(2)?.unwrap_or_default(),
+                    r.get::<String>(3)?.unwrap_or_default(),
+                    r.get::<Vec<pg_sys::Oid>>(4)?.unwrap_or_default(),
+                ))
+            },
+        )
+        .pop();
+        let Some((statement, time_zone, shape, sources)) = recorded else {
             errors::invalid_argument(
                 FUNCTION,
                 format!(
@@ -96,22 +107,6 @@ pub unsafe extern "C-unwind" fn maintain_stream_table(
                     u32::from(relid)
                 ),
             );
-        };
-        let recorded: Option<(String, String, Vec<pg_sys::Oid>)> = spi::rows(
-            "SELECT time_zone, source_shape, sources FROM pgtrickle.pgt_stream_tables \
-             WHERE pgt_relid OPERATOR(pg_catalog.=) $1",
-            &[DatumWithOid::from(relid)],
-            |r| {
-                Ok((
-                    r.get::<String>(1)?.unwrap_or_default(),
-                    r.get::<String>(2)?.unwrap_or_default(),
-                    r.get::<Vec<pg_sys::Oid>>(3)?.unwrap_or_default(),
-                ))
-            },
-        )
-        .pop();
-        let Some((time_zone, shape, sources)) = recorded else {
-            errors::invalid_argument(FUNCTION, "the stream table is gone".into());
         };
         if crate::catalog::source_shape(&sources) != shape {
             // Its statements were written for the sources' old definition: nothing is
