@@ -138,7 +138,12 @@ fn server_checks(major: u32, source: pg::Source) -> Result<Counts, String> {
         let mut c = cdc_test("replica_oracle");
         c.env("ROWID_REPLICA_TARGET_PSQL_ARGS", target.psql_args());
         counts.add(run_tests(&mut c)?);
+        target.remove()?;
     }
+    // Passed: the cluster's folder is of no more use, and four of them at once (2-3 GB each,
+    // mostly WAL and the tests' databases) once filled the CI machine's disk. A failed run
+    // returns above and keeps its cluster for the post-mortem.
+    cluster.remove()?;
     Ok(counts)
 }
 
@@ -152,6 +157,9 @@ fn extension_tests(major: u32) -> Result<Counts, String> {
     exec(cmd("chown").args(["-R", "postgres:postgres"]).arg(&pgdata))?;
     let mut c = cargo();
     c.current_dir(root().join("crates").join("pg-trickle-ext"))
+        // A clean clone gains nothing from incremental state (2 GB of it under
+        // target/debug/incremental after four majors).
+        .env("CARGO_INCREMENTAL", "0")
         .args([
             "pgrx",
             "test",

@@ -518,6 +518,9 @@ fn wal_identities_equal_sql_identities() {
         .filter_map(|c| c.1.clone())
         .collect();
     assert_eq!(got, want, "x_stream streamed on protocol 2");
+    // The slots would hold every later test's WAL on this cluster (gigabytes by the end of
+    // the run): drop them once read.
+    sql("SELECT pg_drop_replication_slot('xs1'); SELECT pg_drop_replication_slot('xs2');");
 
     println!(
         "cross-path: {compared} WAL identities compared with SQL (+{} streamed, +{} protocol-1 rows of the large transaction), {} mismatches; {} refusals: {:?}",

@@ -170,6 +170,20 @@ impl Cluster {
     }
 }
 
+impl Cluster {
+    /// Stops the server and deletes its folder (data, socket, log): for a run that passed,
+    /// so the next major's cluster does not add its gigabytes to this one's.
+    pub fn remove(self) -> Result<(), String> {
+        let base = self
+            .data
+            .parent()
+            .map(Path::to_path_buf)
+            .ok_or("a cluster's data folder has a parent")?;
+        drop(self);
+        std::fs::remove_dir_all(&base).map_err(|e| format!("{}: {e}", base.display()))
+    }
+}
+
 impl Drop for Cluster {
     fn drop(&mut self) {
         let data = self.data.to_string_lossy().into_owned();
