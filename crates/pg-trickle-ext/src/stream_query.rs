@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::ffi::{CStr, CString};
 
 use pgrx::pg_sys;
-use rowid_ivm::plan::{Expr, Output, Plan, SetOpKind, SourceKey};
+use rowid_ivm::plan::{AggregateFunc, ArgClass, Call, Expr, Output, Plan, SetOpKind, SourceKey};
 use rowid_registry::sql::quote_ident;
 use rowid_registry::{FieldSpec, OpClass, choose_scan_key, resolve_schema};
 
@@ -163,10 +163,12 @@ impl Reader {
         if query.hasAggs || !query.groupClause.is_null() || !query.havingQual.is_null() {
             self.aggregates(&scope, place);
             let group_by = self.group_by(&scope);
+            let calls = self.calls(&scope);
             plan = Plan::Aggregate {
                 input: Box::new(plan),
                 group_by,
                 columns: targets,
+                calls,
             };
             if !query.havingQual.is_null() {
                 plan = Plan::Filter {
@@ -515,17 +517,24 @@ impl Reader {
         }
     }
 
+    /// The entries of this level's select list, without the columns only `ORDER BY` or
+    /// `GROUP BY` added.
+    fn visible_targets(scope: &Scope) -> Vec<*mut pg_sys::TargetEntry> {
+        // SAFETY: the target list of this level.
+        unsafe {
+            pgrx::PgList::<pg_sys::TargetEntry>::from_pg((*scope.query).targetList)
+                .iter_ptr()
+                .filter(|te| !(**te).resjunk)
+                .collect()
+        }
+    }
+
     /// The select list (without the columns only `ORDER BY` or `GROUP BY` added).
     fn targets(&mut self, scope: &Scope, place: &str) -> Vec<Output> {
         let mut out = Vec::new();
-        // SAFETY: the target list of this level.
+        // SAFETY: entries of the target list of this level.
         unsafe {
-            for te in
-                pgrx::PgList::<pg_sys::TargetEntry>::from_pg((*scope.query).targetList).iter_ptr()
-            {
-                if (*te).resjunk {
-                    continue;
-                }
+            for te in Self::visible_targets(scope) {
                 let name = if (*te).resname.is_null() {
                     format!("column{}", (*te).resno)
                 } else {
@@ -542,6 +551,80 @@ impl Reader {
             }
         }
         out
+    }
+
+    /// What each output column of this aggregate level computes: a function of the group
+    /// expressions, one aggregate call the delta rules know (by its function in
+    /// `pg_catalog` and its argument's type), or anything else.
+    fn calls(&mut self, scope: &Scope) -> Vec<Call> {
+        let mut out = Vec::new();
+        // SAFETY: entries of the target list of this level.
+        unsafe {
+            for te in Self::visible_targets(scope) {
+                let node = (*te).expr.cast::<pg_sys::Node>();
+                if !pg_sys::contain_agg_clause(node) {
+                    out.push(Call::Group);
+                    continue;
+                }
+                out.push(self.call(scope, node).unwrap_or(Call::Other));
+            }
+        }
+        out
+    }
+
+    /// A bare call of an aggregate the delta rules know, or `None`.
+    fn call(&mut self, scope: &Scope, node: *mut pg_sys::Node) -> Option<Call> {
+        // SAFETY: an expression of this level's target list; an Aggref's args are
+        // TargetEntry nodes.
+        unsafe {
+            if !pgrx::is_a(node, pg_sys::NodeTag::T_Aggref) {
+                return None;
+            }
+            let agg = &*node.cast::<pg_sys::Aggref>();
+            if !agg.aggdistinct.is_null() || !agg.aggorder.is_null() || !agg.aggfilter.is_null() {
+                return None;
+            }
+            let name: String = spi::one(
+                &format!(
+                    "SELECT proname::pg_catalog.text FROM pg_catalog.pg_proc                      WHERE oid OPERATOR(pg_catalog.=) {}                        AND pronamespace OPERATOR(pg_catalog.=) 11",
+                    u32::from(agg.aggfnoid)
+                ),
+                &[],
+            )?;
+            let func = match name.as_str() {
+                "count" => AggregateFunc::Count,
+                "sum" => AggregateFunc::Sum,
+                "avg" => AggregateFunc::Avg,
+                "min" => AggregateFunc::Min,
+                "max" => AggregateFunc::Max,
+                "bool_and" | "every" => AggregateFunc::BoolAnd,
+                "bool_or" => AggregateFunc::BoolOr,
+                _ => return None,
+            };
+            let args = pgrx::PgList::<pg_sys::TargetEntry>::from_pg(agg.args);
+            if agg.aggstar || args.is_empty() {
+                return (func == AggregateFunc::Count).then_some(Call::Aggregate {
+                    func,
+                    arg: None,
+                    arg_class: ArgClass::Other,
+                });
+            }
+            if args.len() != 1 {
+                return None;
+            }
+            let arg = args.get_ptr(0)?;
+            let arg_node = (*arg).expr.cast::<pg_sys::Node>();
+            let arg_class = match pg_sys::exprType(arg_node) {
+                pg_sys::INT2OID | pg_sys::INT4OID | pg_sys::INT8OID => ArgClass::Integer,
+                pg_sys::NUMERICOID => ArgClass::Numeric,
+                _ => ArgClass::Other,
+            };
+            Some(Call::Aggregate {
+                func,
+                arg: Some(self.expr(scope, arg_node, "")),
+                arg_class,
+            })
+        }
     }
 
     /// The `GROUP BY` expressions, in written order.

@@ -18,9 +18,10 @@ use pgrx::datum::DatumWithOid;
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 use rowid_codec::probe::PROBE_V1_PREFIX_LEN;
-use rowid_ivm::delta::{SourceBuffer, delta_statement, fill_statement, immediate_statement};
+use rowid_ivm::delta::{
+    SourceBuffer, delta_statement, fill_statement, immediate_statement, storage_query,
+};
 use rowid_ivm::identity::{self, Field, Identity};
-use rowid_ivm::sql::full_query;
 use rowid_registry::sql::{QualifiedName, index_ddl, quote_ident};
 use rowid_registry::{
     IndexClass, IndexPlan, MaintenanceMode, Uniqueness, plan_for_bound, resolve_field,
@@ -128,7 +129,7 @@ fn define(function: &'static str, query: &str, time_zone: &str, mode: Mode) -> D
         PROBE_V1_PREFIX_LEN,
     )
     .unwrap_or_else(|r| errors::rejected(function, &r));
-    let sql = full_query(&read.plan)
+    let sql = storage_query(&read.plan)
         .unwrap_or_else(|e| errors::invalid_argument(function, e.to_string()));
     Definition {
         read,

@@ -27,11 +27,18 @@
 //!   -1; a join by inclusion and exclusion over its inputs, [`delta_statement`]), the weights
 //!   summed per identity and representation, then as many stored copies deleted or
 //!   inserted;
-//! - **aggregate** (`GROUP BY`, or none, over a filtered scan or join): the groups the
+//! - **additive aggregate** (`GROUP BY`, or none, without `HAVING`, of `count`, integer and
+//!   `numeric` `sum` and `avg`, `min`, `max`, `bool_and`, `bool_or`): the change's counts and
+//!   sums added to the stored groups and their hidden columns (`aggregate`);
+//! - **aggregate** (any other, over a filtered scan or join): the groups the
 //!   window's images touch are recomputed from the sources under the statement's snapshot
 //!   and replace their stored rows (an emptied group's row is deleted).
 //!
 //! Anything else is [`NotDifferential`], by operator name.
+
+mod aggregate;
+
+pub use aggregate::{COUNT_COLUMN, is_additive, storage_plan};
 
 use rowid_registry::IndexClass;
 use rowid_registry::sql::quote_ident;
@@ -84,13 +91,25 @@ fn xid8(b: &str) -> String {
 /// transaction of the previous refresh after it (a transaction's own xid is never visible in
 /// its own snapshot, so its rows are told apart by `seq`), or by a transaction that
 /// snapshot did not see.
+///
+/// A cheap test comes first: a row in the window was written by a transaction no older than
+/// the frontier snapshot's `xmin` (an older one had ended: its rows were visible in that
+/// snapshot, or were never committed), and, the frontier being less than 2^30 transactions
+/// old (else the window is [`blocked`] and nothing is read from it), its 32-bit `xid` is less
+/// than 2^31 past that `xmin`'s low 32 bits, modulo 2^32. Most rows consumed before fail it
+/// without the 64-bit widening and the snapshot lookup.
 fn in_window(b: &str) -> String {
     format!(
-        "(CASE WHEN {b}.xid = $2 THEN {b}.seq > $3 \
+        "((({b}.xid - {FRONTIER_XMIN32}) & 4294967295) < 2147483648 \
+         AND CASE WHEN {b}.xid = $2 THEN {b}.seq > $3 \
          ELSE NOT pg_catalog.pg_visible_in_snapshot({}, $1::pg_catalog.pg_snapshot) END)",
         xid8(b)
     )
 }
+
+/// The low 32 bits of the frontier snapshot's `xmin`, computed once per statement.
+const FRONTIER_XMIN32: &str = "(SELECT pg_catalog.pg_snapshot_xmin($1::pg_catalog.pg_snapshot)\
+    ::pg_catalog.text::pg_catalog.int8 & 4294967295)";
 
 /// This transaction's 32-bit xid.
 const OWN_XID: &str =
@@ -178,7 +197,7 @@ pub fn fill_statement(
     storage: &str,
     sources: &[SourceBuffer],
 ) -> Result<String, NotDifferential> {
-    let full = full_query(plan).map_err(|e| NotDifferential(e.0))?;
+    let full = storage_query(plan).map_err(|e| NotDifferential(e.0))?;
     let own = if sources.is_empty() {
         "0".to_string()
     } else {
@@ -191,6 +210,13 @@ pub fn fill_statement(
          {own}::pg_catalog.int4, false, \
          ((SELECT count(*) FROM __pgt_gone) + (SELECT count(*) FROM __pgt_new))::pg_catalog.int8"
     ))
+}
+
+/// The statement computing the rows a stream table of `plan` stores: its query's rows with
+/// their identities, and the hidden columns of an additive aggregate ([`storage_plan`]).
+/// The storage is created from it.
+pub fn storage_query(plan: &Plan) -> Result<String, crate::sql::Unrenderable> {
+    full_query(&storage_plan(plan))
 }
 
 /// The most `FROM` items a join may have in DIFFERENTIAL: its delta has one term per
@@ -248,12 +274,14 @@ pub fn delta_statement(
     let changed = "(SELECT count(*) FROM __pgt_gone) + (SELECT count(*) FROM __pgt_new)";
     apply(
         plan,
-        storage,
-        class,
-        &changeable,
-        &format!("WITH {NOW}, "),
-        &format!("NOT ({blocked})"),
-        &result_row(&buffers, &format!("({blocked})"), changed),
+        &Frame {
+            storage,
+            class,
+            changeable: &changeable,
+            head: &format!("WITH {NOW}, "),
+            go: &format!("NOT ({blocked})"),
+            row: &result_row(&buffers, &format!("({blocked})"), changed),
+        },
     )
 }
 
@@ -516,22 +544,37 @@ fn encoded(domain: &str, exprs: &[String]) -> String {
     )
 }
 
-/// The statement applying the change of `plan` when the `FROM` items `changeable` (with the
-/// SQL of their signed row images) changed: `head` opens its `WITH` list, `go` guards every
-/// change it makes, `row` is its final `SELECT`. The other items are read as they are now.
-fn apply(
-    plan: &Plan,
-    storage: &str,
+/// What a statement applying a change is made in: the storage and its identity index, the
+/// `FROM` items that changed (with the SQL of their signed row images; the other items are
+/// read as they are now), and its frame: `head` opens its `WITH` list, `go` guards every
+/// change it makes, `row` is its final `SELECT` (over the counts of `__pgt_gone` and
+/// `__pgt_new`).
+struct Frame<'a> {
+    storage: &'a str,
     class: IndexClass,
-    changeable: &[Changeable<'_>],
-    head: &str,
-    go: &str,
-    row: &str,
-) -> Result<String, NotDifferential> {
+    changeable: &'a [Changeable<'a>],
+    head: &'a str,
+    go: &'a str,
+    row: &'a str,
+}
+
+/// The statement applying the change of `plan` in `frame`.
+fn apply(plan: &Plan, frame: &Frame<'_>) -> Result<String, NotDifferential> {
+    let Frame {
+        storage,
+        class,
+        changeable,
+        head,
+        go,
+        row,
+    } = *frame;
     let names: Vec<String> = plan.outputs().into_iter().map(|o| o.name).collect();
     let cols: Vec<String> = names.iter().map(|n| quote_ident(n)).collect();
     let id = quote_ident(ROW_ID);
     let matches = |t: &str, s: &str| rowid_registry::sql::match_predicate(class, t, s);
+    if let Some(statement) = aggregate::statement(plan, frame)? {
+        return Ok(statement);
+    }
     let touched_filter =
         |per_row: &str| format!("{per_row} IN (SELECT a.{id} FROM __pgt_touched AS a)");
     // The operators whose rows are recomputed where the change touches them: the touched
@@ -738,12 +781,14 @@ pub fn immediate_statement(
     add_subqueries(plan, &mut changeable)?;
     apply(
         plan,
-        storage,
-        class,
-        &changeable,
-        "WITH ",
-        "true",
-        "SELECT ((SELECT count(*) FROM __pgt_gone) + (SELECT count(*) FROM __pgt_new))::pg_catalog.int8",
+        &Frame {
+            storage,
+            class,
+            changeable: &changeable,
+            head: "WITH ",
+            go: "true",
+            row: "SELECT ((SELECT count(*) FROM __pgt_gone) + (SELECT count(*) FROM __pgt_new))::pg_catalog.int8",
+        },
     )
 }
 

@@ -65,6 +65,56 @@ impl SetOpKind {
     }
 }
 
+/// An aggregate function whose change a stream table can apply without reading the group's
+/// rows again (spec/stream-tables.md §5.5).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AggregateFunc {
+    /// `count(*)` (no argument) or `count(x)`.
+    Count,
+    /// `sum(x)`.
+    Sum,
+    /// `avg(x)`.
+    Avg,
+    /// `min(x)`.
+    Min,
+    /// `max(x)`.
+    Max,
+    /// `bool_and(x)`.
+    BoolAnd,
+    /// `bool_or(x)`.
+    BoolOr,
+}
+
+/// The argument types whose `sum` and `avg` PostgreSQL computes exactly: the result of
+/// adding a change to a stored sum is what recomputation gives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ArgClass {
+    /// `smallint`, `integer`, `bigint`: exact integer sums.
+    Integer,
+    /// `numeric`: exact, its result's scale the largest scale summed.
+    Numeric,
+    /// Any other type (`float4`, `float8`, `money`, `interval`, ...).
+    Other,
+}
+
+/// What an aggregate level's output column computes, as far as a delta rule needs to know.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Call {
+    /// No aggregate inside: a function of the group expressions.
+    Group,
+    /// One aggregate call and nothing around it, without `DISTINCT`, `ORDER BY` or `FILTER`.
+    Aggregate {
+        /// The function.
+        func: AggregateFunc,
+        /// Its argument (none: `count(*)`).
+        arg: Option<Expr>,
+        /// The argument's type class.
+        arg_class: ArgClass,
+    },
+    /// Anything else: an expression over aggregates, another aggregate.
+    Other,
+}
+
 /// One operator and its inputs.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Plan {
@@ -118,6 +168,9 @@ pub enum Plan {
         group_by: Vec<Expr>,
         /// The output columns (group expressions and aggregates).
         columns: Vec<Output>,
+        /// What each output column computes, in the order of `columns` (empty, or of
+        /// another length: unknown, and every column counts as [`Call::Other`]).
+        calls: Vec<Call>,
     },
     /// `SELECT DISTINCT`: one row per distinct row of its input.
     Distinct {

@@ -148,6 +148,7 @@ fn split(plan: &Plan) -> Result<Level<'_>, Unrenderable> {
         input,
         group_by: g,
         columns,
+        ..
     } = p
     {
         targets = targets.or(Some(columns.as_slice()));

@@ -24,6 +24,7 @@ fn the_sql_of_every_operator_s_identity() {
         input: Box::new(keyed("x")),
         group_by: vec![],
         columns: vec![out("n", "count(*)")],
+        calls: vec![],
     };
     let distinct = Plan::Distinct {
         input: Box::new(Plan::Project {

@@ -98,6 +98,7 @@ fn the_server_derives_every_rule_s_identity_as_the_rule_says() {
         input: Box::new(keyed("x")),
         group_by: vec![],
         columns: vec![out("n", "count(*)")],
+        calls: vec![],
     };
     checked += agree(
         &db,

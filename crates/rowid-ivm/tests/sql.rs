@@ -43,6 +43,7 @@ fn the_full_refresh_sql_of_every_operator() {
         input: Box::new(keyed("x")),
         group_by: vec![],
         columns: vec![out("n", "count(*)")],
+        calls: vec![],
     };
     let distinct = Plan::Distinct {
         input: Box::new(project(keyed("x"), &[("v", "x.v")])),
@@ -122,6 +123,7 @@ fn identity_bounds_add_up_by_the_wire_format() {
         input: Box::new(keyed("x")),
         group_by: vec![],
         columns: vec![],
+        calls: vec![],
     };
     assert_eq!(
         max_len(&identity(&scalar), &value),
@@ -262,4 +264,114 @@ fn operators_without_a_delta_rule_are_named() {
         "DIFFERENTIAL refresh of a subquery in FROM with aggregates, DISTINCT or set \
          operations other than UNION ALL is not built yet"
     );
+}
+
+/// An aggregate of every additive call over `x` (keyed `(k, v)`), grouped by `x.v` or not.
+fn additive(grouped: bool) -> Plan {
+    use rowid_ivm::plan::{AggregateFunc, ArgClass, Call, Expr};
+    let numeric = Expr::new("(x.v)::numeric", "numeric");
+    let call = |func, arg: Option<Expr>, arg_class| Call::Aggregate {
+        func,
+        arg,
+        arg_class,
+    };
+    let mut columns = vec![
+        out("n", "count(*)"),
+        out("s", "sum((x.v)::numeric)"),
+        out("a", "avg(x.k)"),
+        out("lo", "min(x.k)"),
+    ];
+    let mut calls = vec![
+        call(AggregateFunc::Count, None, ArgClass::Other),
+        call(AggregateFunc::Sum, Some(numeric), ArgClass::Numeric),
+        call(AggregateFunc::Avg, Some(model::e("x.k")), ArgClass::Integer),
+        call(AggregateFunc::Min, Some(model::e("x.k")), ArgClass::Integer),
+    ];
+    if grouped {
+        columns.insert(0, out("v", "x.v"));
+        calls.insert(0, Call::Group);
+    }
+    Plan::Aggregate {
+        input: Box::new(keyed("x")),
+        group_by: if grouped {
+            vec![model::e("x.v")]
+        } else {
+            vec![]
+        },
+        columns,
+        calls,
+    }
+}
+
+#[test]
+fn the_additive_aggregate_rule_keeps_hidden_columns_and_adds_the_change() {
+    use rowid_ivm::delta::{delta_statement, is_additive, storage_plan, storage_query};
+    use rowid_ivm::plan::{AggregateFunc, ArgClass, Call};
+    use rowid_registry::IndexClass;
+    let grouped = additive(true);
+    let names: Vec<String> = storage_plan(&grouped)
+        .outputs()
+        .into_iter()
+        .map(|o| o.name)
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "v",
+            "n",
+            "s",
+            "a",
+            "lo",
+            "__pgt_count",
+            "__pgt_nn_3",
+            "__pgt_ms_3",
+            "__pgt_msc_3",
+            "__pgt_nn_4",
+            "__pgt_sum_4",
+        ]
+    );
+    // Not additive: a float sum, an expression over an aggregate, HAVING.
+    let mut float = additive(true);
+    if let Plan::Aggregate { calls, .. } = &mut float {
+        calls[2] = Call::Aggregate {
+            func: AggregateFunc::Sum,
+            arg: Some(model::e("x.v")),
+            arg_class: ArgClass::Other,
+        };
+    }
+    let mut other = additive(true);
+    if let Plan::Aggregate { calls, .. } = &mut other {
+        calls[1] = Call::Other;
+    }
+    let having = Plan::Filter {
+        input: Box::new(additive(true)),
+        predicate: cond("count(*) > 1"),
+    };
+    for plan in [&float, &other, &having] {
+        assert!(!is_additive(plan));
+        assert_eq!(&storage_plan(plan), plan);
+    }
+    let text: String = [
+        (
+            "grouped, direct unique",
+            additive(true),
+            IndexClass::DirectUnique,
+        ),
+        (
+            "grouped, probe",
+            additive(true),
+            IndexClass::ProbeExpression,
+        ),
+        ("no GROUP BY", additive(false), IndexClass::DirectUnique),
+    ]
+    .iter()
+    .map(|(what, plan, class)| {
+        format!(
+            "{what}:\n  storage: {}\n  delta: {}\n",
+            storage_query(plan).unwrap(),
+            delta_statement(plan, "\"public\".\"st\"", *class, &[buffer("x")]).unwrap()
+        )
+    })
+    .collect();
+    insta::assert_snapshot!(text);
 }

@@ -68,6 +68,7 @@ pub fn group_by_v(input: Plan, alias: &str) -> Plan {
         input: Box::new(input),
         group_by: vec![e(&format!("{alias}.v"))],
         columns: vec![out("v", &format!("{alias}.v")), out("n", "count(*)")],
+        calls: vec![],
     }
 }
 
