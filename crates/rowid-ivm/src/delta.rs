@@ -683,22 +683,39 @@ fn apply(plan: &Plan, frame: &Frame<'_>) -> Result<String, NotDifferential> {
     if crate::identity::identity(plan).unique {
         // One stored row per identity: after consolidation a row of the net change weighs
         // -1 (its old representation goes) or +1 (its new one comes), and the stored row is
-        // found by its identity (the index) and representation.
+        // found by its identity (the index) and representation. An identity whose old
+        // representation goes and new one comes (a row updated in place: its key kept) is
+        // one UPDATE of the stored row, not a delete and an insert.
+        let moved = "n.__pgt_reps = 2 AND n.__pgt_lo = -1 AND n.__pgt_hi = 1";
+        let set: Vec<String> = cols.iter().map(|c| format!("{c} = p.{c}")).collect();
         return Ok(format!(
             "{head}__pgt_delta AS (SELECT d.*, {drep} AS __pgt_rep FROM ({delta}) AS d WHERE {go}), \
              __pgt_net AS (SELECT DISTINCT ON (d.{id}, d.__pgt_rep) d.*, \
                sum(d.\"__pgt_w\") OVER (PARTITION BY d.{id}, d.__pgt_rep) AS __pgt_n \
                FROM __pgt_delta AS d), \
-             __pgt_gone AS (DELETE FROM {storage} AS s USING __pgt_net AS n \
-               WHERE n.__pgt_n < 0 AND {m} AND {srep} = n.__pgt_rep RETURNING 1), \
-             __pgt_new AS (INSERT INTO {storage} SELECT n.{id}, {ncols} FROM __pgt_net AS n \
-               WHERE n.__pgt_n > 0 RETURNING 1) \
+             __pgt_side AS (SELECT n.*, pg_catalog.count(*) OVER w AS __pgt_reps, \
+               pg_catalog.min(n.__pgt_n) OVER w AS __pgt_lo, \
+               pg_catalog.max(n.__pgt_n) OVER w AS __pgt_hi \
+               FROM __pgt_net AS n WHERE n.__pgt_n <> 0 WINDOW w AS (PARTITION BY n.{id})), \
+             __pgt_moved AS (SELECT n.{id}, o.__pgt_rep AS __pgt_old, {ncols} \
+               FROM __pgt_side AS n JOIN __pgt_side AS o ON o.{id} = n.{id} \
+               WHERE {moved} AND n.__pgt_n > 0 AND o.__pgt_n < 0), \
+             __pgt_upd AS (UPDATE {storage} AS s SET {set} FROM __pgt_moved AS p \
+               WHERE {mp} AND {srep} = p.__pgt_old RETURNING 1), \
+             __pgt_del AS (DELETE FROM {storage} AS s USING __pgt_side AS n \
+               WHERE n.__pgt_n < 0 AND NOT ({moved}) AND {m} AND {srep} = n.__pgt_rep \
+               RETURNING 1), \
+             __pgt_gone AS (SELECT 1 FROM __pgt_del UNION ALL SELECT 1 FROM __pgt_upd), \
+             __pgt_new AS (INSERT INTO {storage} SELECT n.{id}, {ncols} FROM __pgt_side AS n \
+               WHERE n.__pgt_n > 0 AND NOT ({moved}) RETURNING 1) \
              {row}",
             drep = rep("d"),
             srep = rep("s"),
             delta = delta.join(" UNION ALL "),
             ncols = net_cols.join(", "),
+            set = set.join(", "),
             m = matches("s", "n"),
+            mp = matches("s", "p"),
         ));
     }
     Ok(format!(
