@@ -796,3 +796,104 @@ fn stream_ddl_of_a_source_rebuilds_the_stream_table() {
         .expect("a query naming a renamed column was refreshed");
     assert!(err.contains("column \"v\" does not exist"), "{err}");
 }
+
+/// The plan PostgreSQL makes of the DIFFERENTIAL statement of `table` for its current
+/// window (the statement as recorded, the frontier as parameters).
+fn differential_plan(table: &str) -> String {
+    let (sql, frontier) = Spi::get_two::<String, String>(&format!(
+        "SELECT delta_sql,
+                format('%L, %s, %s', frontier, frontier_xid, frontier_seq)
+         FROM pgtrickle.pgt_stream_tables WHERE pgt_relid = '{table}'::regclass"
+    ))
+    .expect("catalog row");
+    Spi::run(&format!(
+        "PREPARE ix_delta(text, int8, int4) AS {}",
+        sql.expect("a DIFFERENTIAL statement")
+    ))
+    .expect("prepare");
+    let plan = Spi::connect(|c| {
+        let mut out = Vec::new();
+        let explain = format!(
+            "EXPLAIN (COSTS OFF) EXECUTE ix_delta({})",
+            frontier.expect("a frontier")
+        );
+        for row in c.select(&explain, None, &[])? {
+            out.push(row.get::<String>(1)?.unwrap_or_default());
+        }
+        Ok::<_, pgrx::spi::SpiError>(out.join("\n"))
+    })
+    .expect("explain");
+    Spi::run("DEALLOCATE ix_delta").expect("deallocate");
+    plan
+}
+
+/// `EXPLAIN` of the apply statements (spec/stream-tables.md §4, §5.2): over a storage of
+/// thousands of rows, a window of one changed row finds the stored rows it changes through
+/// the identity index of each class (the direct unique index of a keyed projection, the
+/// probe expression index of a `GROUP BY` of `text`, the direct index of a keyless
+/// projection), never by reading the whole storage.
+#[pg_test]
+fn stream_apply_statements_use_the_identity_index() {
+    Spi::run(
+        "CREATE TABLE ix_src (id int8 PRIMARY KEY, t text, v int4);
+         INSERT INTO ix_src SELECT g, 'tag ' || (g % 5000), g % 7
+           FROM generate_series(1, 20000) g;
+         CREATE TABLE ix_bag (x int4, y int4);
+         INSERT INTO ix_bag SELECT g % 9000, g % 3 FROM generate_series(1, 20000) g;
+         ANALYZE ix_src; ANALYZE ix_bag;
+         SELECT pgtrickle.create_stream_table('ix_rows', 'SELECT id, v FROM ix_src');
+         SELECT pgtrickle.create_stream_table('ix_tags',
+           'SELECT t, count(*) AS n, sum(v) AS s FROM ix_src GROUP BY t');
+         SELECT pgtrickle.create_stream_table('ix_bag_rows', 'SELECT x, y FROM ix_bag');
+         ANALYZE ix_rows; ANALYZE ix_tags; ANALYZE ix_bag_rows;
+         UPDATE ix_src SET v = v + 1, id = 30001 WHERE id = 7;
+         UPDATE ix_src SET v = v + 1 WHERE id = 8;
+         DELETE FROM ix_bag WHERE ctid = (SELECT ctid FROM ix_bag WHERE x = 7 LIMIT 1);",
+    )
+    .expect("sources, stream tables and one change each");
+    for (table, class) in [
+        ("ix_rows", "direct_unique"),
+        ("ix_tags", "probe_expression"),
+        ("ix_bag_rows", "direct_non_unique"),
+    ] {
+        assert_eq!(
+            Spi::get_one::<String>(&format!(
+                "SELECT index_class FROM pgtrickle.pgt_stream_tables
+                 WHERE pgt_relid = '{table}'::regclass"
+            ))
+            .expect("catalog")
+            .as_deref(),
+            Some(class)
+        );
+        let plan = differential_plan(table);
+        // `Index Scan using <index>` or `Bitmap Index Scan on <index>`.
+        let index = format!("{table}_row_id");
+        assert!(
+            plan.lines()
+                .any(|l| l.contains("Index Scan") && l.contains(&index)),
+            "{table} ({class}): the apply statements do not use the identity index:\n{plan}"
+        );
+        assert!(
+            !plan.contains(&format!("Seq Scan on {table}")),
+            "{table} ({class}): an apply statement reads the whole storage:\n{plan}"
+        );
+    }
+    Spi::run(
+        "SELECT pgtrickle.refresh_stream_table('ix_rows');
+         SELECT pgtrickle.refresh_stream_table('ix_tags');
+         SELECT pgtrickle.refresh_stream_table('ix_bag_rows');",
+    )
+    .expect("refresh");
+    for (table, query) in [
+        ("ix_rows", "SELECT id, v FROM ix_src"),
+        ("ix_tags", "SELECT t, count(*), sum(v) FROM ix_src GROUP BY t"),
+        ("ix_bag_rows", "SELECT x, y FROM ix_bag"),
+    ] {
+        let columns = stream_columns(table);
+        assert_eq!(
+            stream_difference(&format!("SELECT {columns} FROM {table}"), query),
+            0,
+            "{table} after the refresh"
+        );
+    }
+}
