@@ -244,3 +244,121 @@ fn concurrent_writers_of_one_group_keep_an_immediate_stream_table_exact() {
         "the group both writers changed"
     );
 }
+
+/// The first transaction id past the 32-bit wraparound (epoch 1, 32-bit xid 0).
+const WRAP: u64 = 1 << 32;
+
+/// The 64-bit id this session's next transaction gets.
+fn next_xid(db: &Psql) -> u64 {
+    db.run("SELECT pg_snapshot_xmax(pg_current_snapshot());")
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+/// Across the 32-bit xid wraparound (spec/stream-tables.md §5.2: a buffer row holds its
+/// transaction's 32-bit xid, widened with the epoch of the refresh's snapshot, and the window
+/// is read past a cheap bound on the 32-bit xid): a cluster of its own whose next transaction
+/// id is moved to 300 before 2^32, a seeded workload of single-statement transactions with a
+/// refresh every 25 of them until well past 2^32, and a transaction that wrote before the
+/// wraparound and commits after it. Every stream table equals its query after every refresh
+/// (sums compared as text), and the late transaction is consumed once.
+#[test]
+#[ignore = "needs PostgreSQL binaries with the extension on PATH: run through `cargo xtask test`"]
+fn the_frontier_holds_across_the_32_bit_xid_wraparound() {
+    let out = Command::new("sh")
+        .args(["-c", "command -v pg_ctl"])
+        .output()
+        .unwrap();
+    let pg_ctl = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    assert!(!pg_ctl.is_empty(), "pg_ctl is not on PATH");
+    let bindir = std::path::Path::new(&pg_ctl).parent().unwrap();
+    let base = std::env::temp_dir().join(format!("rowid-ivm-wrap-{}", std::process::id()));
+    let port = 56_000 + (std::process::id() % 1000) as u16;
+    let cluster = rowid_testkit::cluster::Cluster::start(bindir, &base, port).unwrap();
+    cluster.move_next_xid((WRAP - 300) as u32).unwrap();
+    let db = cluster.psql();
+    assert!(next_xid(&db) < WRAP);
+    db.run(
+        "CREATE EXTENSION pg_trickle_ext;
+         CREATE TABLE src (id int8 PRIMARY KEY, g int4, v numeric);
+         CREATE TABLE bag (x int8);
+         SELECT pgtrickle.create_stream_table('kept', 'SELECT id, v FROM src');
+         SELECT pgtrickle.create_stream_table('grouped',
+           'SELECT g, count(*) AS n, sum(v) AS s, max(v) AS hi FROM src GROUP BY g');
+         SELECT pgtrickle.create_stream_table('bagged', 'SELECT x FROM bag');",
+    )
+    .unwrap();
+    let equal = |when: &str| {
+        for (table, columns, query) in [
+            ("kept", "id, v::text", "SELECT id, v::text FROM src"),
+            (
+                "grouped",
+                "g, n, s::text, hi",
+                "SELECT g, count(*), sum(v)::text, max(v) FROM src GROUP BY g",
+            ),
+            ("bagged", "x", "SELECT x FROM bag"),
+        ] {
+            assert_eq!(
+                difference(&db, &format!("SELECT {columns} FROM {table}"), query),
+                0,
+                "{when}: {table} differs from its query"
+            );
+        }
+    };
+    let refresh = || {
+        db.run(
+            "SELECT pgtrickle.refresh_stream_table('kept');
+             SELECT pgtrickle.refresh_stream_table('grouped');
+             SELECT pgtrickle.refresh_stream_table('bagged');",
+        )
+        .unwrap();
+    };
+    // Writes before the wraparound and commits after it.
+    let mut late = Session::open(&db, "frontier_wrap_late");
+    late.run(
+        &db,
+        "BEGIN; INSERT INTO src VALUES (100000, 1, 4.25); INSERT INTO bag VALUES (7);",
+    );
+    let mut rng = rowid_testkit::rng::Rng::new(34);
+    let mut refreshes = 0;
+    let mut step = 0;
+    while next_xid(&db) < WRAP + 300 {
+        step += 1;
+        let id = rng.below(150);
+        let g = rng.below(5);
+        let v = format!("{}.{}", rng.below(100), rng.below(100));
+        let statement = match rng.below(5) {
+            0 | 1 => format!(
+                "INSERT INTO src VALUES ({id}, {g}, {v}) ON CONFLICT (id) DO UPDATE SET v = excluded.v;"
+            ),
+            2 => format!("UPDATE src SET g = {g}, v = v * 1.0 WHERE id = {id};"),
+            3 => format!("DELETE FROM src WHERE id = {id};"),
+            _ => format!("INSERT INTO bag VALUES ({g});"),
+        };
+        db.run(&statement).unwrap();
+        if step % 25 == 0 {
+            refresh();
+            refreshes += 1;
+            equal(&format!(
+                "step {step} ({statement}), next xid {}",
+                next_xid(&db)
+            ));
+        }
+    }
+    late.finish();
+    refresh();
+    equal("the late transaction committed and consumed");
+    refresh();
+    equal("nothing new");
+    assert_eq!(
+        db.run("SELECT count(*) FROM kept WHERE id = 100000;")
+            .unwrap()
+            .trim(),
+        "1"
+    );
+    assert!(refreshes >= 20, "{refreshes} refreshes");
+    drop(db);
+    cluster.remove().unwrap();
+}

@@ -102,6 +102,35 @@ impl Cluster {
         ))
     }
 
+    /// Moves the cluster's next transaction id to `next_xid` (epoch 0), as `pg_resetwal -x`
+    /// does: every database is frozen first (their rows stay visible), the server stopped,
+    /// the commit log segment of `next_xid` created, and the server started again. For
+    /// tests that cross the 32-bit xid wraparound without consuming 2^32 transactions.
+    pub fn move_next_xid(&self, next_xid: u32) -> Result<(), String> {
+        let psql = self.psql();
+        let databases = psql.run("SELECT datname FROM pg_database WHERE datallowconn")?;
+        for db in databases.lines().map(str::trim).filter(|d| !d.is_empty()) {
+            psql.with_db(db).run("VACUUM FREEZE")?;
+        }
+        let data = self.data.to_string_lossy().into_owned();
+        run(&mut self.tool("pg_ctl", &["-D", &data, "-m", "fast", "-w", "stop"]))?;
+        run(&mut self.tool("pg_resetwal", &["-x", &next_xid.to_string(), "-D", &data]))?;
+        // pg_xact: 2 bits a transaction, 32 pages of 8 kB a segment (1048576 transactions),
+        // named by the segment number in four hex digits; a new segment is zeroes.
+        let segment = self
+            .data
+            .join("pg_xact")
+            .join(format!("{:04X}", next_xid / 1_048_576));
+        if !segment.exists() {
+            std::fs::write(&segment, vec![0u8; 32 * 8192])
+                .map_err(|e| format!("{}: {e}", segment.display()))?;
+            if self.as_postgres {
+                run(Command::new("chown").arg("postgres:postgres").arg(&segment))?;
+            }
+        }
+        self.pg_ctl("start", "")
+    }
+
     /// Restarts the server with `extra` options (shared buffers start empty).
     pub fn restart(&self, extra: &str) -> Result<(), String> {
         self.pg_ctl("restart", extra)
