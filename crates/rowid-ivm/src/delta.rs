@@ -115,9 +115,26 @@ const FRONTIER_XMIN32: &str = "(SELECT pg_catalog.pg_snapshot_xmin($1::pg_catalo
 const OWN_XID: &str =
     "(pg_catalog.pg_current_xact_id()::pg_catalog.text::pg_catalog.int8 & 4294967295)";
 
-/// The window's row images of `source` under the scan's name `alias`: each row's new image
-/// weighs +1, its old image -1, in column `__pgt_w`.
-fn images(source: &SourceBuffer, alias: &str) -> String {
+/// The name of the `WITH` part holding the window's rows of the `k`-th buffer a statement
+/// reads ([`window`]).
+fn window_name(k: usize) -> String {
+    format!("__pgt_win{k}")
+}
+
+/// The `WITH` part holding the window's rows of `source`, the `k`-th buffer the statement
+/// reads: each buffer is scanned once, whatever the number of terms that read its images.
+fn window(source: &SourceBuffer, k: usize) -> String {
+    format!(
+        "{} AS MATERIALIZED (SELECT b.* FROM {} AS b WHERE {})",
+        window_name(k),
+        source.buffer,
+        in_window("b")
+    )
+}
+
+/// The window's row images of `source` (the `k`-th buffer, [`window`]) under the scan's name
+/// `alias`: each row's new image weighs +1, its old image -1, in column `__pgt_w`.
+fn images(source: &SourceBuffer, k: usize, alias: &str) -> String {
     let side = |prefix: &str| -> String {
         source
             .columns
@@ -132,33 +149,30 @@ fn images(source: &SourceBuffer, alias: &str) -> String {
             .collect::<Vec<_>>()
             .join(", ")
     };
-    let window = in_window("b");
     format!(
-        "(SELECT {new}, 1 AS \"__pgt_w\" FROM {buf} AS b \
-           WHERE b.op IN ('I', 'U') AND {window} \
+        "(SELECT {new}, 1 AS \"__pgt_w\" FROM {win} AS b WHERE b.op IN ('I', 'U') \
          UNION ALL \
-         SELECT {old}, -1 FROM {buf} AS b WHERE b.op IN ('U', 'D') AND {window}) AS {alias}",
+         SELECT {old}, -1 FROM {win} AS b WHERE b.op IN ('U', 'D')) AS {alias}",
         new = side("new_"),
         old = side("old_"),
-        buf = source.buffer,
+        win = window_name(k),
         alias = quote_ident(alias),
     )
 }
 
 /// True when the window needs a full recomputation: a buffer row in it that the delta rules
 /// cannot apply, or a frontier so old (2^30 transactions) that a 32-bit `xid` no longer
-/// names one transaction for certain.
+/// names one transaction for certain. `sources` are the buffers in [`window`] order.
 fn blocked(sources: &[SourceBuffer]) -> String {
     let stale = "((SELECT __pgt_n.next FROM __pgt_now AS __pgt_n) \
          - pg_catalog.pg_snapshot_xmin($1::pg_catalog.pg_snapshot)::pg_catalog.text::pg_catalog.int8) \
          > 1073741824";
     let any: Vec<String> = std::iter::once(stale.to_string())
-        .chain(sources.iter().map(|s| {
+        .chain((0..sources.len()).map(|k| {
             format!(
-                "EXISTS (SELECT FROM {} AS b WHERE {} AND (b.op NOT IN ('I', 'U', 'D') \
-                 OR (b.op IN ('U', 'D') AND b.old_image IS DISTINCT FROM 'F')))",
-                s.buffer,
-                in_window("b")
+                "EXISTS (SELECT FROM {} AS b WHERE b.op NOT IN ('I', 'U', 'D') \
+                 OR (b.op IN ('U', 'D') AND b.old_image IS DISTINCT FROM 'F'))",
+                window_name(k)
             )
         }))
         .collect();
@@ -255,9 +269,13 @@ pub fn delta_statement(
             .ok_or_else(|| {
                 NotDifferential(format!("a source without a change buffer ({relation})"))
             })?;
-        if !buffers.iter().any(|b| b.buffer == source.buffer) {
-            buffers.push(source.clone());
-        }
+        let k = match buffers.iter().position(|b| b.buffer == source.buffer) {
+            Some(k) => k,
+            None => {
+                buffers.push(source.clone());
+                buffers.len() - 1
+            }
+        };
         if !changeable
             .iter()
             .any(|c| c.alias == alias.as_str() && c.relation == *relation)
@@ -265,7 +283,7 @@ pub fn delta_statement(
             changeable.push(Changeable {
                 alias,
                 relation: relation.clone(),
-                images: images(source, alias),
+                images: images(source, k, alias),
             });
         }
     }
@@ -278,7 +296,14 @@ pub fn delta_statement(
             storage,
             class,
             changeable: &changeable,
-            head: &format!("WITH {NOW}, "),
+            head: &format!(
+                "WITH {NOW}, {}",
+                buffers
+                    .iter()
+                    .enumerate()
+                    .map(|(k, b)| format!("{}, ", window(b, k)))
+                    .collect::<String>()
+            ),
             go: &format!("NOT ({blocked})"),
             row: &result_row(&buffers, &format!("({blocked})"), changed),
         },
