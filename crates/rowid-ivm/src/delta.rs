@@ -710,7 +710,10 @@ fn apply(plan: &Plan, frame: &Frame<'_>) -> Result<String, NotDifferential> {
         // -1 (its old representation goes) or +1 (its new one comes), and the stored row is
         // found by its identity (the index) and representation. An identity whose old
         // representation goes and new one comes (a row updated in place: its key kept) is
-        // one UPDATE of the stored row, not a delete and an insert.
+        // one UPDATE of the stored row, not a delete and an insert. The old representation
+        // rides on the new one's row as a window value: a join of the change with itself
+        // would be a nested loop wherever the server under-estimates the change (a buffer
+        // never analyzed), quadratic in the number of changes.
         let moved = "n.__pgt_reps = 2 AND n.__pgt_lo = -1 AND n.__pgt_hi = 1";
         let set: Vec<String> = cols.iter().map(|c| format!("{c} = p.{c}")).collect();
         return Ok(format!(
@@ -720,11 +723,11 @@ fn apply(plan: &Plan, frame: &Frame<'_>) -> Result<String, NotDifferential> {
                FROM __pgt_delta AS d), \
              __pgt_side AS (SELECT n.*, pg_catalog.count(*) OVER w AS __pgt_reps, \
                pg_catalog.min(n.__pgt_n) OVER w AS __pgt_lo, \
-               pg_catalog.max(n.__pgt_n) OVER w AS __pgt_hi \
+               pg_catalog.max(n.__pgt_n) OVER w AS __pgt_hi, \
+               pg_catalog.min(n.__pgt_rep) FILTER (WHERE n.__pgt_n < 0) OVER w AS __pgt_old \
                FROM __pgt_net AS n WHERE n.__pgt_n <> 0 WINDOW w AS (PARTITION BY n.{id})), \
-             __pgt_moved AS (SELECT n.{id}, o.__pgt_rep AS __pgt_old, {ncols} \
-               FROM __pgt_side AS n JOIN __pgt_side AS o ON o.{id} = n.{id} \
-               WHERE {moved} AND n.__pgt_n > 0 AND o.__pgt_n < 0), \
+             __pgt_moved AS (SELECT n.{id}, n.__pgt_old, {ncols} \
+               FROM __pgt_side AS n WHERE {moved} AND n.__pgt_n > 0), \
              __pgt_upd AS (UPDATE {storage} AS s SET {set} FROM __pgt_moved AS p \
                WHERE {mp} AND {srep} = p.__pgt_old RETURNING 1), \
              __pgt_del AS (DELETE FROM {storage} AS s USING __pgt_side AS n \
