@@ -6,7 +6,9 @@
 //! On a cluster whose `shared_buffers` is several times smaller than either table, restarted
 //! before each run (its buffers empty), the same changes in key order update one row each
 //! through the identity's index; the tables' block reads (`pg_statio_user_tables`: blocks
-//! that were not in shared buffers) are counted per change.
+//! that were not in shared buffers) are counted per change. The second part (8b) asks the
+//! same of a stream table (issue 34): its DIFFERENTIAL refresh applying changes in key order
+//! from its change buffer, against a V1-style hashed copy given the same changes.
 
 use std::time::Instant;
 
@@ -71,13 +73,7 @@ pub fn locality(work: &Work, report: &mut String) -> Result<(), String> {
             table("v1", "int8", v1)
         ),
     )?;
-    let sizes = on(
-        &cluster,
-        "SELECT pg_size_pretty(pg_relation_size('v2')) || ' + ' || \
-         pg_size_pretty(pg_indexes_size('v2')) || ' | ' || \
-         pg_size_pretty(pg_relation_size('v1')) || ' + ' || \
-         pg_size_pretty(pg_indexes_size('v1'))",
-    )?;
+    let (v2size, v1size) = (sizes(&cluster, "v2")?, sizes(&cluster, "v1")?);
     let mut runs = Vec::new();
     for (name, id) in [("v2", v2), ("v1", v1)] {
         // Empty shared buffers: every block a change needs that an earlier change of this
@@ -133,17 +129,30 @@ pub fn locality(work: &Work, report: &mut String) -> Result<(), String> {
          key order, on a cluster with `shared_buffers = {sb}` restarted before each run; \
          {m} single-row UPDATEs, every {stride}th key in key order, each matching its row \
          through the identity's UNIQUE B-tree. Block reads are `pg_statio_user_tables` \
-         counters (blocks not found in shared buffers), per change.\n\n\
-         | identity | heap reads / change | index reads / change | total / change | s |\n\
-         |---|---|---|---|---|\n",
-        v2size = sizes.split(" | ").next().unwrap_or_default(),
-        v1size = sizes.split(" | ").nth(1).unwrap_or_default(),
+         counters (blocks not found in shared buffers), per change.\n\n",
         sb = work.shared_buffers,
     ));
-    for (name, r) in [
-        ("V2 `bytea` (direct UNIQUE B-tree)", &runs[0]),
-        ("V1-style hashed `int8`", &runs[1]),
-    ] {
+    rows(
+        report,
+        "identity",
+        [
+            ("V2 `bytea` (direct UNIQUE B-tree)", &runs[0]),
+            ("V1-style hashed `int8`", &runs[1]),
+        ],
+        " (the proposal's §13 claim: V2 keeps the source key's locality, V1's hash scatters it)",
+    );
+    cluster.psql().run("DROP DATABASE loc;")?;
+    stream_table(&cluster, work, &settings, report)
+}
+
+/// The report's table of the V2 and the V1-style run (`first`: its first column's name), then
+/// their ratios and `remark`.
+fn rows(report: &mut String, first: &str, runs: [(&str, &Reads); 2], remark: &str) {
+    report.push_str(&format!(
+        "| {first} | heap reads / change | index reads / change | total / change | s |\n\
+         |---|---|---|---|---|\n"
+    ));
+    for (name, r) in runs {
         report.push_str(&format!(
             "| {name} | {:.3} | {:.3} | {:.3} | {:.2} |\n",
             r.heap,
@@ -152,13 +161,162 @@ pub fn locality(work: &Work, report: &mut String) -> Result<(), String> {
             r.seconds
         ));
     }
-    let ratio = |a: f64, b: f64| if a > 0.0 { b / a } else { f64::INFINITY };
+    let ([v2, v1], ratio) = (runs.map(|(_, r)| r), |a: f64, b: f64| {
+        if a > 0.0 { b / a } else { f64::INFINITY }
+    });
     report.push_str(&format!(
-        "\nV1 / V2 index reads per change: {:.1}x; all reads: {:.1}x (the proposal's §13 \
-         claim: V2 keeps the source key's locality, V1's hash scatters it).\n\n",
-        ratio(runs[0].index, runs[1].index),
-        ratio(runs[0].heap + runs[0].index, runs[1].heap + runs[1].index),
+        "\nV1 / V2 index reads per change: {:.1}x; all reads: {:.1}x{remark}.\n\n",
+        ratio(v2.index, v1.index),
+        ratio(v2.heap + v2.index, v1.heap + v1.index),
     ));
+}
+
+/// `table`'s heap and index sizes, as `heap + indexes`.
+fn sizes(cluster: &crate::pg::Cluster, table: &str) -> Result<String, String> {
+    on(
+        cluster,
+        &format!(
+            "SELECT pg_size_pretty(pg_relation_size('{table}')) || ' + ' || \
+             pg_size_pretty(pg_indexes_size('{table}'))"
+        ),
+    )
+}
+
+/// Parses `heap idx scans` block and scan counters.
+fn counters(s: &str) -> Result<[f64; 3], String> {
+    let mut out = [0.0; 3];
+    let mut it = s.split_whitespace().map(str::parse::<f64>);
+    for slot in &mut out {
+        *slot = match it.next() {
+            Some(Ok(x)) => x,
+            _ => return Err(format!("unexpected block counters {s:?}")),
+        };
+    }
+    Ok(out)
+}
+
+/// Section 8, second part: the same question on a stream table (issue 34). A DIFFERENTIAL
+/// stream table `SELECT k, v, pad FROM src` (a `SCAN_KEY` identity of the `int8` key, its
+/// direct UNIQUE B-tree) and a V1-style copy of it (the key's text hashed into a BIGINT, a
+/// UNIQUE B-tree on it), both filled in key order; `changes` rows of the source updated in
+/// key order by one statement; then, on the restarted cluster (empty shared buffers), the
+/// stream table's refresh applies them from its change buffer, and the V1-style copy takes
+/// the same changes through its hashed identity in one UPDATE. The refresh runs as planned
+/// by the server; the copy's UPDATE with hash and merge joins off, so that it too matches
+/// each change through its identity's index (what is measured) rather than reading its whole
+/// table; the run fails unless each index was scanned once per change at least.
+/// Only the storage tables' own blocks are counted.
+fn stream_table(
+    cluster: &crate::pg::Cluster,
+    work: &Work,
+    settings: &str,
+    report: &mut String,
+) -> Result<(), String> {
+    step(
+        "8b. out-of-cache DIFFERENTIAL apply: a stream table against a V1-style hashed BIGINT copy",
+    );
+    let (n, m) = (work.rows, work.changes);
+    let stride = (n / m).max(1);
+    cluster
+        .psql()
+        .run("DROP DATABASE IF EXISTS loc; CREATE DATABASE loc;")?;
+    const QUERY: &str = "SELECT k, v, pad FROM public.src";
+    on(
+        cluster,
+        &format!(
+            "CREATE EXTENSION pg_trickle_ext;
+             CREATE TABLE src (k int8 PRIMARY KEY, v int4 NOT NULL, pad text NOT NULL);
+             INSERT INTO src SELECT k, 0, repeat('x', 40)
+               FROM generate_series(1::int8, {n}) AS k ORDER BY k;
+             SELECT pgtrickle.create_stream_table('st_v2', '{QUERY}',
+               refresh_mode => 'DIFFERENTIAL') \\g /dev/null
+             CREATE TABLE st_v1 AS
+               SELECT pg_catalog.hashtextextended(k::pg_catalog.text, 0) AS \"__pgt_row_id\",
+                      k, v, pad
+                 FROM src ORDER BY k;
+             CREATE UNIQUE INDEX st_v1_row_id ON st_v1 (\"__pgt_row_id\");
+             VACUUM ANALYZE;
+             UPDATE src SET v = v + 1 WHERE k % {stride} = 0;
+             CHECKPOINT;"
+        ),
+    )?;
+    let (v2size, v1size) = (sizes(cluster, "st_v2")?, sizes(cluster, "st_v1")?);
+    let apply_v2 = "SELECT pgtrickle.refresh_stream_table('st_v2');".to_string();
+    let apply_v1 = format!(
+        "SET enable_hashjoin = off; SET enable_mergejoin = off;
+         UPDATE st_v1 s SET v = c.v FROM src c
+          WHERE c.k % {stride} = 0
+            AND s.\"__pgt_row_id\" = pg_catalog.hashtextextended(c.k::pg_catalog.text, 0);"
+    );
+    let mut runs = Vec::new();
+    for (name, apply) in [("st_v2", &apply_v2), ("st_v1", &apply_v1)] {
+        cluster.restart(settings)?;
+        let read = format!(
+            "SELECT t.heap_blks_read || ' ' || t.idx_blks_read || ' ' || \
+                    (SELECT sum(idx_scan) FROM pg_stat_user_indexes i WHERE i.relid = t.relid)
+               FROM pg_statio_user_tables t WHERE t.relname = '{name}';"
+        );
+        let before = counters(&on(cluster, &read)?)?;
+        let started = Instant::now();
+        let after = on(
+            cluster,
+            &format!(
+                "{apply}
+                 SELECT pg_stat_force_next_flush() \\g /dev/null
+                 {read}"
+            ),
+        )?;
+        let seconds = started.elapsed().as_secs_f64();
+        let after = counters(after.lines().last().unwrap_or_default())?;
+        if after[2] - before[2] < m as f64 {
+            return Err(format!(
+                "{name}: its indexes were scanned {} times for {m} changes: the apply did \
+                 not match each change through the identity's index",
+                after[2] - before[2]
+            ));
+        }
+        runs.push(Reads {
+            heap: (after[0] - before[0]) / m as f64,
+            index: (after[1] - before[1]) / m as f64,
+            seconds,
+        });
+    }
+    let differing = on(
+        cluster,
+        &format!(
+            "SELECT count(*) FROM ((SELECT k, v, pad FROM st_v2 EXCEPT ALL {QUERY})
+               UNION ALL ({QUERY} EXCEPT ALL SELECT k, v, pad FROM st_v2)) d;
+             SELECT count(*) FROM st_v1 WHERE v = 1;"
+        ),
+    )?;
+    if differing.split_whitespace().collect::<Vec<_>>() != ["0", &m.to_string()] {
+        return Err(format!(
+            "after the apply: {differing:?} (rows of st_v2 differing from its query; \
+             rows of st_v1 updated, expected 0 and {m})"
+        ));
+    }
+    report.push_str(&format!(
+        "### 8b. The same on a stream table: a DIFFERENTIAL refresh against a V1-style copy\n\n\
+         A stream table `{QUERY}` (DIFFERENTIAL; `SCAN_KEY` identity, direct UNIQUE B-tree; \
+         heap + indexes {v2size}) and a copy of it keyed by a V1-style hashed BIGINT \
+         ({v1size}), both filled in key order; one UPDATE of {m} source rows (every {stride}th \
+         key); on the cluster restarted with `shared_buffers = {sb}`, the refresh applies \
+         them from the change buffer, and one UPDATE gives the copy the same changes through \
+         its hashed identity. The refresh runs as the server plans it; the copy's UPDATE with \
+         hash and merge joins off, so that it too matches each change through its identity's \
+         index (both checked by the index scans counted). Blocks of the storage \
+         tables only, per change; the stream table checked equal to its query after.\n\n",
+        sb = work.shared_buffers,
+    ));
+    rows(
+        report,
+        "storage",
+        [
+            ("stream table, V2 identity", &runs[0]),
+            ("V1-style hashed `int8` copy", &runs[1]),
+        ],
+        "",
+    );
     cluster.psql().run("DROP DATABASE loc;")?;
     Ok(())
 }
