@@ -413,7 +413,7 @@ fn follow_with_rowid_cdc(cluster: &Cluster) -> Result<(), String> {
     // arrive inside its snapshot row instead).
     loop {
         let text = std::fs::read_to_string(&state).unwrap_or_default();
-        if text.contains("\"chunks\":[{") && !text.contains("\"done\":false") {
+        if chunks_delivered(&text) {
             break;
         }
         if started.elapsed() > std::time::Duration::from_secs(60) {
@@ -745,4 +745,31 @@ fn publish_and_read(cluster: &Cluster, url: &str, state: &std::path::Path) -> Re
     )?;
     psql(cluster, "SELECT pg_drop_replication_slot('demo_nats')")?;
     Ok(())
+}
+
+/// Whether a state file (spec/state-file.md, format 5) says a chunked snapshot has started
+/// and every table's chunks were delivered: `chunks.cursors` not empty, each `done`.
+fn chunks_delivered(state: &str) -> bool {
+    let parsed: serde_json::Value = serde_json::from_str(state).unwrap_or_default();
+    match parsed["chunks"]["cursors"].as_array() {
+        Some(cursors) if !cursors.is_empty() => cursors.iter().all(|c| c["done"] == true),
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::chunks_delivered;
+
+    /// The shapes of a state file's chunk record the demo waits on (format 5; format 4 had a
+    /// bare list, which the demo looked for until the demo failed on format 5).
+    #[test]
+    fn the_demo_waits_until_every_chunk_is_delivered() {
+        let done = r#"{"format":5,"chunks":{"cursors":[{"relid":1,"done":true},{"relid":2,"done":true}],"delivered":null}}"#;
+        let open = r#"{"format":5,"chunks":{"cursors":[{"relid":1,"done":true},{"relid":2,"done":false}],"delivered":null}}"#;
+        assert!(chunks_delivered(done));
+        assert!(!chunks_delivered(open));
+        assert!(!chunks_delivered(r#"{"format":5,"chunks":{"cursors":[]}}"#));
+        assert!(!chunks_delivered(""));
+    }
 }
