@@ -23,8 +23,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::{
-    Cdc, Dir, DropSlot, Running, alter_system, database, hold_commits, one, server_bindir,
-    wait_active, wait_for,
+    Cdc, Dir, DropSlot, Running, alter_system, database, hold_commits, one, wait_active, wait_for,
 };
 use rowid_testkit::cluster::Cluster;
 use rowid_testkit::psql::Psql;
@@ -62,7 +61,12 @@ fn late_commit(case: &Case) {
     let src = database(&format!("rowid_cdc_late_commit_{name}"), &slot);
     let _drop = DropSlot(&src, &slot);
     let dir = Dir::new(&format!("late-commit-{name}"));
-    let cluster = Cluster::start(&server_bindir(), &dir.file("sink"), port).unwrap();
+    let cluster = Cluster::start(
+        &rowid_testkit::cluster::server_bindir(),
+        &dir.file("sink"),
+        port,
+    )
+    .unwrap();
     let target = cluster.psql();
     let _let_go = LetGo(&target);
     // Only the sink commits there: no autovacuum transaction to be held too.

@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{ca, server_bindir, signed_certificate};
+use common::{ca, signed_certificate};
 use rowid_testkit::cluster::Cluster;
 use rowid_testkit::psql::Psql;
 
@@ -44,7 +44,12 @@ impl Server {
         ca(&dir, "other_ca");
         server_certificate(&dir, "ca");
         let port = 56_000 + (std::process::id() % 1000) as u16;
-        let cluster = Cluster::start(&server_bindir(), &dir.join("cluster"), port).unwrap();
+        let cluster = Cluster::start(
+            &rowid_testkit::cluster::server_bindir(),
+            &dir.join("cluster"),
+            port,
+        )
+        .unwrap();
         for f in ["server.crt", "server.key"] {
             cluster
                 .write_file(f, &std::fs::read(dir.join(f)).unwrap())

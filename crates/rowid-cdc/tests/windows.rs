@@ -22,8 +22,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::{
-    Cdc, Dir, DropSlot, Gate, Running, alter_system, database, hold_commits, one, server_bindir,
-    wait_for,
+    Cdc, Dir, DropSlot, Gate, Running, alter_system, database, hold_commits, one, wait_for,
 };
 use rowid_testkit::cluster::Cluster;
 use rowid_testkit::psql::Psql;
@@ -42,7 +41,12 @@ impl Drop for LetGo<'_> {
 /// A source cluster of the test's own (its commits can be held without holding anyone
 /// else's), `table` created and published as `p` with identity messages on.
 fn source(dir: &Dir, port: u16, setup: &str) -> Cluster {
-    let cluster = Cluster::start(&server_bindir(), &dir.file("source"), port).unwrap();
+    let cluster = Cluster::start(
+        &rowid_testkit::cluster::server_bindir(),
+        &dir.file("source"),
+        port,
+    )
+    .unwrap();
     let db = cluster.psql();
     // Only the test's sessions commit: no autovacuum transaction to be held too.
     alter_system(&db, "SET autovacuum = off").unwrap();

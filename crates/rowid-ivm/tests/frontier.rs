@@ -267,16 +267,10 @@ fn next_xid(db: &Psql) -> u64 {
 #[test]
 #[ignore = "needs PostgreSQL binaries with the extension on PATH: run through `cargo xtask test`"]
 fn the_frontier_holds_across_the_32_bit_xid_wraparound() {
-    let out = Command::new("sh")
-        .args(["-c", "command -v pg_ctl"])
-        .output()
-        .unwrap();
-    let pg_ctl = String::from_utf8_lossy(&out.stdout).trim().to_string();
-    assert!(!pg_ctl.is_empty(), "pg_ctl is not on PATH");
-    let bindir = std::path::Path::new(&pg_ctl).parent().unwrap();
+    let bindir = rowid_testkit::cluster::server_bindir();
     let base = std::env::temp_dir().join(format!("rowid-ivm-wrap-{}", std::process::id()));
     let port = 56_000 + (std::process::id() % 1000) as u16;
-    let cluster = rowid_testkit::cluster::Cluster::start(bindir, &base, port).unwrap();
+    let cluster = rowid_testkit::cluster::Cluster::start(&bindir, &base, port).unwrap();
     cluster.move_next_xid((WRAP - 300) as u32).unwrap();
     let db = cluster.psql();
     assert!(next_xid(&db) < WRAP);

@@ -221,3 +221,15 @@ impl Drop for Cluster {
             .status();
     }
 }
+
+/// The directory of the PostgreSQL server binaries first on `PATH` (`cargo xtask test` puts
+/// the cluster's there), for a test that starts a cluster of its own.
+pub fn server_bindir() -> PathBuf {
+    let out = Command::new("sh")
+        .args(["-c", "command -v pg_ctl"])
+        .output()
+        .unwrap();
+    let pg_ctl = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    assert!(!pg_ctl.is_empty(), "pg_ctl is not on PATH");
+    Path::new(&pg_ctl).parent().unwrap().to_path_buf()
+}

@@ -4,7 +4,7 @@
 // Each test binary uses some of them.
 #![allow(dead_code)]
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
@@ -14,18 +14,6 @@ use serde_json::Value;
 /// A fresh database `name`, its slot `slot` dropped first if an earlier run left it.
 pub fn database(name: &str, slot: &str) -> Psql {
     Psql::fresh_database_without_slot(name, slot).unwrap()
-}
-
-/// The directory of the PostgreSQL server binaries first on `PATH` (`cargo xtask test` puts
-/// the cluster's there), for a test that starts a cluster of its own.
-pub fn server_bindir() -> PathBuf {
-    let out = Command::new("sh")
-        .args(["-c", "command -v pg_ctl"])
-        .output()
-        .unwrap();
-    let pg_ctl = String::from_utf8_lossy(&out.stdout).trim().to_string();
-    assert!(!pg_ctl.is_empty(), "pg_ctl is not on PATH");
-    Path::new(&pg_ctl).parent().unwrap().to_path_buf()
 }
 
 pub fn one(db: &Psql, sql: &str) -> String {
