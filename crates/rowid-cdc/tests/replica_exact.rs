@@ -168,6 +168,18 @@ fn a_renamed_table_is_followed_through_a_restart_and_a_key_change() {
     let cdc = source_cdc(&src, slot, "p", &dir);
     let sink = format!("replica:{}", target.dsn());
     let mut running = cdc.started(&sink, &["--create-slot", "--snapshot"]);
+    // The DDL waits for the copy: one committed after the slot's consistent point and before
+    // the copy locks the table is refused by design (`tests/snapshot.rs` pins that refusal),
+    // and on a slow machine that window is wide enough for this test's next statement to
+    // land in it (a fresh-machine CI run did; `ROWID_CDC_TEST_PAUSE_BEFORE_COPY_MS=2000`
+    // reproduces it every time without this wait).
+    wait_for(
+        &target,
+        "SELECT count(*) FROM public.t;",
+        "5",
+        &mut running,
+        "the snapshot of t",
+    );
     src.run("ALTER TABLE t RENAME TO t2; ALTER TABLE t2 ADD COLUMN w int4; INSERT INTO t2 VALUES (6, 'c6', 6, 60);")
         .unwrap();
     wait_for(
