@@ -379,17 +379,12 @@ const SNAPSHOT_ROUNDS: usize = 5;
 /// transaction from a pgoutput slot with binary values (what the server can decode: the
 /// ceiling), with the null sink, the JSON-lines file sink and the PostgreSQL sink (a change
 /// buffer in another database of the same server); peak RSS as the command reports it.
-fn wal_capture(
-    cluster: &Cluster,
-    sizes: &Sizes,
-    quick: bool,
-    report: &mut String,
-) -> Result<(), String> {
+fn wal_capture(cluster: &Cluster, sizes: &Sizes, report: &mut String) -> Result<(), String> {
     let n = sizes.rows;
     step(&format!(
         "5. WAL capture throughput (one UPDATE of {n} rows)"
     ));
-    let binary = rowid_cdc_binary(quick)?;
+    let binary = rowid_cdc_binary()?;
     let dir = root().join("target").join("bench").join("cdc");
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
@@ -723,7 +718,7 @@ pub fn run(quick: bool, only: Option<&str>) -> Result<(), String> {
         trigger_capture(&cluster, &sizes, &mut report)?;
     }
     if wanted("wal") {
-        wal_capture(&cluster, &sizes, quick, &mut report)?;
+        wal_capture(&cluster, &sizes, &mut report)?;
     }
     if wanted("replica") {
         let work = if quick {
@@ -739,7 +734,7 @@ pub fn run(quick: bool, only: Option<&str>) -> Result<(), String> {
                 keyless_changes: 10_000,
             }
         };
-        let binary = rowid_cdc_binary(quick)?;
+        let binary = rowid_cdc_binary()?;
         crate::bench_replica::replica(&cluster, &binary, &work, &mut report)?;
     }
     if wanted("ddl") {
@@ -784,8 +779,8 @@ pub fn run(quick: bool, only: Option<&str>) -> Result<(), String> {
         crate::bench_stream::stream(&cluster, &work, &mut report)?;
     }
     if wanted("nats") {
-        let binary = rowid_cdc_binary(quick)?;
-        crate::bench_nats::nats(&cluster, &binary, sizes.rows, quick, &mut report)?;
+        let binary = rowid_cdc_binary()?;
+        crate::bench_nats::nats(&cluster, &binary, sizes.rows, &mut report)?;
     }
     if wanted("locality") {
         let work = if quick {

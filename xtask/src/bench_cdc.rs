@@ -5,29 +5,27 @@ use std::path::Path;
 
 use crate::shell::{cargo, exec, root};
 
-/// Builds `rowid-cdc` (a release build, a debug one for the smoke test) and returns its path.
-pub(crate) fn rowid_cdc_binary(quick: bool) -> Result<std::path::PathBuf, String> {
-    rowid_cdc_build(quick, None)
+/// Builds `rowid-cdc` (a release build, for the smoke test too) and returns its path.
+pub(crate) fn rowid_cdc_binary() -> Result<std::path::PathBuf, String> {
+    rowid_cdc_build(None)
 }
 
-/// Builds `rowid-cdc`, or its `example` when given, in the profile [`rowid_cdc_binary`] uses,
-/// and returns the executable's path.
-pub(crate) fn rowid_cdc_build(
-    quick: bool,
-    example: Option<&str>,
-) -> Result<std::path::PathBuf, String> {
+/// Builds `rowid-cdc`, or its `example` when given, as a release build of the default
+/// workspace members and returns the executable's path.
+///
+/// Not `-p rowid-cdc`, and not a debug build for the smoke test: `cargo xtask test` has built
+/// exactly this (its tests step, `cargo test --release`) when it gets here, and another
+/// selection or profile compiles rowid-cdc and its dependencies again (minutes on a 2-core
+/// CI machine; the demo's build as well).
+pub(crate) fn rowid_cdc_build(example: Option<&str>) -> Result<std::path::PathBuf, String> {
     let mut build = cargo();
-    build.args(["build", "-p", "rowid-cdc"]);
-    if let Some(example) = example {
-        build.args(["--example", example]);
-    }
-    if !quick {
-        build.arg("--release");
-    }
+    build.args(["build", "--release"]);
+    match example {
+        Some(example) => build.args(["--example", example]),
+        None => build.args(["--bin", "rowid-cdc"]),
+    };
     exec(&mut build)?;
-    let dir = root()
-        .join("target")
-        .join(if quick { "debug" } else { "release" });
+    let dir = root().join("target").join("release");
     Ok(match example {
         Some(example) => dir.join("examples").join(example),
         None => dir.join("rowid-cdc"),
