@@ -193,13 +193,34 @@ fn own_seq(sources: &[SourceBuffer]) -> String {
     format!("COALESCE(GREATEST({}), 0)", each.join(", "))
 }
 
-/// The row every statement returns, after its data-modifying parts `changed` (a sum of
-/// counts) and `blocked`.
-fn result_row(sources: &[SourceBuffer], blocked: &str, changed: &str) -> String {
+/// [`own_seq`] of a DIFFERENTIAL statement, read from its windows (`buffers` in [`window`]
+/// order) instead of scanning every buffer again: every row this transaction wrote is in the
+/// window (its xid is not visible in the frontier snapshot, which another transaction took
+/// or this one took before writing them, and no older than that snapshot's `xmin`) except,
+/// when the frontier is this transaction's own (`$2`), the rows up to `$3` an earlier
+/// refresh in it consumed.
+fn own_seq_in_windows(buffers: &[SourceBuffer]) -> String {
+    let each: Vec<String> = (0..buffers.len())
+        .map(|k| {
+            format!(
+                "(SELECT max(b.seq) FROM {} AS b WHERE b.xid = {OWN_XID})",
+                window_name(k)
+            )
+        })
+        .collect();
+    format!(
+        "COALESCE(GREATEST({}, CASE WHEN {OWN_XID} = $2 THEN $3 END), 0)",
+        each.join(", ")
+    )
+}
+
+/// The row every DIFFERENTIAL statement over `buffers` returns, after its data-modifying
+/// parts `changed` (a sum of counts) and `blocked`.
+fn result_row(buffers: &[SourceBuffer], blocked: &str, changed: &str) -> String {
     format!(
         "SELECT pg_catalog.pg_current_snapshot()::pg_catalog.text, {OWN_XID}, {}::pg_catalog.int4, \
          {blocked}, ({changed})::pg_catalog.int8",
-        own_seq(sources)
+        own_seq_in_windows(buffers)
     )
 }
 

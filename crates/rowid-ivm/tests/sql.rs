@@ -226,6 +226,48 @@ fn the_differential_statements_of_one_source() {
     insta::assert_snapshot!(text);
 }
 
+/// A DIFFERENTIAL refresh reads each buffer once, into its window: buffers carry no index,
+/// so every other read of one is a scan of everything it holds (the last `seq` this
+/// transaction wrote was such a scan, of every buffer, until it was read from the windows).
+#[test]
+fn every_buffer_is_scanned_once_per_refresh() {
+    use rowid_ivm::delta::delta_statement;
+    use rowid_registry::IndexClass;
+    let linear = project(keyed("x"), &[("k", "x.k"), ("v", "x.v")]);
+    let joined = project(
+        Plan::inner_join(vec![keyed("x"), keyless("y")], Some(cond("x.v = y.a"))),
+        &[("k", "x.k"), ("b", "y.b")],
+    );
+    let recomputed = Plan::Filter {
+        input: Box::new(group_by_v(keyed("x"), "x")),
+        predicate: cond("count(*) > 1"),
+    };
+    let cases = [
+        (&linear, IndexClass::DirectUnique, 1),
+        (&linear, IndexClass::ProbeExpression, 1),
+        (&joined, IndexClass::DirectNonUnique, 2),
+        (&recomputed, IndexClass::DirectUnique, 1),
+        (&additive(true), IndexClass::DirectUnique, 1),
+        (&additive(false), IndexClass::DirectUnique, 1),
+    ];
+    for (plan, class, read) in cases {
+        let statement = delta_statement(
+            plan,
+            "\"public\".\"st\"",
+            class,
+            &[buffer("x"), buffer("y")],
+        )
+        .unwrap();
+        let scans = |alias: &str| {
+            statement
+                .matches(&format!("\"pgtrickle_changes\".\"changes_{alias}\""))
+                .count()
+        };
+        assert_eq!(scans("x") + scans("y"), read, "{class:?}: {statement}");
+        assert!(scans("x") <= 1 && scans("y") <= 1, "{class:?}: {statement}");
+    }
+}
+
 /// The in-place update of a unique identity pairs an identity's old and new representation
 /// without joining the change with itself: the server cannot estimate a change read from a
 /// buffer it never analyzed, and a nested loop of the change over itself was quadratic (10^4
