@@ -106,6 +106,9 @@ fn server_checks(major: u32, source: pg::Source) -> Result<Counts, String> {
             // One workload captured by the extension's trigger and by rowid-cdc: the same
             // changes per transaction, byte for byte.
             ("rowid-cdc", "cross_capture", Every),
+            // Stream tables fed by rowid-cdc from the WAL: each equal to its query and to its
+            // trigger-fed twin, byte for byte, after every refresh of a random workload.
+            ("rowid-cdc", "stream_wal", Edges),
             // The replica's apply statements against a model, in every index class (the probe
             // needs the extension).
             ("rowid-cdc", "replica_apply", Every),

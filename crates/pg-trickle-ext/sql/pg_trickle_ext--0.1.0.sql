@@ -23,33 +23,22 @@ COMMENT ON DOMAIN pgtrickle.row_id IS
 --   row_id_domain
 
 
+CREATE FUNCTION pgtrickle.capture_changes() RETURNS trigger
+LANGUAGE c AS 'MODULE_PATHNAME', 'capture_changes';
+COMMENT ON FUNCTION pgtrickle.capture_changes() IS
+  'Trigger: appends each change with its old and new Row Identity V2 to the change buffer named by its argument (pgtrickle.capture_table creates both)';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- requires:
+--   row_id_domain
+
+
 CREATE FUNCTION pgtrickle.encode_row_id_v2_fields(domain text, VARIADIC fields "any")
 RETURNS bytea STABLE PARALLEL SAFE
 LANGUAGE c AS 'MODULE_PATHNAME', 'encode_row_id_v2_fields';
 COMMENT ON FUNCTION pgtrickle.encode_row_id_v2_fields(text, "any") IS
   'Row Identity V2 of the arguments, each one field: the bytes of encode_row_id_v2(domain, ROW(...)) without the ROW';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- requires:
---   row_id_domain
-
-
-CREATE FUNCTION pgtrickle.encode_row_id_v2(domain text, fields record) RETURNS bytea
-STABLE PARALLEL SAFE LANGUAGE c AS 'MODULE_PATHNAME', 'encode_row_id_v2_wrapper';
-COMMENT ON FUNCTION pgtrickle.encode_row_id_v2(text, record) IS
-  'Row Identity V2 of the record''s fields (spec/wire-format.md)';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- requires:
---   row_id_domain
-
-
-CREATE FUNCTION pgtrickle.capture_changes() RETURNS trigger
-LANGUAGE c AS 'MODULE_PATHNAME', 'capture_changes';
-COMMENT ON FUNCTION pgtrickle.capture_changes() IS
-  'Trigger: appends each change with its old and new Row Identity V2 to the change buffer named by its argument (pgtrickle.capture_table creates both)';
 /* </end connected objects> */
 
 /* <begin connected objects> */
@@ -65,6 +54,7 @@ CREATE TABLE pgtrickle.pgt_stream_tables (
     defining_query text NOT NULL,
     schedule text,
     refresh_mode text NOT NULL CHECK (refresh_mode IN ('FULL', 'DIFFERENTIAL', 'IMMEDIATE')),
+    cdc_mode text NOT NULL DEFAULT 'trigger' CHECK (cdc_mode IN ('trigger', 'wal')),
     status text NOT NULL CHECK (status IN ('INITIALIZING', 'ACTIVE', 'NEEDS_REINIT')),
     identity_domain text NOT NULL,
     identity_unique boolean NOT NULL,
@@ -108,7 +98,38 @@ GRANT SELECT ON pgtrickle.pgt_stream_tables TO PUBLIC;
 /* </end connected objects> */
 
 /* <begin connected objects> */
+-- requires:
+--   row_id_domain
+
+
+CREATE FUNCTION pgtrickle.encode_row_id_v2(domain text, fields record) RETURNS bytea
+STABLE PARALLEL SAFE LANGUAGE c AS 'MODULE_PATHNAME', 'encode_row_id_v2_wrapper';
+COMMENT ON FUNCTION pgtrickle.encode_row_id_v2(text, record) IS
+  'Row Identity V2 of the record''s fields (spec/wire-format.md)';
+/* </end connected objects> */
+
+/* <begin connected objects> */
 CREATE SCHEMA IF NOT EXISTS pgtrickle; /* pg_trickle_ext::pgtrickle */
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- pg_trickle_ext::pgtrickle::refresh_stream_table
+CREATE  FUNCTION pgtrickle."refresh_stream_table"(
+	"name" TEXT /* & str */
+) RETURNS void
+STRICT VOLATILE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'refresh_stream_table_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- pg_trickle_ext::pgtrickle::row_id_fingerprint
+CREATE  FUNCTION pgtrickle."row_id_fingerprint"(
+	"id" bytea /* & [u8] */
+) RETURNS TEXT /* String */
+IMMUTABLE STRICT PARALLEL SAFE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'row_id_fingerprint_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
@@ -122,55 +143,54 @@ AS 'MODULE_PATHNAME', 'row_probe_v1_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- pg_trickle_ext::pgtrickle::write_identity_schemas
-CREATE  FUNCTION pgtrickle."write_identity_schemas"(
-	"relids" oid[] /* Vec < pg_sys :: Oid > */
-) RETURNS INT /* i32 */
-STRICT VOLATILE
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'write_identity_schemas_wrapper';
+-- pg_trickle_ext::pgtrickle::check_change_buffer
+
+CREATE FUNCTION pgtrickle.check_change_buffer(buffer regclass) RETURNS boolean
+STABLE STRICT LANGUAGE c AS 'MODULE_PATHNAME', 'check_change_buffer_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- pg_trickle_ext::pgtrickle::write_published_identity_schemas
-CREATE  FUNCTION pgtrickle."write_published_identity_schemas"(
-	"candidates" oid[], /* Vec < pg_sys :: Oid > */
-	"publishing" oid[] /* Vec < pg_sys :: Oid > */
-) RETURNS INT /* i32 */
-STRICT VOLATILE
+-- pg_trickle_ext::validate::validate_source_identity
+CREATE  FUNCTION pgtrickle."validate_source_identity"(
+	"rel" oid, /* pg_sys :: Oid */
+	"mode" TEXT DEFAULT 'refresh', /* & str */
+	"require_key" bool DEFAULT false /* bool */
+) RETURNS TABLE (
+	"identity" TEXT,  /* String */
+	"index_name" TEXT,  /* Option < String > */
+	"key_columns" TEXT[],  /* Vec < String > */
+	"max_identity_bytes" bigint,  /* Option < i64 > */
+	"index_class" TEXT,  /* String */
+	"index_ddl" TEXT,  /* String */
+	"passed_over" TEXT[]  /* Vec < String > */
+)
+STRICT STABLE 
 LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'write_published_identity_schemas_wrapper';
+AS 'MODULE_PATHNAME', 'validate_source_identity_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- pg_trickle_ext::pgtrickle::drop_stream_table
-CREATE  FUNCTION pgtrickle."drop_stream_table"(
-	"name" TEXT /* & str */
+-- pg_trickle_ext::pgtrickle::note_table_rewrite
+CREATE  FUNCTION pgtrickle."note_table_rewrite"(
+	"rel" oid, /* pg_sys :: Oid */
+	"reason" INT /* i32 */
 ) RETURNS void
 STRICT VOLATILE
 LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'drop_stream_table_wrapper';
+AS 'MODULE_PATHNAME', 'note_table_rewrite_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- pg_trickle_ext::pgtrickle::create_stream_table
-CREATE  FUNCTION pgtrickle."create_stream_table"(
+-- pg_trickle_ext::pgtrickle::alter_stream_table
+CREATE  FUNCTION pgtrickle."alter_stream_table"(
 	"name" TEXT, /* Option < & str > */
-	"query" TEXT, /* Option < & str > */
-	"schedule" TEXT DEFAULT NULL, /* Option < & str > */
-	"refresh_mode" TEXT DEFAULT 'DIFFERENTIAL', /* Option < & str > */
-	"initialize" bool DEFAULT true /* Option < bool > */
+	"query" TEXT DEFAULT NULL, /* Option < & str > */
+	"refresh_mode" TEXT DEFAULT NULL, /* Option < & str > */
+	"cdc_mode" TEXT DEFAULT NULL /* Option < & str > */
 ) RETURNS void
 VOLATILE
 LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'create_stream_table_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- pg_trickle_ext::pgtrickle::capture_table
-
-CREATE FUNCTION pgtrickle.capture_table(source regclass) RETURNS text
-VOLATILE STRICT LANGUAGE c AS 'MODULE_PATHNAME', 'capture_table_wrapper';
+AS 'MODULE_PATHNAME', 'alter_stream_table_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
@@ -181,33 +201,6 @@ CREATE  FUNCTION pgtrickle."row_id_describe"(
 IMMUTABLE STRICT PARALLEL SAFE
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', 'row_id_describe_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- pg_trickle_ext::pgtrickle::check_change_buffer
-
-CREATE FUNCTION pgtrickle.check_change_buffer(buffer regclass) RETURNS boolean
-STABLE STRICT LANGUAGE c AS 'MODULE_PATHNAME', 'check_change_buffer_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- pg_trickle_ext::pgtrickle::follow_source_ddl
-CREATE  FUNCTION pgtrickle."follow_source_ddl"(
-	"sources" oid[] /* Vec < pg_sys :: Oid > */
-) RETURNS INT /* i32 */
-STRICT VOLATILE
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'follow_source_ddl_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- pg_trickle_ext::pgtrickle::refresh_stream_table
-CREATE  FUNCTION pgtrickle."refresh_stream_table"(
-	"name" TEXT /* & str */
-) RETURNS void
-STRICT VOLATILE
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'refresh_stream_table_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
@@ -232,49 +225,6 @@ AS 'MODULE_PATHNAME', 'validate_identity_fields_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- pg_trickle_ext::pgtrickle::note_table_rewrite
-CREATE  FUNCTION pgtrickle."note_table_rewrite"(
-	"rel" oid, /* pg_sys :: Oid */
-	"reason" INT /* i32 */
-) RETURNS void
-STRICT VOLATILE
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'note_table_rewrite_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- pg_trickle_ext::pgtrickle::alter_stream_table
-CREATE  FUNCTION pgtrickle."alter_stream_table"(
-	"name" TEXT, /* Option < & str > */
-	"query" TEXT DEFAULT NULL, /* Option < & str > */
-	"refresh_mode" TEXT DEFAULT NULL /* Option < & str > */
-) RETURNS void
-VOLATILE
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'alter_stream_table_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- pg_trickle_ext::validate::validate_source_identity
-CREATE  FUNCTION pgtrickle."validate_source_identity"(
-	"rel" oid, /* pg_sys :: Oid */
-	"mode" TEXT DEFAULT 'refresh', /* & str */
-	"require_key" bool DEFAULT false /* bool */
-) RETURNS TABLE (
-	"identity" TEXT,  /* String */
-	"index_name" TEXT,  /* Option < String > */
-	"key_columns" TEXT[],  /* Vec < String > */
-	"max_identity_bytes" bigint,  /* Option < i64 > */
-	"index_class" TEXT,  /* String */
-	"index_ddl" TEXT,  /* String */
-	"passed_over" TEXT[]  /* Vec < String > */
-)
-STRICT STABLE 
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'validate_source_identity_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
 -- pg_trickle_ext::pgtrickle::identity_schema
 CREATE  FUNCTION pgtrickle."identity_schema"(
 	"rel" oid /* pg_sys :: Oid */
@@ -282,6 +232,49 @@ CREATE  FUNCTION pgtrickle."identity_schema"(
 STRICT STABLE
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', 'identity_schema_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- pg_trickle_ext::pgtrickle::create_stream_table
+CREATE  FUNCTION pgtrickle."create_stream_table"(
+	"name" TEXT, /* Option < & str > */
+	"query" TEXT, /* Option < & str > */
+	"schedule" TEXT DEFAULT NULL, /* Option < & str > */
+	"refresh_mode" TEXT DEFAULT 'DIFFERENTIAL', /* Option < & str > */
+	"initialize" bool DEFAULT true, /* Option < bool > */
+	"cdc_mode" TEXT DEFAULT 'trigger' /* Option < & str > */
+) RETURNS void
+VOLATILE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'create_stream_table_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- pg_trickle_ext::pgtrickle::write_identity_schemas
+CREATE  FUNCTION pgtrickle."write_identity_schemas"(
+	"relids" oid[] /* Vec < pg_sys :: Oid > */
+) RETURNS INT /* i32 */
+STRICT VOLATILE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'write_identity_schemas_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- pg_trickle_ext::pgtrickle::capture_table
+
+CREATE FUNCTION pgtrickle.capture_table(source regclass) RETURNS text
+VOLATILE STRICT LANGUAGE c AS 'MODULE_PATHNAME', 'capture_table_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- pg_trickle_ext::pgtrickle::write_published_identity_schemas
+CREATE  FUNCTION pgtrickle."write_published_identity_schemas"(
+	"candidates" oid[], /* Vec < pg_sys :: Oid > */
+	"publishing" oid[] /* Vec < pg_sys :: Oid > */
+) RETURNS INT /* i32 */
+STRICT VOLATILE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'write_published_identity_schemas_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
@@ -652,6 +645,26 @@ COMMENT ON FUNCTION pgtrickle.grant_capture(pg_catalog.regrole) IS
 /* </end connected objects> */
 
 /* <begin connected objects> */
+-- pg_trickle_ext::pgtrickle::drop_stream_table
+CREATE  FUNCTION pgtrickle."drop_stream_table"(
+	"name" TEXT /* & str */
+) RETURNS void
+STRICT VOLATILE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'drop_stream_table_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- pg_trickle_ext::pgtrickle::follow_source_ddl
+CREATE  FUNCTION pgtrickle."follow_source_ddl"(
+	"sources" oid[] /* Vec < pg_sys :: Oid > */
+) RETURNS INT /* i32 */
+STRICT VOLATILE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'follow_source_ddl_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
 -- requires:
 --   pgtrickle::follow_source_ddl
 --   identity_messages
@@ -678,16 +691,6 @@ CREATE EVENT TRIGGER pgtrickle_capture_rewrite ON table_rewrite
   EXECUTE FUNCTION pgtrickle.identity_messages_on_rewrite();
 -- In every session_replication_role: a rewrite not noted is a rewrite not marked.
 ALTER EVENT TRIGGER pgtrickle_capture_rewrite ENABLE ALWAYS;
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- pg_trickle_ext::pgtrickle::row_id_fingerprint
-CREATE  FUNCTION pgtrickle."row_id_fingerprint"(
-	"id" bytea /* & [u8] */
-) RETURNS TEXT /* String */
-IMMUTABLE STRICT PARALLEL SAFE
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'row_id_fingerprint_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */

@@ -106,13 +106,16 @@ pub fn lock_held(function: &str, message: &str) -> ! {
     );
 }
 
-/// A relation with no usable identity, raised with the registry's SQLSTATE (`sqlstate`,
-/// feature_not_supported or invalid_parameter_value).
+/// A refusal raised with `sqlstate`: invalid_parameter_value (22023), insufficient_privilege
+/// (42501), object_not_in_prerequisite_state (55000), query_canceled (57014); anything else
+/// is feature_not_supported (0A000).
 pub fn refused(function: &str, sqlstate: &str, message: &str) -> ! {
-    let code = if sqlstate == "22023" {
-        PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE
-    } else {
-        PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED
+    let code = match sqlstate {
+        "22023" => PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+        "42501" => PgSqlErrorCode::ERRCODE_INSUFFICIENT_PRIVILEGE,
+        "55000" => PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+        "57014" => PgSqlErrorCode::ERRCODE_QUERY_CANCELED,
+        _ => PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,
     };
     ereport!(ERROR, code, format!("{function}: {message}"));
 }

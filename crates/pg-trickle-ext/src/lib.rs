@@ -39,8 +39,8 @@
 //!   of every DDL that can change it; superuser);
 //! - `grant_capture(regrole)`: what a capture role needs beyond REPLICATION (superuser);
 //! - stream tables (spec/stream-tables.md; [`stream_query`] reads the query, [`stream_table`]
-//!   keeps them): `create_stream_table(name, query, schedule, refresh_mode, initialize)`,
-//!   `alter_stream_table(name, query, refresh_mode)`, `refresh_stream_table(name)`,
+//!   keeps them): `create_stream_table(name, query, schedule, refresh_mode, initialize,
+//!   cdc_mode)`, `alter_stream_table(name, query, refresh_mode, cdc_mode)`, `refresh_stream_table(name)`,
 //!   `drop_stream_table(name)` and the catalog `pgt_stream_tables`.
 
 use pgrx::prelude::*;
@@ -64,6 +64,7 @@ pub mod spi;
 pub mod stream_immediate;
 pub mod stream_query;
 pub mod stream_table;
+pub mod stream_wal;
 pub mod validate;
 
 ::pgrx::pg_module_magic!(name, version);
@@ -205,7 +206,9 @@ STABLE STRICT LANGUAGE c AS 'MODULE_PATHNAME', 'check_change_buffer_wrapper';
     /// Creates the stream table `name` keeping `query`'s result (spec/stream-tables.md):
     /// checks the query's operators and every identity field first, then creates the
     /// storage (owned by the caller) and its catalog row, and fills it unless `initialize`
-    /// is false. `schedule` is recorded (no scheduler runs it yet).
+    /// is false. `schedule` is recorded (no scheduler runs it yet). `cdc_mode` says where a
+    /// DIFFERENTIAL stream table's changes come from: `'trigger'` (`capture_table` on each
+    /// source) or `'wal'` (the buffers `rowid-cdc --sink postgres:` fills, spec §5.6).
     #[pg_extern(volatile)]
     fn create_stream_table(
         name: Option<&str>,
@@ -213,12 +216,14 @@ STABLE STRICT LANGUAGE c AS 'MODULE_PATHNAME', 'check_change_buffer_wrapper';
         schedule: default!(Option<&str>, "NULL"),
         refresh_mode: default!(Option<&str>, "'DIFFERENTIAL'"),
         initialize: default!(Option<bool>, true),
+        cdc_mode: default!(Option<&str>, "'trigger'"),
     ) {
         const F: &str = "pgtrickle.create_stream_table";
         let name = name.unwrap_or_else(|| errors::null_argument(F, "name is NULL"));
         let query = query.unwrap_or_else(|| errors::null_argument(F, "query is NULL"));
         let mode = refresh_mode.unwrap_or_else(|| errors::null_argument(F, "refresh_mode is NULL"));
-        crate::stream_table::create(name, query, schedule, mode, initialize.unwrap_or(true));
+        let cdc = cdc_mode.unwrap_or_else(|| errors::null_argument(F, "cdc_mode is NULL"));
+        crate::stream_table::create(name, query, schedule, mode, initialize.unwrap_or(true), cdc);
     }
 
     /// Replaces the query and/or the refresh mode of the stream table `name` (NULL: keep),
@@ -228,11 +233,12 @@ STABLE STRICT LANGUAGE c AS 'MODULE_PATHNAME', 'check_change_buffer_wrapper';
         name: Option<&str>,
         query: default!(Option<&str>, "NULL"),
         refresh_mode: default!(Option<&str>, "NULL"),
+        cdc_mode: default!(Option<&str>, "NULL"),
     ) {
         let name = name.unwrap_or_else(|| {
             errors::null_argument("pgtrickle.alter_stream_table", "name is NULL")
         });
-        crate::stream_table::alter(name, query, refresh_mode);
+        crate::stream_table::alter(name, query, refresh_mode, cdc_mode);
     }
 
     /// Refreshes the stream table `name` now, as its owner.
@@ -298,6 +304,7 @@ CREATE TABLE pgtrickle.pgt_stream_tables (
     defining_query text NOT NULL,
     schedule text,
     refresh_mode text NOT NULL CHECK (refresh_mode IN ('FULL', 'DIFFERENTIAL', 'IMMEDIATE')),
+    cdc_mode text NOT NULL DEFAULT 'trigger' CHECK (cdc_mode IN ('trigger', 'wal')),
     status text NOT NULL CHECK (status IN ('INITIALIZING', 'ACTIVE', 'NEEDS_REINIT')),
     identity_domain text NOT NULL,
     identity_unique boolean NOT NULL,

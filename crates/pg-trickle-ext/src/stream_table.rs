@@ -30,6 +30,7 @@ use rowid_registry::{
 use crate::catalog::server_context;
 use crate::guard::{as_owner, with_pinned_settings as with_pinned};
 use crate::stream_query::{ReadQuery, read};
+use crate::stream_wal::Cdc;
 use crate::{errors, spi};
 
 const CREATE: &str = "pgtrickle.create_stream_table";
@@ -234,8 +235,26 @@ pub fn create(
     schedule: Option<&str>,
     refresh_mode: &str,
     initialize: bool,
+    cdc_mode: &str,
 ) {
     let mode = mode(CREATE, refresh_mode);
+    let cdc = Cdc::parse(CREATE, cdc_mode);
+    if cdc == Cdc::Wal && mode != Mode::Differential {
+        errors::refused(
+            CREATE,
+            "0A000",
+            &format!(
+                "cdc_mode => 'wal' feeds DIFFERENTIAL refreshes only: {} {}",
+                mode.name(),
+                if mode == Mode::Immediate {
+                    "maintains the stream table inside the writing statement, before any WAL \
+                     consumer can see it"
+                } else {
+                    "reads no change buffer"
+                }
+            ),
+        );
+    }
     let time_zone = current_time_zone();
     let search_path = caller_search_path();
     let def = define(CREATE, query, &time_zone, mode);
@@ -279,8 +298,9 @@ pub fn create(
     }
     let buffers = match mode {
         Mode::Full | Mode::Immediate => Vec::new(),
-        Mode::Differential => source_buffers(&def.read.sources, &|source| {
-            crate::capture::capture_table(source)
+        Mode::Differential => source_buffers(&def.read.sources, &|source| match cdc {
+            Cdc::Trigger => crate::capture::capture_table(source),
+            Cdc::Wal => crate::stream_wal::buffer(CREATE, source),
         }),
     };
     let fill = fill_statement(plan, &storage, &buffers)
@@ -301,9 +321,10 @@ pub fn create(
             "INSERT INTO pgtrickle.pgt_stream_tables (pgt_relid, pgt_name, defining_query, \
                schedule, refresh_mode, status, identity_domain, identity_unique, index_class, \
                max_identity_bytes, row_identity_version, row_probe_version, sources, \
-               refresh_sql, time_zone, fill_sql, delta_sql, search_path, source_shape) \
+               refresh_sql, time_zone, fill_sql, delta_sql, search_path, source_shape, \
+               cdc_mode) \
              VALUES ($1, $2, $3, $4, $5, 'INITIALIZING', $6, $7, $8, $9, 2, 1, $10, $11, $12, \
-               $13, $14, $15, $16)",
+               $13, $14, $15, $16, $17)",
             &[
                 DatumWithOid::from(relid),
                 DatumWithOid::from(storage.as_str()),
@@ -321,6 +342,7 @@ pub fn create(
                 DatumWithOid::from(delta.as_deref()),
                 DatumWithOid::from(search_path.as_str()),
                 DatumWithOid::from(crate::catalog::source_shape(&def.read.sources).as_str()),
+                DatumWithOid::from(cdc.name()),
             ],
         );
     });
@@ -580,6 +602,7 @@ struct Recorded {
     shape: String,
     sources: Vec<pg_sys::Oid>,
     mode: String,
+    cdc: String,
     fill: String,
     delta: Option<String>,
     frontier: Option<(String, i64, i32)>,
@@ -607,7 +630,7 @@ fn refresh_relid(function: &str, relid: pg_sys::Oid) {
         spi::rows_mut_map(
             "SELECT pgt_name, refresh_mode, fill_sql, delta_sql, frontier, frontier_xid, \
                frontier_seq, time_zone, row_identity_version, row_probe_version, \
-               defining_query, schedule, search_path, source_shape, sources \
+               defining_query, schedule, search_path, source_shape, sources, cdc_mode \
              FROM pgtrickle.pgt_stream_tables WHERE pgt_relid OPERATOR(pg_catalog.=) $1 \
              FOR UPDATE",
             &[DatumWithOid::from(relid)],
@@ -624,6 +647,7 @@ fn refresh_relid(function: &str, relid: pg_sys::Oid) {
                     shape: r.get::<String>(14)?.unwrap_or_default(),
                     sources: r.get::<Vec<pg_sys::Oid>>(15)?.unwrap_or_default(),
                     mode: r.get::<String>(2)?.unwrap_or_default(),
+                    cdc: r.get::<String>(16)?.unwrap_or_default(),
                     fill: r.get::<String>(3)?.unwrap_or_default(),
                     delta: r.get::<String>(4)?,
                     frontier,
@@ -669,6 +693,10 @@ fn refresh_relid(function: &str, relid: pg_sys::Oid) {
     }
     let differential = recorded.mode == Mode::Differential.name();
     let started = Instant::now();
+    if differential && recorded.cdc == Cdc::Wal.name() {
+        // Before the statement's snapshot: the buffers hold every transaction it will see.
+        crate::stream_wal::cover(function, &table, &recorded.sources);
+    }
     let outcome = as_owner(owner, || {
         // Maintenance of an IMMEDIATE stream table by its sources' writers waits, and the
         // statements below read under a snapshot taken after every earlier one committed.
@@ -743,6 +771,7 @@ fn rebuild(recorded: &Recorded) {
             recorded.schedule.as_deref(),
             &recorded.mode,
             true,
+            &recorded.cdc,
         );
     });
 }
@@ -764,31 +793,41 @@ pub fn drop(name: &str) {
 
 /// `pgtrickle.alter_stream_table`: a new query and/or mode, checked completely before the
 /// old storage is replaced (in the caller's transaction: readers wait for its commit).
-pub fn alter(name: &str, query: Option<&str>, refresh_mode: Option<&str>) {
+pub fn alter(name: &str, query: Option<&str>, refresh_mode: Option<&str>, cdc_mode: Option<&str>) {
     let relid = stream_table(ALTER, name);
     owner_checked(ALTER, relid);
-    let current: Option<(String, String, Option<String>)> = spi::rows(
-        "SELECT defining_query, refresh_mode, schedule FROM pgtrickle.pgt_stream_tables \
-         WHERE pgt_relid OPERATOR(pg_catalog.=) $1",
+    let current: Option<(String, String, Option<String>, String)> = spi::rows(
+        "SELECT defining_query, refresh_mode, schedule, cdc_mode \
+         FROM pgtrickle.pgt_stream_tables WHERE pgt_relid OPERATOR(pg_catalog.=) $1",
         &[DatumWithOid::from(relid)],
         |r| {
             Ok((
                 r.get::<String>(1)?.unwrap_or_default(),
                 r.get::<String>(2)?.unwrap_or_default(),
                 r.get::<String>(3)?,
+                r.get::<String>(4)?.unwrap_or_default(),
             ))
         },
     )
     .pop();
-    let Some((old_query, old_mode, schedule)) = current else {
+    let Some((old_query, old_mode, schedule, old_cdc)) = current else {
         errors::invalid_argument(ALTER, format!("{name:?} is not a stream table"));
     };
     let query = query.unwrap_or(&old_query).to_string();
     let refresh_mode = refresh_mode.unwrap_or(&old_mode).to_string();
+    let cdc_mode = cdc_mode.unwrap_or(&old_cdc).to_string();
+    Cdc::parse(ALTER, &cdc_mode);
     let time_zone = current_time_zone();
     // Everything checked before anything is dropped.
     define(ALTER, &query, &time_zone, mode(ALTER, &refresh_mode));
     let table = crate::catalog::relation_name(relid);
     drop(&table);
-    create(&table, &query, schedule.as_deref(), &refresh_mode, true);
+    create(
+        &table,
+        &query,
+        schedule.as_deref(),
+        &refresh_mode,
+        true,
+        &cdc_mode,
+    );
 }

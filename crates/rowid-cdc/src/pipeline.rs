@@ -842,7 +842,8 @@ impl<S: Sink> Pipeline<S> {
     /// Records `lsn`, a position the server reported while no transaction is open, as the
     /// position to resume from, when it is past the recorded one: every transaction that
     /// committed before it was delivered already (the stream sends transactions in commit
-    /// order). Returns the position to acknowledge, once the state file holds it.
+    /// order). The sink is told first ([`Sink::covered`]), after the open group committed.
+    /// Returns the position to acknowledge, once the state file holds it.
     pub fn idle_at(&mut self, lsn: Lsn) -> Result<Option<Lsn>, PipelineError> {
         if self.in_transaction() {
             return Ok(None);
@@ -851,6 +852,7 @@ impl<S: Sink> Pipeline<S> {
         if lsn <= self.state.end_lsn {
             return Ok(flushed);
         }
+        self.sink.covered(lsn).map_err(PipelineError::Sink)?;
         self.state.end_lsn = lsn;
         if let Some(path) = &self.state_path {
             self.state.save(path).map_err(PipelineError::State)?;

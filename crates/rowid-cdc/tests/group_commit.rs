@@ -23,6 +23,8 @@ use rowid_cdc::{ChangeEvent, Lsn};
 struct Seen {
     open: usize,
     commits: Vec<usize>,
+    /// Each coverage the sink was given, with how many commits it had made by then.
+    covered: Vec<(Lsn, usize)>,
 }
 
 /// A sink that groups every transaction until it is told to commit.
@@ -45,6 +47,12 @@ impl Sink for Grouping {
     }
     fn durable(&self) -> Durable {
         Durable::default()
+    }
+    fn covered(&mut self, lsn: Lsn) -> io::Result<()> {
+        let mut seen = self.0.lock().unwrap();
+        let commits = seen.commits.len();
+        seen.covered.push((lsn, commits));
+        Ok(())
     }
 }
 
@@ -116,6 +124,33 @@ fn a_position_reported_between_transactions_commits_the_group_first() {
     assert_eq!(sink.0.lock().unwrap().commits, vec![1]);
     assert_eq!(on_disk(&path), Lsn(commit));
     assert_eq!(State::load(&path).unwrap().unwrap().end_lsn, idle);
+}
+
+/// The sink's coverage (what a WAL-fed stream table's refresh waits for, spec/change-buffer.md
+/// §5) comes after the group committed, once per position past the recorded one, never
+/// lowered.
+#[test]
+fn coverage_is_given_only_after_the_group_committed() {
+    let sink = Grouping::default();
+    let mut s = Stream::start(sink.clone(), state(Vec::new()), None);
+    s.pipe.group_commits(true);
+    assert_eq!(s.txn(101, vec![insert(1, 1)]), None);
+    let idle = Lsn(s.lsn + 0x1000);
+    s.pipe.idle_at(idle).unwrap();
+    assert_eq!(
+        sink.0.lock().unwrap().covered,
+        vec![(idle, 1)],
+        "after the commit"
+    );
+    s.pipe.idle_at(idle).unwrap();
+    s.pipe.idle_at(Lsn(idle.0 - 8)).unwrap();
+    assert_eq!(
+        sink.0.lock().unwrap().covered.len(),
+        1,
+        "not again, never lower"
+    );
+    s.pipe.idle_at(Lsn(idle.0 + 8)).unwrap();
+    assert_eq!(sink.0.lock().unwrap().covered.len(), 2);
 }
 
 #[test]

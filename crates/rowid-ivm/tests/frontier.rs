@@ -11,83 +11,8 @@
 // Test code: a failed expectation is a panic by design.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::io::Write;
-use std::process::{Child, ChildStdin, Command, Stdio};
-use std::time::{Duration, Instant};
-
 use rowid_testkit::psql::Psql;
-
-/// A session kept open: a psql reading statements from its standard input, named
-/// `application_name` so that the test can see what it waits for.
-struct Session {
-    child: Child,
-    stdin: ChildStdin,
-    name: String,
-}
-
-impl Session {
-    fn open(db: &Psql, name: &str) -> Session {
-        let mut child = Command::new("psql")
-            .args(db.args().split_whitespace())
-            .args(["-X", "-q", "-v", "ON_ERROR_STOP=1"])
-            .env("PGAPPNAME", name)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap();
-        let stdin = child.stdin.take().unwrap();
-        Session {
-            child,
-            stdin,
-            name: name.into(),
-        }
-    }
-
-    /// Sends `sql` and waits until the session is idle in its transaction again.
-    fn run(&mut self, db: &Psql, sql: &str) {
-        self.send(sql);
-        self.wait(db, "idle in transaction");
-    }
-
-    fn send(&mut self, sql: &str) {
-        writeln!(self.stdin, "{sql}").unwrap();
-        self.stdin.flush().unwrap();
-    }
-
-    /// Waits until the session's state is `state` (or, for `"Lock"`, it waits for a lock).
-    fn wait(&self, db: &Psql, state: &str) {
-        let column = if state == "Lock" {
-            "wait_event_type"
-        } else {
-            "state"
-        };
-        let sql = format!(
-            "SELECT count(*) FROM pg_stat_activity WHERE application_name = '{}' \
-             AND {column} = '{state}';",
-            self.name
-        );
-        let t = Instant::now();
-        while db.run(&sql).unwrap().trim() != "1" {
-            assert!(
-                t.elapsed() < Duration::from_secs(30),
-                "session {} never reached {state}",
-                self.name
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-
-    fn finish(mut self) {
-        self.send("COMMIT;");
-        drop(self.stdin);
-        assert!(
-            self.child.wait().unwrap().success(),
-            "session {}",
-            self.name
-        );
-    }
-}
+use rowid_testkit::session::Session;
 
 /// Rows in one query and not in the other (as multisets), both ways.
 fn difference(db: &Psql, left: &str, right: &str) -> i64 {

@@ -48,6 +48,16 @@ pub const OLD_ROW_ID: &str = "__pgt_old_row_id";
 /// The schema buffers are created in unless the caller names another. The extension owns it
 /// (its install script creates it), so no other role can create a buffer there first.
 pub const DEFAULT_SCHEMA: &str = "pgtrickle_changes";
+/// The table, beside a WAL consumer's buffers, where it records its position and coverage
+/// per buffer prefix and slot (spec/change-buffer.md §5).
+pub const POSITION_TABLE: &str = "rowid_cdc_position";
+/// The prefix of the buffers a WAL consumer writes unless told another: `rowid_cdc_<source
+/// oid>` in [`DEFAULT_SCHEMA`].
+pub const DEFAULT_WAL_PREFIX: &str = "rowid_cdc";
+/// The prefix of the non-transactional logical message that asks a WAL consumer to record,
+/// as soon as its stream reaches it with nothing in flight, that every transaction committed
+/// before it is in its buffers (`covered_lsn`, spec/change-buffer.md §5).
+pub const COVERAGE_PREFIX: &str = "pgtrickle.coverage";
 /// The column saying why a row has no identity (`X` and `R` rows only).
 pub const UNIDENTIFIED: &str = "unidentified";
 /// The format of spec/change-buffer.md this module implements.

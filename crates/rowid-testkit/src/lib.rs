@@ -8,6 +8,7 @@
 //!   the same pairs the model judges);
 //! - [`numeric`]: decimal text to a codec numeric;
 //! - [`psql`]: a psql runner, for a cluster given by its connection arguments;
+//! - [`session`]: a psql session kept open across a test's steps;
 //! - [`cluster`]: throwaway PostgreSQL clusters on a unix socket;
 //! - [`rng`]: a small deterministic generator, so generated cases reproduce;
 //! - `model` (feature `model`): PostgreSQL's equality and B-tree comparators restated
@@ -24,4 +25,5 @@ pub mod model;
 pub mod numeric;
 pub mod psql;
 pub mod rng;
+pub mod session;
 pub mod sql;

@@ -120,6 +120,13 @@ pub trait Sink {
     fn own_tables(&self) -> Option<(Option<String>, Vec<u32>)> {
         None
     }
+    /// Every transaction that committed before `lsn` is durable in the sink (the stream
+    /// reached `lsn` with nothing in flight, and [`Sink::commit`] returned since). A sink that
+    /// others read while it writes (the change buffers a DIFFERENTIAL stream table reads,
+    /// spec/change-buffer.md §5) records it for them; the others ignore it.
+    fn covered(&mut self, _lsn: Lsn) -> io::Result<()> {
+        Ok(())
+    }
 }
 
 impl<S: Sink + ?Sized> Sink for Box<S> {
@@ -166,5 +173,9 @@ impl<S: Sink + ?Sized> Sink for Box<S> {
 
     fn own_tables(&self) -> Option<(Option<String>, Vec<u32>)> {
         (**self).own_tables()
+    }
+
+    fn covered(&mut self, lsn: Lsn) -> io::Result<()> {
+        (**self).covered(lsn)
     }
 }

@@ -54,6 +54,9 @@ pub(crate) async fn stream(
     // stream has nothing more ready (below), so grouping adds no wait.
     pipe.group_commits(true);
     let mut last_idle_record = Instant::now() - IDLE_RECORD_INTERVAL;
+    // A coverage message ([`rowid_registry::buffer::COVERAGE_PREFIX`]) arrived and is not
+    // recorded yet: the next idle position is recorded at once, whatever the interval.
+    let mut coverage_asked = false;
     let mut chunk_progress = ChunkProgress::new(opts.progress);
     // A chunk read found the table in another shape than the stream: when to ask again, and
     // how many times in a row that happened.
@@ -194,6 +197,8 @@ pub(crate) async fn stream(
             } => {
                 if !transactional {
                     idle = Some(Lsn(lsn.as_u64()));
+                    // A stream table's refresh waits for this one to be recorded.
+                    coverage_asked |= prefix == rowid_registry::buffer::COVERAGE_PREFIX;
                 }
                 pipe.apply(
                     Lsn(lsn.as_u64()),
@@ -223,10 +228,13 @@ pub(crate) async fn stream(
         }
         let ack = match (ack, idle) {
             (Some(lsn), _) => Some(lsn),
-            (None, Some(lsn)) if last_idle_record.elapsed() >= IDLE_RECORD_INTERVAL => {
+            (None, Some(lsn))
+                if coverage_asked || last_idle_record.elapsed() >= IDLE_RECORD_INTERVAL =>
+            {
                 let recorded = pipe.idle_at(lsn).map_err(CdcError::Pipeline)?;
                 if recorded.is_some() {
                     last_idle_record = Instant::now();
+                    coverage_asked = false;
                 }
                 recorded
             }

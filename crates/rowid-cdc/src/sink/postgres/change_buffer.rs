@@ -41,7 +41,7 @@ use crate::connect::raw::SendForm;
 use crate::lsn::Lsn;
 
 /// The table, beside the buffer, where the sink records its position per slot.
-pub const POSITION_TABLE: &str = "rowid_cdc_position";
+pub const POSITION_TABLE: &str = buffer::POSITION_TABLE;
 
 /// The buffer prefix a sink writes when none is named: buffers
 /// `pgtrickle_changes.rowid_cdc_<source oid>`.
@@ -77,6 +77,12 @@ impl PostgresSink {
                  EXCLUDED.\"commit_lsn\"",
                 position_table(&target.buffer).quoted()
             ),
+            cover: format!(
+                "UPDATE {} SET \"covered_lsn\" = $3 WHERE \"buffer\" OPERATOR(pg_catalog.=) $1 \
+                 AND \"slot\" OPERATOR(pg_catalog.=) $2 \
+                 AND (\"covered_lsn\" IS NULL OR \"covered_lsn\" OPERATOR(pg_catalog.<) $3)",
+                position_table(&target.buffer).quoted()
+            ),
             buffers: Buffers::new(&target, own.clone()),
             copy: None,
             numbering: (0, 0),
@@ -94,6 +100,8 @@ pub(super) struct BufferWriter {
     copy: OpenCopy,
     /// Records the position.
     upsert: String,
+    /// Records the coverage (every transaction committed before it is in the buffers).
+    cover: String,
     /// The captured transaction being written (its commit LSN) and the last `seq` given in
     /// it. The writer numbers the rows it writes, `R` rows included, from 1 per captured
     /// transaction: whether an `R` row is due is known only here, and a number reserved
@@ -194,6 +202,18 @@ impl Writer for BufferWriter {
         )
         .await
         .map_err(|e| self.failed("cannot record the position of", &e))?;
+        Ok(())
+    }
+
+    async fn covered(&mut self, client: &Client, lsn: u64) -> Result<(), Failure> {
+        let prefix = self.target.buffer.quoted();
+        client
+            .execute(
+                &self.cover,
+                &[&prefix, &self.target.slot, &PgLsn::from(lsn)],
+            )
+            .await
+            .map_err(|e| self.failed("cannot record the coverage of", &e))?;
         Ok(())
     }
 
@@ -305,7 +325,9 @@ async fn prepare(client: &mut Client, target: &Target) -> Result<(Option<Lsn>, V
         .batch_execute(&format!(
             "CREATE TABLE IF NOT EXISTS {p} (\"buffer\" pg_catalog.text NOT NULL, \
              \"slot\" pg_catalog.text NOT NULL, \"commit_lsn\" pg_catalog.pg_lsn NOT NULL, \
+             \"covered_lsn\" pg_catalog.pg_lsn, \
              PRIMARY KEY (\"buffer\", \"slot\")) USING heap; \
+             ALTER TABLE {p} ADD COLUMN IF NOT EXISTS \"covered_lsn\" pg_catalog.pg_lsn; \
              REVOKE ALL ON TABLE {p} FROM PUBLIC",
             p = pos.quoted()
         ))

@@ -129,6 +129,8 @@ enum Cmd {
     /// Finish the transaction committing at this LSN, with the chunked snapshots' record as
     /// of it (when tables are read in chunks).
     Commit(u64, Option<String>),
+    /// Between transactions: every transaction committed before this LSN is durable.
+    Covered(u64),
 }
 
 /// The byte budget of the channel: the sender waits while it is spent.
@@ -632,6 +634,14 @@ impl Sink for PostgresSink {
         Durable::at(self.delivered)
     }
 
+    fn covered(&mut self, lsn: Lsn) -> io::Result<()> {
+        // Only between database transactions: the pipeline committed the open group first.
+        if self.open.is_some() {
+            return Ok(());
+        }
+        self.send(Cmd::Covered(lsn.0))
+    }
+
     fn delivered(&self) -> Option<Lsn> {
         self.delivered
     }
@@ -921,6 +931,12 @@ trait Writer {
         chunks: Option<&str>,
     ) -> Result<(), Failure>;
 
+    /// Between transactions: every transaction committed before `lsn` is durable, recorded
+    /// for the writer's readers when it keeps such a record (autocommit, on `client`).
+    async fn covered(&mut self, _client: &Client, _lsn: u64) -> Result<(), Failure> {
+        Ok(())
+    }
+
     /// What the writer writes, for messages (`"pgtrickle_changes"."rowid_cdc"_*`).
     fn target(&self) -> String;
 
@@ -947,6 +963,10 @@ async fn serve<W: Writer>(
             Ok(Cmd::Commit(..)) => {
                 return Err("a commit with no open transaction".to_string().into());
             }
+            Ok(Cmd::Covered(lsn)) => {
+                writer.covered(client, lsn).await?;
+                continue;
+            }
             Ok(cmd) => Some(cmd),
             Err(_) => return Ok(()),
         };
@@ -971,6 +991,9 @@ async fn serve<W: Writer>(
                     written?;
                 }
                 Cmd::Commit(lsn, chunks) => break (lsn, chunks),
+                Cmd::Covered(_) => {
+                    return Err("a coverage record inside a transaction".to_string().into());
+                }
             }
         };
         writer.finish(&txn, commit_lsn, chunks.as_deref()).await?;

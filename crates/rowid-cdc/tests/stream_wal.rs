@@ -1,0 +1,378 @@
+//! Stream tables fed from the WAL (issue 34, spec/stream-tables.md §5.6): one seeded random
+//! workload, its sources captured twice, by the extension's trigger and by `rowid-cdc
+//! --sink postgres:` from a logical slot into `pgtrickle_changes.rowid_cdc_<oid>`. Every
+//! query is kept twice, DIFFERENTIAL with `cdc_mode => 'trigger'` and with `cdc_mode =>
+//! 'wal'`. After every refresh each WAL-fed stream table equals its query run fresh and holds
+//! the same multiset of `(__pgt_row_id, columns)` as its trigger-fed twin: the two capture
+//! paths feed one differential refresh, byte for byte (proposal §14.3).
+//!
+//! Also: a writer whose transaction is open when a refresh starts (the refresh waits for it,
+//! then consumes it once); a refresh in a transaction that wrote a source, or in REPEATABLE
+//! READ, refused by name; IMMEDIATE with `cdc_mode => 'wal'` refused before anything exists;
+//! a refresh with no consumer on the slot refused by name.
+//!
+//! Needs a server with `wal_level = logical` and the extension: run through `cargo xtask test`.
+
+// Test code: a failed expectation is a panic by design.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use rowid_testkit::psql::Psql;
+use rowid_testkit::rng::Rng;
+use rowid_testkit::session::Session;
+
+const DB: &str = "rowid_cdc_stream_wal";
+const SLOT: &str = "rowid_cdc_stream_wal_slot";
+
+/// The consumer, killed when the test ends (also by a failed assertion).
+struct Consumer(Child);
+
+impl Drop for Consumer {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// (stream table, its columns, query): every operator with a DIFFERENTIAL rule.
+const QUERIES: &[(&str, &str, &str)] = &[
+    ("w_f", "id, v", "SELECT id, v FROM w_int WHERE v > 10"),
+    (
+        "w_g",
+        "g, n, nv, s, lo, hi, a",
+        "SELECT g, count(*) AS n, count(v) AS nv, sum(v) AS s, min(v) AS lo, max(v) AS hi, \
+         avg(v) AS a FROM w_int GROUP BY g",
+    ),
+    (
+        "w_h",
+        "g, n",
+        "SELECT g, count(*) AS n FROM w_int GROUP BY g HAVING count(*) > 1",
+    ),
+    (
+        "w_s",
+        "n, s",
+        "SELECT count(*) AS n, sum(v) AS s FROM w_int",
+    ),
+    (
+        "w_j",
+        "id, code",
+        "SELECT i.id, t.code FROM w_int i JOIN w_text t ON t.g = i.g",
+    ),
+    ("w_b", "x, y", "SELECT x, y FROM w_bag"),
+    (
+        "w_bj",
+        "x, n, s",
+        "SELECT b.x, count(*) AS n, sum(i.v) AS s FROM w_bag b JOIN w_int i ON i.g = b.x \
+         GROUP BY b.x",
+    ),
+    ("w_d", "g", "SELECT DISTINCT g FROM w_int"),
+    ("w_u", "g", "SELECT g FROM w_int UNION SELECT g FROM w_text"),
+    (
+        "w_e",
+        "x",
+        "SELECT x FROM w_bag EXCEPT ALL SELECT g FROM w_int",
+    ),
+    (
+        "w_ua",
+        "g",
+        "SELECT g FROM w_int UNION ALL SELECT x FROM w_bag",
+    ),
+    (
+        "w_c",
+        "id, code",
+        "WITH big AS (SELECT id, g FROM w_int WHERE v > 5) \
+         SELECT b.id, t.code FROM big b JOIN w_text t ON t.g = b.g",
+    ),
+];
+
+/// Rows in one query and not in the other (as multisets), both ways.
+fn difference(db: &Psql, left: &str, right: &str) -> i64 {
+    db.run(&format!(
+        "SELECT count(*) FROM (({left}) EXCEPT ALL ({right}) \
+         UNION ALL (({right}) EXCEPT ALL ({left}))) AS d;"
+    ))
+    .unwrap()
+    .trim()
+    .parse()
+    .unwrap()
+}
+
+/// Runs `writes`, then in the same session at once (before the sink can have written their
+/// changes) refreshes every WAL-fed stream table, then the trigger-fed ones; then checks each
+/// WAL-fed one against its query and its trigger-fed twin.
+fn refresh_and_compare(db: &Psql, writes: &str, when: &str) {
+    let mut script = String::from(writes);
+    for (name, _, _) in QUERIES {
+        script.push_str(&format!(
+            "SELECT pgtrickle.refresh_stream_table('{name}_w');\n"
+        ));
+    }
+    for (name, _, _) in QUERIES {
+        script.push_str(&format!(
+            "SELECT pgtrickle.refresh_stream_table('{name}_t');\n"
+        ));
+    }
+    db.run(&script).unwrap();
+    for (name, columns, query) in QUERIES {
+        assert_eq!(
+            difference(db, &format!("SELECT {columns} FROM {name}_w"), query),
+            0,
+            "{when}: {name}_w differs from its query"
+        );
+        assert_eq!(
+            difference(
+                db,
+                &format!("SELECT __pgt_row_id, {columns} FROM {name}_w"),
+                &format!("SELECT __pgt_row_id, {columns} FROM {name}_t"),
+            ),
+            0,
+            "{when}: {name}_w and {name}_t hold other identities or rows"
+        );
+    }
+}
+
+/// One random statement of the workload.
+fn statement(rng: &mut Rng) -> String {
+    let id = rng.below(60) + 1;
+    let g = rng.below(6);
+    let v = rng.below(30);
+    let x = match rng.below(7) {
+        0 => "NULL".to_string(),
+        n => (n - 1).to_string(),
+    };
+    match rng.below(12) {
+        0..=2 => format!(
+            "INSERT INTO w_int VALUES ({id}, {g}, {v}) ON CONFLICT (id) DO UPDATE SET v = {v};"
+        ),
+        3 => format!("UPDATE w_int SET g = {g} WHERE id = {id};"),
+        4 => format!(
+            "UPDATE w_int SET id = id + 100 WHERE id = {id} \
+             AND NOT EXISTS (SELECT FROM w_int WHERE id = {id} + 100);"
+        ),
+        5 => format!("DELETE FROM w_int WHERE id = {id};"),
+        6 => format!(
+            "INSERT INTO w_text VALUES ('c{id}', {g}) ON CONFLICT (code) DO UPDATE SET g = {g};"
+        ),
+        7 => format!("DELETE FROM w_text WHERE code = 'c{id}';"),
+        8 | 9 => format!("INSERT INTO w_bag VALUES ({x}, 'y{v}'), ({x}, 'y{v}');"),
+        10 => format!(
+            "DELETE FROM w_bag WHERE ctid = (SELECT ctid FROM w_bag \
+             WHERE x IS NOT DISTINCT FROM {x} LIMIT 1);"
+        ),
+        _ => format!(
+            "UPDATE w_bag SET y = 'z{v}' WHERE ctid = (SELECT ctid FROM w_bag \
+             WHERE x IS NOT DISTINCT FROM {x} LIMIT 1);"
+        ),
+    }
+}
+
+/// Waits until the slot's `active` is `active` (`t`: a consumer streams from it).
+fn slot_active(db: &Psql, active: &str) {
+    let t = Instant::now();
+    while db
+        .run(&format!(
+            "SELECT active FROM pg_replication_slots WHERE slot_name = '{SLOT}';"
+        ))
+        .unwrap()
+        .trim()
+        != active
+    {
+        assert!(
+            t.elapsed() < Duration::from_secs(60),
+            "the slot's active never became {active}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The SQLSTATE and message of `sql`, which must fail.
+fn failure(db: &Psql, sql: &str) -> String {
+    db.run(&format!("\\set VERBOSITY verbose\n{sql}"))
+        .expect_err("must fail")
+}
+
+#[test]
+#[ignore = "needs a PostgreSQL server with wal_level=logical and the extension: run through `cargo xtask test`"]
+fn wal_fed_stream_tables_equal_their_queries_and_their_trigger_fed_twins() {
+    let src = Psql::fresh_database_without_slot(DB, SLOT).unwrap();
+    src.run(
+        "CREATE EXTENSION pg_trickle_ext;
+         SELECT pgtrickle.enable_identity_messages();
+         CREATE TABLE w_int (id int8 PRIMARY KEY, g int4, v numeric);
+         -- the default replica identity: an update's old image holds the key only, so the
+         -- refresh of a window holding one recomputes (spec §5.2), still exactly
+         CREATE TABLE w_text (code text PRIMARY KEY, g int4);
+         CREATE TABLE w_bag (x int4, y text);
+         ALTER TABLE w_int REPLICA IDENTITY FULL;
+         ALTER TABLE w_bag REPLICA IDENTITY FULL;
+         CREATE PUBLICATION w_pub FOR TABLE w_int, w_text, w_bag;",
+    )
+    .unwrap();
+    let dir = std::env::temp_dir().join(format!("rowid-cdc-stream-wal-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let consumer = Consumer(
+        Command::new(env!("CARGO_BIN_EXE_rowid-cdc"))
+            .args([
+                "--dsn",
+                &src.dsn(),
+                "--slot",
+                SLOT,
+                "--publication",
+                "w_pub",
+                "--create-slot",
+            ])
+            .arg("--state")
+            .arg(dir.join("cdc.state"))
+            .args(["--sink", "postgres:"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap(),
+    );
+    slot_active(&src, "t");
+
+    // Before any change streamed there is no buffer: refused by name, nothing created.
+    let err = failure(
+        &src,
+        "SELECT pgtrickle.create_stream_table('early', 'SELECT id FROM w_int', \
+         cdc_mode => 'wal');",
+    );
+    assert!(
+        err.contains("55000") && err.contains("no WAL change buffer"),
+        "{err}"
+    );
+    assert_eq!(
+        src.run("SELECT to_regclass('early') IS NULL;")
+            .unwrap()
+            .trim(),
+        "t"
+    );
+
+    src.run(
+        "INSERT INTO w_int SELECT i, i % 5, i * 3 FROM generate_series(1, 20) i;
+         INSERT INTO w_text SELECT 'c' || i, i % 4 FROM generate_series(1, 8) i;
+         INSERT INTO w_bag VALUES (1, 'a'), (1, 'a'), (NULL, 'n'), (2, 'b');",
+    )
+    .unwrap();
+    // The buffers exist once the sink wrote these changes.
+    let t = Instant::now();
+    while src
+        .run(
+            "SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
+             WHERE n.nspname = 'pgtrickle_changes' AND c.relname IN \
+             ('rowid_cdc_' || 'w_int'::regclass::oid, 'rowid_cdc_' || 'w_text'::regclass::oid, \
+              'rowid_cdc_' || 'w_bag'::regclass::oid);",
+        )
+        .unwrap()
+        .trim()
+        != "3"
+    {
+        assert!(
+            t.elapsed() < Duration::from_secs(60),
+            "the sink made no buffers"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+
+    // IMMEDIATE (and FULL) with cdc_mode 'wal': refused before anything exists.
+    let err = failure(
+        &src,
+        "SELECT pgtrickle.create_stream_table('imm', 'SELECT id FROM w_int', \
+         refresh_mode => 'IMMEDIATE', cdc_mode => 'wal');",
+    );
+    assert!(
+        err.contains("0A000") && err.contains("inside the writing statement"),
+        "{err}"
+    );
+    assert_eq!(
+        src.run("SELECT to_regclass('imm') IS NULL;")
+            .unwrap()
+            .trim(),
+        "t"
+    );
+
+    let mut create = String::new();
+    for (name, _, query) in QUERIES {
+        create.push_str(&format!(
+            "SELECT pgtrickle.create_stream_table('{name}_t', $q${query}$q$);\n\
+             SELECT pgtrickle.create_stream_table('{name}_w', $q${query}$q$, \
+               cdc_mode => 'wal');\n"
+        ));
+    }
+    src.run(&create).unwrap();
+    assert_eq!(
+        src.run(
+            "SELECT count(*) FROM pgtrickle.pgt_stream_tables WHERE cdc_mode = 'wal' \
+             AND refresh_mode = 'DIFFERENTIAL';"
+        )
+        .unwrap()
+        .trim(),
+        QUERIES.len().to_string()
+    );
+    refresh_and_compare(&src, "", "after create");
+
+    // The seeded workload: a few statements per transaction, a refresh after each.
+    let mut rng = Rng::new(0x5eed_0034);
+    for round in 0..40 {
+        let mut script = String::from("BEGIN;\n");
+        for _ in 0..(1 + rng.below(4)) {
+            script.push_str(&statement(&mut rng));
+            script.push('\n');
+        }
+        if round % 13 == 12 {
+            script.push_str("TRUNCATE w_bag;\nINSERT INTO w_bag VALUES (3, 't'), (3, 't');\n");
+        }
+        script.push_str("COMMIT;\n");
+        refresh_and_compare(&src, &script, &format!("round {round}"));
+    }
+
+    // A writer whose transaction is open when the refresh starts: the refresh waits for it
+    // (its SHARE lock on the source), then the sink's copy of it, and consumes it once.
+    let mut writer = Session::open(&src, "stream_wal_writer");
+    writer.run(
+        &src,
+        "BEGIN; INSERT INTO w_int VALUES (900, 1, 50), (901, 2, 60);",
+    );
+    let mut refresher = Session::open(&src, "stream_wal_refresher");
+    refresher.send("BEGIN; SELECT pgtrickle.refresh_stream_table('w_g_w');");
+    refresher.wait(&src, "Lock");
+    writer.finish();
+    refresher.wait(&src, "idle in transaction");
+    refresher.finish();
+    refresh_and_compare(&src, "", "after the writer that was open during a refresh");
+
+    // A transaction that wrote a source refreshes after its COMMIT, not before; REPEATABLE
+    // READ cannot see what the sink writes after its snapshot.
+    let err = failure(
+        &src,
+        "BEGIN; INSERT INTO w_int VALUES (950, 1, 1); \
+         SELECT pgtrickle.refresh_stream_table('w_g_w');",
+    );
+    assert!(
+        err.contains("0A000") && err.contains("refresh after COMMIT") && err.contains("w_int"),
+        "{err}"
+    );
+    let err = failure(
+        &src,
+        "BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT pgtrickle.refresh_stream_table('w_g_w');",
+    );
+    assert!(
+        err.contains("0A000") && err.contains("READ COMMITTED"),
+        "{err}"
+    );
+    refresh_and_compare(&src, "", "after the refused refreshes");
+
+    // Nothing streams from the slot: the refresh says so instead of waiting.
+    drop(consumer);
+    slot_active(&src, "f");
+    src.run("INSERT INTO w_int VALUES (990, 1, 1);").unwrap();
+    let err = failure(&src, "SELECT pgtrickle.refresh_stream_table('w_g_w');");
+    assert!(
+        err.contains("55000") && err.contains("is rowid-cdc running?"),
+        "{err}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
