@@ -40,8 +40,9 @@
 //! - `grant_capture(regrole)`: what a capture role needs beyond REPLICATION (superuser);
 //! - stream tables (spec/stream-tables.md; [`stream_query`] reads the query, [`stream_table`]
 //!   keeps them): `create_stream_table(name, query, schedule, refresh_mode, initialize,
-//!   cdc_mode)`, `alter_stream_table(name, query, refresh_mode, cdc_mode)`, `refresh_stream_table(name)`,
-//!   `drop_stream_table(name)` and the catalog `pgt_stream_tables`.
+//!   cdc_mode)`, `alter_stream_table(name, query, refresh_mode, cdc_mode)`,
+//!   `refresh_stream_table(name)`, `drop_stream_table(name)` and the catalog
+//!   `pgt_stream_tables`.
 
 use pgrx::prelude::*;
 

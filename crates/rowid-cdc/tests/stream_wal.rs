@@ -1,7 +1,8 @@
 //! Stream tables fed from the WAL (issue 34, spec/stream-tables.md §5.6): one seeded random
-//! workload, its sources captured twice, by the extension's trigger and by `rowid-cdc
-//! --sink postgres:` from a logical slot into `pgtrickle_changes.rowid_cdc_<oid>`. Every
-//! query is kept twice, DIFFERENTIAL with `cdc_mode => 'trigger'` and with `cdc_mode =>
+//! workload over keyed sources (int8, text, uuid, a composite and an enum key) and a keyless
+//! one with duplicates and NULLs, its sources captured twice, by the extension's trigger and
+//! by `rowid-cdc --sink postgres:` from a logical slot into
+//! `pgtrickle_changes.rowid_cdc_<oid>`. Every query is kept twice, DIFFERENTIAL with `cdc_mode => 'trigger'` and with `cdc_mode =>
 //! 'wal'`. After every refresh each WAL-fed stream table equals its query run fresh and holds
 //! the same multiset of `(__pgt_row_id, columns)` as its trigger-fed twin: the two capture
 //! paths feed one differential refresh, byte for byte (proposal §14.3).
@@ -79,6 +80,19 @@ const QUERIES: &[(&str, &str, &str)] = &[
         "g",
         "SELECT g FROM w_int UNION ALL SELECT x FROM w_bag",
     ),
+    ("w_uu", "u, v", "SELECT u, v FROM w_uuid"),
+    (
+        "w_cp",
+        "a, b, v",
+        "SELECT a, b, v FROM w_comp WHERE v IS NOT NULL",
+    ),
+    ("w_en", "e, v", "SELECT e, v FROM w_enum"),
+    (
+        "w_eg",
+        "e, n, s",
+        "SELECT e, count(*) AS n, sum(c.v) AS s FROM w_enum e JOIN w_comp c ON c.a = e.v \
+         GROUP BY e",
+    ),
     (
         "w_c",
         "id, code",
@@ -142,7 +156,8 @@ fn statement(rng: &mut Rng) -> String {
         0 => "NULL".to_string(),
         n => (n - 1).to_string(),
     };
-    match rng.below(12) {
+    let mood = ["sad", "ok", "happy"][rng.below(3)];
+    match rng.below(16) {
         0..=2 => format!(
             "INSERT INTO w_int VALUES ({id}, {g}, {v}) ON CONFLICT (id) DO UPDATE SET v = {v};"
         ),
@@ -161,9 +176,23 @@ fn statement(rng: &mut Rng) -> String {
             "DELETE FROM w_bag WHERE ctid = (SELECT ctid FROM w_bag \
              WHERE x IS NOT DISTINCT FROM {x} LIMIT 1);"
         ),
-        _ => format!(
+        11 => format!(
             "UPDATE w_bag SET y = 'z{v}' WHERE ctid = (SELECT ctid FROM w_bag \
              WHERE x IS NOT DISTINCT FROM {x} LIMIT 1);"
+        ),
+        12 => format!(
+            "INSERT INTO w_uuid VALUES (md5('{id}')::uuid, {v}) \
+             ON CONFLICT (u) DO UPDATE SET v = {v};"
+        ),
+        13 => format!("DELETE FROM w_uuid WHERE u = md5('{id}')::uuid;"),
+        14 => format!(
+            "INSERT INTO w_comp VALUES ({g}, 'b{x}', {v}) ON CONFLICT (a, b) DO UPDATE SET v = \
+             NULLIF({v}, 7); UPDATE w_comp SET a = a + 10 WHERE a = {g} AND b = 'b{x}' AND \
+             v > 20 AND NOT EXISTS (SELECT FROM w_comp c WHERE c.a = {g} + 10 AND c.b = 'b{x}');"
+        ),
+        _ => format!(
+            "INSERT INTO w_enum VALUES ('{mood}', {v}) ON CONFLICT (e) DO UPDATE SET v = {v}; \
+             DELETE FROM w_enum WHERE v = 0;"
         ),
     }
 }
@@ -205,9 +234,16 @@ fn wal_fed_stream_tables_equal_their_queries_and_their_trigger_fed_twins() {
          -- refresh of a window holding one recomputes (spec §5.2), still exactly
          CREATE TABLE w_text (code text PRIMARY KEY, g int4);
          CREATE TABLE w_bag (x int4, y text);
+         CREATE TABLE w_uuid (u uuid PRIMARY KEY, v int4);
+         CREATE TABLE w_comp (a int4, b text, v int4, PRIMARY KEY (a, b));
+         CREATE TYPE w_mood AS ENUM ('sad', 'ok', 'happy');
+         CREATE TABLE w_enum (e w_mood PRIMARY KEY, v int4);
          ALTER TABLE w_int REPLICA IDENTITY FULL;
          ALTER TABLE w_bag REPLICA IDENTITY FULL;
-         CREATE PUBLICATION w_pub FOR TABLE w_int, w_text, w_bag;",
+         ALTER TABLE w_uuid REPLICA IDENTITY FULL;
+         ALTER TABLE w_comp REPLICA IDENTITY FULL;
+         ALTER TABLE w_enum REPLICA IDENTITY FULL;
+         CREATE PUBLICATION w_pub FOR TABLE w_int, w_text, w_bag, w_uuid, w_comp, w_enum;",
     )
     .unwrap();
     let dir = std::env::temp_dir().join(format!("rowid-cdc-stream-wal-{}", std::process::id()));
@@ -254,7 +290,10 @@ fn wal_fed_stream_tables_equal_their_queries_and_their_trigger_fed_twins() {
     src.run(
         "INSERT INTO w_int SELECT i, i % 5, i * 3 FROM generate_series(1, 20) i;
          INSERT INTO w_text SELECT 'c' || i, i % 4 FROM generate_series(1, 8) i;
-         INSERT INTO w_bag VALUES (1, 'a'), (1, 'a'), (NULL, 'n'), (2, 'b');",
+         INSERT INTO w_bag VALUES (1, 'a'), (1, 'a'), (NULL, 'n'), (2, 'b');
+         INSERT INTO w_uuid SELECT md5(i::text)::uuid, i FROM generate_series(1, 5) i;
+         INSERT INTO w_comp SELECT i % 3, 'b' || i, i FROM generate_series(1, 6) i;
+         INSERT INTO w_enum VALUES ('sad', 1), ('ok', 2);",
     )
     .unwrap();
     // The buffers exist once the sink wrote these changes.
@@ -263,12 +302,12 @@ fn wal_fed_stream_tables_equal_their_queries_and_their_trigger_fed_twins() {
         .run(
             "SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
              WHERE n.nspname = 'pgtrickle_changes' AND c.relname IN \
-             ('rowid_cdc_' || 'w_int'::regclass::oid, 'rowid_cdc_' || 'w_text'::regclass::oid, \
-              'rowid_cdc_' || 'w_bag'::regclass::oid);",
+             (SELECT 'rowid_cdc_' || t::regclass::oid FROM unnest(ARRAY['w_int', 'w_text', \
+              'w_bag', 'w_uuid', 'w_comp', 'w_enum']) AS t);",
         )
         .unwrap()
         .trim()
-        != "3"
+        != "6"
     {
         assert!(
             t.elapsed() < Duration::from_secs(60),
