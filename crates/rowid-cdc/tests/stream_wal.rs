@@ -8,7 +8,8 @@
 //! paths feed one differential refresh, byte for byte (proposal §14.3).
 //!
 //! Also: a writer whose transaction is open when a refresh starts (the refresh waits for it,
-//! then consumes it once); a refresh in a transaction that wrote a source, or in REPEATABLE
+//! then consumes it once); columns added to sources; `alter_stream_table` between the two
+//! paths; a refresh in a transaction that wrote a source, or in REPEATABLE
 //! READ, refused by name; IMMEDIATE with `cdc_mode => 'wal'` refused before anything exists;
 //! a refresh with no consumer on the slot refused by name.
 //!
@@ -403,6 +404,43 @@ fn wal_fed_stream_tables_equal_their_queries_and_their_trigger_fed_twins() {
         "{err}"
     );
     refresh_and_compare(&src, "", "after the refused refreshes");
+
+    // Source DDL: a column added to two WAL-fed sources (one keyless, whose identity takes
+    // it; the sink reshapes their buffers at the DDL's commit) rebuilds the stream tables at
+    // their next refresh, before any write of the new shape; then writes of it are consumed.
+    src.run("ALTER TABLE w_int ADD COLUMN extra int4; ALTER TABLE w_bag ADD COLUMN z int4;")
+        .unwrap();
+    refresh_and_compare(&src, "", "after a column was added");
+    refresh_and_compare(
+        &src,
+        "INSERT INTO w_int VALUES (700, 1, 70, 7); UPDATE w_int SET extra = 1 WHERE id < 10; \
+         INSERT INTO w_bag VALUES (1, 'a', 5); UPDATE w_bag SET z = 6 WHERE x = 2;\n",
+        "after writes of the new shape",
+    );
+    // alter_stream_table keeps cdc_mode unless given, and moves a stream table between the
+    // two capture paths.
+    src.run(
+        "SELECT pgtrickle.alter_stream_table('w_j_w', refresh_mode => 'DIFFERENTIAL');
+         SELECT pgtrickle.alter_stream_table('w_f_t', cdc_mode => 'wal');
+         SELECT pgtrickle.alter_stream_table('w_d_w', cdc_mode => 'trigger');",
+    )
+    .unwrap();
+    assert_eq!(
+        src.run(
+            "SELECT string_agg(pgt_relid::regclass || '=' || cdc_mode, ',' \
+               ORDER BY pgt_relid::regclass::text) \
+             FROM pgtrickle.pgt_stream_tables \
+             WHERE pgt_relid IN ('w_j_w'::regclass, 'w_f_t'::regclass, 'w_d_w'::regclass);"
+        )
+        .unwrap()
+        .trim(),
+        "w_d_w=trigger,w_f_t=wal,w_j_w=wal"
+    );
+    refresh_and_compare(
+        &src,
+        "DELETE FROM w_int WHERE id = 700;\n",
+        "after alter_stream_table",
+    );
 
     // Nothing streams from the slot: the refresh says so instead of waiting.
     drop(consumer);
