@@ -244,7 +244,8 @@ pub fn create(
             CREATE,
             "0A000",
             &format!(
-                "cdc_mode => 'wal' feeds DIFFERENTIAL refreshes only: {} {}",
+                "cdc_mode => 'wal' feeds DIFFERENTIAL refreshes only: {} {}; use cdc_mode => \
+                 'trigger'",
                 mode.name(),
                 if mode == Mode::Immediate {
                     "maintains the stream table inside the writing statement, before any WAL \
