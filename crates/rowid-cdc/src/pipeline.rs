@@ -842,8 +842,7 @@ impl<S: Sink> Pipeline<S> {
     /// Records `lsn`, a position the server reported while no transaction is open, as the
     /// position to resume from, when it is past the recorded one: every transaction that
     /// committed before it was delivered already (the stream sends transactions in commit
-    /// order). The sink is told first ([`Sink::covered`]), after the open group committed.
-    /// Returns the position to acknowledge, once the state file holds it.
+    /// order). Returns the position to acknowledge, once the state file holds it.
     pub fn idle_at(&mut self, lsn: Lsn) -> Result<Option<Lsn>, PipelineError> {
         if self.in_transaction() {
             return Ok(None);
@@ -852,7 +851,6 @@ impl<S: Sink> Pipeline<S> {
         if lsn <= self.state.end_lsn {
             return Ok(flushed);
         }
-        self.sink.covered(lsn).map_err(PipelineError::Sink)?;
         self.state.end_lsn = lsn;
         if let Some(path) = &self.state_path {
             self.state.save(path).map_err(PipelineError::State)?;
@@ -860,6 +858,22 @@ impl<S: Sink> Pipeline<S> {
         self.tally.progress.durable = lsn;
         self.publish(0);
         Ok(Some(lsn))
+    }
+
+    /// [`Pipeline::idle_at`] for the position of a coverage message
+    /// (`rowid_registry::buffer::COVERAGE_PREFIX`, which a WAL-fed stream table's refresh
+    /// writes and waits for): the open group committed, then the sink told that every
+    /// transaction committed before `lsn` is durable ([`Sink::covered`]), then the position
+    /// recorded. Only such messages give the sink its coverage: a keepalive's would make a
+    /// sink writing into the captured database write on every one, and each write is WAL the
+    /// next keepalive reports. Nothing while a transaction is open.
+    pub fn covered_at(&mut self, lsn: Lsn) -> Result<Option<Lsn>, PipelineError> {
+        if self.in_transaction() {
+            return Ok(None);
+        }
+        let flushed = self.flush()?;
+        self.sink.covered(lsn).map_err(PipelineError::Sink)?;
+        Ok(self.idle_at(lsn)?.or(flushed))
     }
 
     /// The counters so far.

@@ -127,8 +127,8 @@ fn a_position_reported_between_transactions_commits_the_group_first() {
 }
 
 /// The sink's coverage (what a WAL-fed stream table's refresh waits for, spec/change-buffer.md
-/// §5) comes after the group committed, once per position past the recorded one, never
-/// lowered.
+/// §5) comes from a coverage message's position only, after the group committed; a
+/// keepalive's position gives none.
 #[test]
 fn coverage_is_given_only_after_the_group_committed() {
     let sink = Grouping::default();
@@ -136,21 +136,19 @@ fn coverage_is_given_only_after_the_group_committed() {
     s.pipe.group_commits(true);
     assert_eq!(s.txn(101, vec![insert(1, 1)]), None);
     let idle = Lsn(s.lsn + 0x1000);
-    s.pipe.idle_at(idle).unwrap();
+    assert_eq!(s.pipe.idle_at(idle).unwrap(), Some(idle));
+    assert!(
+        sink.0.lock().unwrap().covered.is_empty(),
+        "a keepalive covers nothing"
+    );
+    assert_eq!(s.txn(102, vec![insert(2, 2)]), None);
+    let mark = Lsn(s.lsn + 0x1000);
+    assert_eq!(s.pipe.covered_at(mark).unwrap(), Some(mark));
     assert_eq!(
         sink.0.lock().unwrap().covered,
-        vec![(idle, 1)],
-        "after the commit"
+        vec![(mark, 2)],
+        "after the group's commit"
     );
-    s.pipe.idle_at(idle).unwrap();
-    s.pipe.idle_at(Lsn(idle.0 - 8)).unwrap();
-    assert_eq!(
-        sink.0.lock().unwrap().covered.len(),
-        1,
-        "not again, never lower"
-    );
-    s.pipe.idle_at(Lsn(idle.0 + 8)).unwrap();
-    assert_eq!(sink.0.lock().unwrap().covered.len(), 2);
 }
 
 #[test]

@@ -121,8 +121,9 @@ pub trait Sink {
         None
     }
     /// Every transaction that committed before `lsn` is durable in the sink (the stream
-    /// reached `lsn` with nothing in flight, and [`Sink::commit`] returned since). A sink that
-    /// others read while it writes (the change buffers a DIFFERENTIAL stream table reads,
+    /// reached `lsn`, a coverage message's position, with nothing in flight, and
+    /// [`Sink::commit`] returned since: [`crate::pipeline::Pipeline::covered_at`]). A sink
+    /// that others read while it writes (the change buffers a DIFFERENTIAL stream table reads,
     /// spec/change-buffer.md §5) records it for them; the others ignore it.
     fn covered(&mut self, _lsn: Lsn) -> io::Result<()> {
         Ok(())

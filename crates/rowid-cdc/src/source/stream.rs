@@ -55,7 +55,8 @@ pub(crate) async fn stream(
     pipe.group_commits(true);
     let mut last_idle_record = Instant::now() - IDLE_RECORD_INTERVAL;
     // A coverage message ([`rowid_registry::buffer::COVERAGE_PREFIX`]) arrived and is not
-    // recorded yet: the next idle position is recorded at once, whatever the interval.
+    // recorded yet: its position is recorded at once, whatever the interval, and given to
+    // the sink as its coverage ([`Pipeline::covered_at`]).
     let mut coverage_asked = false;
     let mut chunk_progress = ChunkProgress::new(opts.progress);
     // A chunk read found the table in another shape than the stream: when to ask again, and
@@ -228,13 +229,18 @@ pub(crate) async fn stream(
         }
         let ack = match (ack, idle) {
             (Some(lsn), _) => Some(lsn),
-            (None, Some(lsn))
-                if coverage_asked || last_idle_record.elapsed() >= IDLE_RECORD_INTERVAL =>
-            {
+            (None, Some(lsn)) if coverage_asked && !pipe.in_transaction() => {
+                let recorded = pipe.covered_at(lsn).map_err(CdcError::Pipeline)?;
+                coverage_asked = false;
+                if recorded.is_some() {
+                    last_idle_record = Instant::now();
+                }
+                recorded
+            }
+            (None, Some(lsn)) if last_idle_record.elapsed() >= IDLE_RECORD_INTERVAL => {
                 let recorded = pipe.idle_at(lsn).map_err(CdcError::Pipeline)?;
                 if recorded.is_some() {
                     last_idle_record = Instant::now();
-                    coverage_asked = false;
                 }
                 recorded
             }
