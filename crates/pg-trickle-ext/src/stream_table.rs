@@ -304,6 +304,10 @@ pub fn create(
             Cdc::Wal => crate::stream_wal::buffer(CREATE, source),
         }),
     };
+    if cdc == Cdc::Wal {
+        // Once, for every buffer: after them, so that a missing buffer is what is named.
+        crate::stream_wal::slot(CREATE);
+    }
     let fill = fill_statement(plan, &storage, &buffers)
         .unwrap_or_else(|e| errors::invalid_argument(CREATE, e.to_string()));
     let delta = match mode {

@@ -64,9 +64,9 @@ fn position_table() -> QualifiedName {
 }
 
 /// The buffer the sink fills for `source`, quoted, after checking (for `create_stream_table`)
-/// that the caller owns the source, that the buffer exists and belongs to a superuser or to a
-/// role the caller is a member of (its rows become the stream table's), and that exactly one
-/// slot of this database writes the buffers, with a sink that records its coverage.
+/// that the caller owns the source and that the buffer exists and belongs to a superuser or
+/// to a role the caller is a member of (its rows become the stream table's). [`slot`] checks
+/// the sink that writes it.
 pub fn buffer(function: &str, source: pg_sys::Oid) -> String {
     let relation = crate::catalog::relation_name(source);
     let owns = spi::one::<bool>(
@@ -112,13 +112,13 @@ pub fn buffer(function: &str, source: pg_sys::Oid) -> String {
         ),
         Some(true) => {}
     }
-    slot(function);
     quoted
 }
 
-/// The slot whose sink writes the buffers (one row of the position table, a slot of this
-/// database), checked; its name.
-fn slot(function: &str) -> String {
+/// The slot whose sink writes the buffers, checked: exactly one row of the position table
+/// for the prefix, a slot of this database, and a sink that records its coverage (the
+/// `covered_lsn` column). Its name.
+pub fn slot(function: &str) -> String {
     let table = position_table().quoted();
     let exists = spi::one::<bool>(
         "SELECT pg_catalog.to_regclass($1) IS NOT NULL",

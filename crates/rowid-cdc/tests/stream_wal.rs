@@ -19,7 +19,6 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
 
 use rowid_testkit::psql::Psql;
 use rowid_testkit::rng::Rng;
@@ -102,18 +101,6 @@ const QUERIES: &[(&str, &str, &str)] = &[
     ),
 ];
 
-/// Rows in one query and not in the other (as multisets), both ways.
-fn difference(db: &Psql, left: &str, right: &str) -> i64 {
-    db.run(&format!(
-        "SELECT count(*) FROM (({left}) EXCEPT ALL ({right}) \
-         UNION ALL (({right}) EXCEPT ALL ({left}))) AS d;"
-    ))
-    .unwrap()
-    .trim()
-    .parse()
-    .unwrap()
-}
-
 /// Runs `writes`, then in the same session at once (before the sink can have written their
 /// changes) refreshes every WAL-fed stream table, then the trigger-fed ones; then checks each
 /// WAL-fed one against its query and its trigger-fed twin.
@@ -132,13 +119,12 @@ fn refresh_and_compare(db: &Psql, writes: &str, when: &str) {
     db.run(&script).unwrap();
     for (name, columns, query) in QUERIES {
         assert_eq!(
-            difference(db, &format!("SELECT {columns} FROM {name}_w"), query),
+            db.multiset_difference(&format!("SELECT {columns} FROM {name}_w"), query),
             0,
             "{when}: {name}_w differs from its query"
         );
         assert_eq!(
-            difference(
-                db,
+            db.multiset_difference(
                 &format!("SELECT __pgt_row_id, {columns} FROM {name}_w"),
                 &format!("SELECT __pgt_row_id, {columns} FROM {name}_t"),
             ),
@@ -200,21 +186,11 @@ fn statement(rng: &mut Rng) -> String {
 
 /// Waits until the slot's `active` is `active` (`t`: a consumer streams from it).
 fn slot_active(db: &Psql, active: &str) {
-    let t = Instant::now();
-    while db
-        .run(&format!(
-            "SELECT active FROM pg_replication_slots WHERE slot_name = '{SLOT}';"
-        ))
-        .unwrap()
-        .trim()
-        != active
-    {
-        assert!(
-            t.elapsed() < Duration::from_secs(60),
-            "the slot's active never became {active}"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    db.wait_for(
+        &format!("SELECT active FROM pg_replication_slots WHERE slot_name = '{SLOT}';"),
+        active,
+        "the slot's active",
+    );
 }
 
 /// The SQLSTATE and message of `sql`, which must fail.
@@ -298,24 +274,14 @@ fn wal_fed_stream_tables_equal_their_queries_and_their_trigger_fed_twins() {
     )
     .unwrap();
     // The buffers exist once the sink wrote these changes.
-    let t = Instant::now();
-    while src
-        .run(
-            "SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
-             WHERE n.nspname = 'pgtrickle_changes' AND c.relname IN \
-             (SELECT 'rowid_cdc_' || t::regclass::oid FROM unnest(ARRAY['w_int', 'w_text', \
-              'w_bag', 'w_uuid', 'w_comp', 'w_enum']) AS t);",
-        )
-        .unwrap()
-        .trim()
-        != "6"
-    {
-        assert!(
-            t.elapsed() < Duration::from_secs(60),
-            "the sink made no buffers"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    src.wait_for(
+        "SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
+         WHERE n.nspname = 'pgtrickle_changes' AND c.relname IN \
+         (SELECT 'rowid_cdc_' || t::regclass::oid FROM unnest(ARRAY['w_int', 'w_text', \
+          'w_bag', 'w_uuid', 'w_comp', 'w_enum']) AS t);",
+        "6",
+        "the sink's buffers",
+    );
 
     // IMMEDIATE (and FULL) with cdc_mode 'wal': refused before anything exists.
     let err = failure(

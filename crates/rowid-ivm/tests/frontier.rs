@@ -14,18 +14,6 @@
 use rowid_testkit::psql::Psql;
 use rowid_testkit::session::Session;
 
-/// Rows in one query and not in the other (as multisets), both ways.
-fn difference(db: &Psql, left: &str, right: &str) -> i64 {
-    db.run(&format!(
-        "SELECT count(*) FROM (({left}) EXCEPT ALL ({right})
-                               UNION ALL (({right}) EXCEPT ALL ({left}))) AS d;"
-    ))
-    .unwrap()
-    .trim()
-    .parse()
-    .unwrap()
-}
-
 /// The stream tables of this test, each equal to its query.
 fn assert_equal(db: &Psql, when: &str) {
     for (table, columns, query) in [
@@ -38,7 +26,7 @@ fn assert_equal(db: &Psql, when: &str) {
         ),
     ] {
         assert_eq!(
-            difference(db, &format!("SELECT {columns} FROM {table}"), query),
+            db.multiset_difference(&format!("SELECT {columns} FROM {table}"), query),
             0,
             "{when}: {table} differs from its query"
         );
@@ -160,8 +148,7 @@ fn concurrent_writers_of_one_group_keep_an_immediate_stream_table_exact() {
     second.wait(&db, "idle in transaction");
     second.finish();
     assert_eq!(
-        difference(
-            &db,
+        db.multiset_difference(
             "SELECT grp, n, s FROM grouped",
             "SELECT grp, count(*), sum(v) FROM src GROUP BY grp"
         ),
@@ -220,7 +207,7 @@ fn the_frontier_holds_across_the_32_bit_xid_wraparound() {
             ("bagged", "x", "SELECT x FROM bag"),
         ] {
             assert_eq!(
-                difference(&db, &format!("SELECT {columns} FROM {table}"), query),
+                db.multiset_difference(&format!("SELECT {columns} FROM {table}"), query),
                 0,
                 "{when}: {table} differs from its query"
             );

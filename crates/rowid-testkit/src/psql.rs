@@ -164,6 +164,33 @@ impl Psql {
         out
     }
 
+    /// How many rows one query gives and the other does not, as multisets, both ways
+    /// (`EXCEPT ALL` each way): 0 when they hold the same rows as often. Panics when psql
+    /// fails (test code).
+    pub fn multiset_difference(&self, left: &str, right: &str) -> i64 {
+        self.run(&format!(
+            "SELECT count(*) FROM (({left}) EXCEPT ALL ({right}) \
+             UNION ALL (({right}) EXCEPT ALL ({left}))) AS d;"
+        ))
+        .unwrap_or_else(|e| panic!("{e}"))
+        .trim()
+        .parse()
+        .unwrap_or_else(|e| panic!("a count: {e}"))
+    }
+
+    /// Runs `sql` every 50 ms until its output is `expected`; panics naming `what` after 60 s
+    /// (test code).
+    pub fn wait_for(&self, sql: &str, expected: &str, what: &str) {
+        let started = std::time::Instant::now();
+        while self.run(sql).unwrap_or_else(|e| panic!("{e}")).trim() != expected {
+            assert!(
+                started.elapsed() < std::time::Duration::from_secs(60),
+                "{what}: still not {expected:?} after 60 s"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+    }
+
     /// Runs `sql` and returns psql's aligned, human-readable output (for demos).
     pub fn show(&self, sql: &str) -> Result<String, String> {
         self.output(&["-P", "pager=off", "-c", sql], "command")
