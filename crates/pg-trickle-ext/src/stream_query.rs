@@ -45,6 +45,7 @@ pub fn read(function: &'static str, query: &str, time_zone: &str) -> ReadQuery {
         function,
         fields: HashMap::new(),
         sources: Vec::new(),
+        levels: Vec::new(),
     };
     // SAFETY: parse analysis of a NUL-terminated text in the current memory context; the
     // returned trees live until the context ends, past this function's use of them.
@@ -83,6 +84,10 @@ struct Reader {
     function: &'static str,
     fields: HashMap<(String, String), FieldSpec>,
     sources: Vec<pg_sys::Oid>,
+    /// The query levels enclosing the one being read, outermost first, the one being read
+    /// last: where a CTE `ctelevelsup` levels up is defined (a CTE's query is read as a
+    /// level inside the one that defines it).
+    levels: Vec<*mut pg_sys::Query>,
 }
 
 /// The deparse names of one query level's range table, and the context to deparse in.
@@ -102,7 +107,15 @@ impl Reader {
     }
 
     /// One query level, `place` naming it in errors.
+    /// The tree of the query level `q` (inside the levels of `self.levels`).
     fn query(&mut self, q: *mut pg_sys::Query, place: &str) -> Plan {
+        self.levels.push(q);
+        let plan = self.level(q, place);
+        self.levels.pop();
+        plan
+    }
+
+    fn level(&mut self, q: *mut pg_sys::Query, place: &str) -> Plan {
         // SAFETY: `q` is an analyzed Query of this backend's parse analysis.
         let query = unsafe { &*q };
         if query.commandType != pg_sys::CmdType::CMD_SELECT || !query.utilityStmt.is_null() {
@@ -343,11 +356,17 @@ impl Reader {
                 }
             }
             pg_sys::RTEKind::RTE_CTE => {
-                if entry.ctelevelsup != 0 {
-                    self.refuse("a CTE of an outer query level", &at);
-                }
-                let cte = self.cte(scope, entry, &at);
+                // The level that defines it: this one, or one enclosing it (a CTE that
+                // reads another of the same WITH list, a subquery reading its query's CTE).
+                let up = usize::try_from(entry.ctelevelsup).unwrap_or(usize::MAX);
+                let Some(depth) = self.levels.len().checked_sub(up.saturating_add(1)) else {
+                    self.refuse("a CTE that is not defined", &at);
+                };
+                let cte = self.cte(self.levels[depth], entry, &at);
+                // Its query is read as a level of the one defining it, as PostgreSQL analyzed it.
+                let inside = self.levels.split_off(depth + 1);
                 let inner = self.query(cte, &format!("the CTE {}", alias));
+                self.levels.extend(inside);
                 Plan::Subquery {
                     alias,
                     columns: self.colnames(entry),
@@ -371,12 +390,17 @@ impl Reader {
         }
     }
 
-    fn cte(&self, scope: &Scope, entry: &pg_sys::RangeTblEntry, at: &str) -> *mut pg_sys::Query {
-        // SAFETY: the CTE list of this level; `ctename` is a NUL-terminated name.
+    /// The query of the CTE `entry` names, in the CTE list of `level`.
+    fn cte(
+        &self,
+        level: *mut pg_sys::Query,
+        entry: &pg_sys::RangeTblEntry,
+        at: &str,
+    ) -> *mut pg_sys::Query {
+        // SAFETY: the CTE list of an analyzed level; `ctename` is a NUL-terminated name.
         unsafe {
             let wanted = CStr::from_ptr(entry.ctename);
-            for cte in
-                pgrx::PgList::<pg_sys::CommonTableExpr>::from_pg((*scope.query).cteList).iter_ptr()
+            for cte in pgrx::PgList::<pg_sys::CommonTableExpr>::from_pg((*level).cteList).iter_ptr()
             {
                 if CStr::from_ptr((*cte).ctename) == wanted {
                     if (*cte).cterecursive {

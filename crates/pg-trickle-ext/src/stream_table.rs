@@ -276,12 +276,21 @@ pub fn create(
             let relation = crate::catalog::relation_facts(source)
                 .map(|f| format!("{}.{}", quote_ident(&f.namespace), quote_ident(&f.relname)))
                 .unwrap_or_default();
+            let columns = column_names(source);
             for (event, new, old) in [
                 ("i", Some("__pgt_new"), None),
                 ("u", Some("__pgt_new"), Some("__pgt_old")),
                 ("d", None, Some("__pgt_old")),
             ] {
-                match immediate_statement(plan, &storage, def.plan.class, &relation, new, old) {
+                match immediate_statement(
+                    plan,
+                    &storage,
+                    def.plan.class,
+                    &relation,
+                    &columns,
+                    new,
+                    old,
+                ) {
                     Ok(sql) => immediate.push((source, event, sql)),
                     Err(e) => errors::refused(
                         CREATE,
@@ -477,6 +486,22 @@ fn source_buffers(
             }
         })
         .collect()
+}
+
+/// The names of `source`'s columns (generated ones included: a transition table has them),
+/// in `attnum` order.
+fn column_names(source: pg_sys::Oid) -> Vec<String> {
+    spi::rows(
+        &format!(
+            "SELECT attname::pg_catalog.text FROM pg_catalog.pg_attribute \
+             WHERE attrelid OPERATOR(pg_catalog.=) {} \
+               AND attnum OPERATOR(pg_catalog.>) 0 AND NOT attisdropped \
+             ORDER BY attnum",
+            u32::from(source)
+        ),
+        &[],
+        |r| Ok(r.get::<String>(1)?.unwrap_or_default()),
+    )
 }
 
 /// The storage: `__pgt_row_id bytea NOT NULL`, then the query's columns with the types,

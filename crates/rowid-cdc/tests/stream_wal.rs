@@ -99,6 +99,18 @@ const QUERIES: &[(&str, &str, &str)] = &[
         "WITH big AS (SELECT id, g FROM w_int WHERE v > 5) \
          SELECT b.id, t.code FROM big b JOIN w_text t ON t.g = b.g",
     ),
+    (
+        "w_ca",
+        "code, s, n",
+        "WITH tot AS (SELECT g, sum(v) AS s, count(*) AS n FROM w_int GROUP BY g) \
+         SELECT t.code, tot.s, tot.n FROM w_text t JOIN tot ON tot.g = t.g",
+    ),
+    (
+        "w_sd",
+        "x, y, g",
+        "SELECT b.x, b.y, d.g FROM w_bag b JOIN (SELECT DISTINCT g FROM w_int) AS d \
+         ON d.g = b.x",
+    ),
 ];
 
 /// Runs `writes`, then in the same session at once (before the sink can have written their

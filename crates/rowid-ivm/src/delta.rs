@@ -32,13 +32,18 @@
 //!   sums added to the stored groups and their hidden columns (`aggregate`);
 //! - **aggregate** (any other, over a filtered scan or join): the groups the
 //!   window's images touch are recomputed from the sources under the statement's snapshot
-//!   and replace their stored rows (an emptied group's row is deleted).
+//!   and replace their stored rows (an emptied group's row is deleted);
+//! - **subqueries and CTEs** in `FROM` (`subquery`): read like a scan, their images their
+//!   own change (linear), or their rows now less their rows before the change (aggregating
+//!   or deduplicating; the level reading one is then applied by identity).
 //!
 //! Anything else is [`NotDifferential`], by operator name.
 
 mod aggregate;
+mod subquery;
 
 pub use aggregate::{COUNT_COLUMN, is_additive, storage_plan};
+use subquery::{add_subqueries, reads_differenced, scan_before};
 
 use rowid_registry::IndexClass;
 use rowid_registry::sql::quote_ident;
@@ -301,14 +306,18 @@ pub fn delta_statement(
             .iter()
             .any(|c| c.alias == alias.as_str() && c.relation == *relation)
         {
+            let images = images(source, k, alias);
+            let columns: Vec<String> = source.columns.iter().map(|(c, _)| c.clone()).collect();
             changeable.push(Changeable {
                 alias,
                 relation: relation.clone(),
-                images: images(source, k, alias),
+                old: scan_before(scan, &images, &columns),
+                images,
             });
         }
     }
-    add_subqueries(plan, &mut changeable)?;
+    let mut parts = Vec::new();
+    add_subqueries(plan, &mut changeable, &mut parts)?;
     let blocked = blocked(&buffers);
     let changed = "(SELECT count(*) FROM __pgt_gone) + (SELECT count(*) FROM __pgt_new)";
     apply(
@@ -318,12 +327,13 @@ pub fn delta_statement(
             class,
             changeable: &changeable,
             head: &format!(
-                "WITH {NOW}, {}",
+                "WITH {NOW}, {}{}",
                 buffers
                     .iter()
                     .enumerate()
                     .map(|(k, b)| format!("{}, ", window(b, k)))
-                    .collect::<String>()
+                    .collect::<String>(),
+                parts.iter().map(|p| format!("{p}, ")).collect::<String>()
             ),
             go: &format!("NOT ({blocked})"),
             row: &result_row(&buffers, &format!("({blocked})"), changed),
@@ -331,12 +341,14 @@ pub fn delta_statement(
     )
 }
 
-/// A `FROM` item whose rows changed: its name and relation, and the SQL of its signed row
-/// images under that name (column `__pgt_w`: +1 new, -1 old).
+/// A `FROM` item whose rows changed: its name and relation, the SQL of its signed row
+/// images under that name (column `__pgt_w`: +1 new, -1 old), and the SQL of its rows as
+/// they were before the change, under that name ([`before`]).
 struct Changeable<'a> {
     alias: &'a str,
     relation: String,
     images: String,
+    old: String,
 }
 
 /// The items of `level` (a `SELECT` level) that changed, each once.
@@ -380,54 +392,6 @@ fn is_linear(plan: &Plan) -> bool {
         Plan::UnionAll { branches } => branches.iter().all(is_linear),
         Plan::Project { .. } | Plan::Filter { .. } => !is_aggregate(plan),
         _ => false,
-    }
-}
-
-/// Adds to `changeable`, inner ones first, every subquery in a `FROM` of `plan` that the
-/// change reaches, its images being its own change's rows (identity, columns by the names
-/// the outer query sees, weight).
-fn add_subqueries<'a>(
-    plan: &'a Plan,
-    changeable: &mut Vec<Changeable<'a>>,
-) -> Result<(), NotDifferential> {
-    match plan {
-        Plan::Scan { .. } => Ok(()),
-        Plan::Subquery {
-            alias,
-            columns,
-            input,
-        } => {
-            add_subqueries(input, changeable)?;
-            if !is_linear(input) {
-                return Err(NotDifferential(
-                    "a subquery in FROM with aggregates, DISTINCT or set operations other \
-                     than UNION ALL"
-                        .into(),
-                ));
-            }
-            let delta = linear_delta(input, columns, changeable)?;
-            let Some((_, relation)) = item_key(plan) else {
-                return Ok(());
-            };
-            if !delta.is_empty() && !changeable.iter().any(|c| c.relation == relation) {
-                changeable.push(Changeable {
-                    alias,
-                    relation,
-                    images: format!("({}) AS {}", delta.join(" UNION ALL "), quote_ident(alias)),
-                });
-            }
-            Ok(())
-        }
-        Plan::Project { input, .. }
-        | Plan::Filter { input, .. }
-        | Plan::Aggregate { input, .. }
-        | Plan::Distinct { input } => add_subqueries(input, changeable),
-        Plan::Join { inputs, .. } => inputs
-            .iter()
-            .try_for_each(|i| add_subqueries(i, changeable)),
-        Plan::UnionAll { branches } | Plan::SetOp { branches, .. } => branches
-            .iter()
-            .try_for_each(|b| add_subqueries(b, changeable)),
     }
 }
 
@@ -621,84 +585,33 @@ fn apply(plan: &Plan, frame: &Frame<'_>) -> Result<String, NotDifferential> {
     if let Some(statement) = aggregate::statement(plan, frame)? {
         return Ok(statement);
     }
-    let touched_filter =
-        |per_row: &str| format!("{per_row} IN (SELECT a.{id} FROM __pgt_touched AS a)");
-    // The operators whose rows are recomputed where the change touches them: the touched
-    // identities, and the statement that gives those rows now.
-    let recomputed: Option<(Vec<String>, String)> = match plan {
-        Plan::Distinct { input } => {
-            let targets: Vec<String> = input.outputs().into_iter().map(|o| o.expr.sql).collect();
-            let per_row = encoded("GROUP_KEY", &targets);
-            let touched = touched_terms(input, changeable, &per_row)?;
-            let inner_names = positional(targets.len());
-            let inner = level_where(
-                input,
-                &inner_names,
-                false,
-                true,
-                &|_| None,
-                &[],
-                &[touched_filter(&per_row)],
-            )
-            .map_err(|e| NotDifferential(e.0))?;
-            let d: Vec<String> = inner_names.iter().map(|c| format!("d.{c}")).collect();
-            let named = renamed(&d, &cols);
-            let fresh = format!(
-                "SELECT {} AS {id}, {} FROM ({inner}) AS d",
-                encoded("GROUP_KEY", &d),
-                named
-            );
-            Some((touched, fresh))
+    let mut recomputed = recomputation(plan, &names, changeable, &|_| None)?;
+    if recomputed.is_none() && reads_differenced(plan) {
+        // A linear level reading a subquery that aggregates or deduplicates: the identities
+        // its change touches are recomputed, as for `DISTINCT` (its rows are matched by
+        // identity alone: the subquery's rows before and now may spell a value differently
+        // where nothing changed).
+        if matches!(plan, Plan::UnionAll { .. }) {
+            return Err(NotDifferential(
+                "a UNION ALL reading a subquery that aggregates or deduplicates".into(),
+            ));
         }
-        Plan::SetOp { op, all, branches } => {
-            let mut touched = Vec::new();
-            let mut parts = Vec::new();
-            let width = names.len();
-            for branch in branches {
-                let targets: Vec<String> =
-                    branch.outputs().into_iter().map(|o| o.expr.sql).collect();
-                let per_row = encoded("SET_KEY", &targets);
-                touched.extend(touched_terms(branch, changeable, &per_row)?);
-                let inner = level_where(
-                    branch,
-                    &positional(width),
-                    false,
-                    false,
-                    &|_| None,
-                    &[],
-                    &[touched_filter(&per_row)],
-                )
-                .map_err(|e| NotDifferential(e.0))?;
-                parts.push(format!("({inner})"));
-            }
-            let glue = format!(" {}{} ", op.keyword(), if *all { " ALL" } else { "" });
-            let s: Vec<String> = positional(width).iter().map(|c| format!("s.{c}")).collect();
-            let named = renamed(&s, &cols);
-            let fresh = format!(
-                "SELECT {} AS {id}, {} FROM ({}) AS s",
-                encoded("SET_KEY", &s),
-                named,
-                parts.join(&glue)
-            );
-            Some((touched, fresh))
-        }
-        _ if is_aggregate(plan) => {
-            let group = level_identity(plan).map_err(|e| NotDifferential(e.0))?;
-            let touched = touched_terms(&strip_aggregate(plan), changeable, &group)?;
-            let fresh = level_where(
-                plan,
-                &names,
-                true,
-                false,
-                &|_| None,
-                &[],
-                &[touched_filter(&group_identity_per_row(plan)?)],
-            )
-            .map_err(|e| NotDifferential(e.0))?;
-            Some((touched, fresh))
-        }
-        _ => None,
-    };
+        let per_row = level_identity(plan).map_err(|e| NotDifferential(e.0))?;
+        let touched = touched_terms(plan, changeable, &per_row)?;
+        let fresh = level_where(
+            plan,
+            &names,
+            true,
+            false,
+            &|_| None,
+            &[],
+            &[format!(
+                "{per_row} IN (SELECT a.{id} FROM __pgt_touched AS a)"
+            )],
+        )
+        .map_err(|e| NotDifferential(e.0))?;
+        recomputed = Some((touched, fresh));
+    }
     if let Some((touched, fresh)) = recomputed {
         if touched.is_empty() {
             return Ok(no_change(head, row));
@@ -790,17 +703,111 @@ fn apply(plan: &Plan, frame: &Frame<'_>) -> Result<String, NotDifferential> {
     ))
 }
 
+/// The operators whose rows are recomputed where a change touches them (`DISTINCT`, set
+/// operations but `UNION ALL`, aggregates): the SQL of the identities each term of the change
+/// touches, and the operator's rows (identity, then the columns named `names`) restricted per
+/// input row to the identities of a `WITH` part `__pgt_touched`, its `FROM` items read where
+/// `replace` gives their SQL (else as they are now); `None` for the other operators.
+fn recomputation(
+    plan: &Plan,
+    names: &[String],
+    changeable: &[Changeable<'_>],
+    replace: &dyn Fn(&Plan) -> Option<String>,
+) -> Result<Option<(Vec<String>, String)>, NotDifferential> {
+    let id = quote_ident(ROW_ID);
+    let cols: Vec<String> = names.iter().map(|n| quote_ident(n)).collect();
+    let touched_filter =
+        |per_row: &str| format!("{per_row} IN (SELECT a.{id} FROM __pgt_touched AS a)");
+    Ok(match plan {
+        Plan::Distinct { input } => {
+            let targets: Vec<String> = input.outputs().into_iter().map(|o| o.expr.sql).collect();
+            let per_row = encoded("GROUP_KEY", &targets);
+            let touched = touched_terms(input, changeable, &per_row)?;
+            let inner_names = positional(targets.len());
+            let inner = level_where(
+                input,
+                &inner_names,
+                false,
+                true,
+                replace,
+                &[],
+                &[touched_filter(&per_row)],
+            )
+            .map_err(|e| NotDifferential(e.0))?;
+            let d: Vec<String> = inner_names.iter().map(|c| format!("d.{c}")).collect();
+            let named = renamed(&d, &cols);
+            let fresh = format!(
+                "SELECT {} AS {id}, {} FROM ({inner}) AS d",
+                encoded("GROUP_KEY", &d),
+                named
+            );
+            Some((touched, fresh))
+        }
+        Plan::SetOp { op, all, branches } => {
+            let mut touched = Vec::new();
+            let mut parts = Vec::new();
+            let width = names.len();
+            for branch in branches {
+                let targets: Vec<String> =
+                    branch.outputs().into_iter().map(|o| o.expr.sql).collect();
+                let per_row = encoded("SET_KEY", &targets);
+                touched.extend(touched_terms(branch, changeable, &per_row)?);
+                let inner = level_where(
+                    branch,
+                    &positional(width),
+                    false,
+                    false,
+                    replace,
+                    &[],
+                    &[touched_filter(&per_row)],
+                )
+                .map_err(|e| NotDifferential(e.0))?;
+                parts.push(format!("({inner})"));
+            }
+            let glue = format!(" {}{} ", op.keyword(), if *all { " ALL" } else { "" });
+            let s: Vec<String> = positional(width).iter().map(|c| format!("s.{c}")).collect();
+            let named = renamed(&s, &cols);
+            let fresh = format!(
+                "SELECT {} AS {id}, {} FROM ({}) AS s",
+                encoded("SET_KEY", &s),
+                named,
+                parts.join(&glue)
+            );
+            Some((touched, fresh))
+        }
+        _ if is_aggregate(plan) => {
+            let group = level_identity(plan).map_err(|e| NotDifferential(e.0))?;
+            let touched = touched_terms(&strip_aggregate(plan), changeable, &group)?;
+            let fresh = level_where(
+                plan,
+                names,
+                true,
+                false,
+                replace,
+                &[],
+                &[touched_filter(&group_identity_per_row(plan)?)],
+            )
+            .map_err(|e| NotDifferential(e.0))?;
+            Some((touched, fresh))
+        }
+        _ => None,
+    })
+}
+
 /// The IMMEDIATE statement of `plan` into `storage` (identity index of `class`) for a
 /// statement on the source `relation` whose transition tables are named `new_table`
 /// (INSERT, UPDATE) and `old_table` (UPDATE, DELETE): the same rules as
 /// [`delta_statement`], the change being the transition tables (new rows +1, old rows -1)
-/// and every other item read as it is after the statement. Returns one row: the number of
-/// stored rows changed (`bigint`).
+/// and every other item read as it is after the statement. `columns` are the relation's
+/// columns by name (a subquery that aggregates or deduplicates reads the relation as it was
+/// before the statement by them). Returns one row: the number of stored rows changed
+/// (`bigint`).
 pub fn immediate_statement(
     plan: &Plan,
     storage: &str,
     class: IndexClass,
     relation: &str,
+    columns: &[String],
     new_table: Option<&str>,
     old_table: Option<&str>,
 ) -> Result<String, NotDifferential> {
@@ -838,20 +845,29 @@ pub fn immediate_statement(
         {
             continue;
         }
+        let images = format!("({}) AS {}", parts.join(" UNION ALL "), quote_ident(alias));
         changeable.push(Changeable {
             alias,
             relation: r.clone(),
-            images: format!("({}) AS {}", parts.join(" UNION ALL "), quote_ident(alias)),
+            old: scan_before(scan, &images, columns),
+            images,
         });
     }
-    add_subqueries(plan, &mut changeable)?;
+    let mut subqueries = Vec::new();
+    add_subqueries(plan, &mut changeable, &mut subqueries)?;
     apply(
         plan,
         &Frame {
             storage,
             class,
             changeable: &changeable,
-            head: "WITH ",
+            head: &format!(
+                "WITH {}",
+                subqueries
+                    .iter()
+                    .map(|p| format!("{p}, "))
+                    .collect::<String>()
+            ),
             go: "true",
             row: "SELECT ((SELECT count(*) FROM __pgt_gone) + (SELECT count(*) FROM __pgt_new))::pg_catalog.int8",
         },

@@ -40,7 +40,7 @@ pub fn full_query(plan: &Plan) -> Result<String, Unrenderable> {
 }
 
 /// `plan`'s rows as `__pgt_row_id` and its output columns named `names`, in order.
-fn render(plan: &Plan, names: &[String]) -> Result<String, Unrenderable> {
+pub(crate) fn render(plan: &Plan, names: &[String]) -> Result<String, Unrenderable> {
     match plan {
         Plan::Distinct { input } => {
             let inner = level(input, &positional(input), false, true)?;
