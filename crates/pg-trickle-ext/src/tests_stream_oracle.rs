@@ -238,6 +238,39 @@ const ORACLE: &[(&str, &str, &str, &str)] = &[
          FROM o_int WHERE v > 1 GROUP BY g",
         "FDI",
     ),
+    (
+        "o_hist",
+        "WITH per AS (SELECT g, count(*) AS n FROM o_int GROUP BY g),
+              hist AS (SELECT p.n, count(*) AS groups FROM per p GROUP BY p.n)
+         SELECT h.n, h.groups FROM hist h",
+        "SELECT pgtrickle.encode_row_id_v2('GROUP_KEY', ROW(n)), n, count(*)
+         FROM (SELECT g, count(*) AS n FROM o_int GROUP BY g) p GROUP BY n",
+        "FDI",
+    ),
+    (
+        "o_mins",
+        "WITH lo AS (SELECT g, min(v) AS m FROM o_int GROUP BY g),
+              d AS (SELECT DISTINCT l.m FROM lo l)
+         SELECT d.m FROM d",
+        "SELECT pgtrickle.encode_row_id_v2('GROUP_KEY', ROW(m)), m
+         FROM (SELECT DISTINCT m FROM (SELECT min(v) AS m FROM o_int GROUP BY g) l) d",
+        "FD",
+    ),
+    (
+        "o_uagg",
+        "SELECT s.g, s.n FROM (SELECT g, count(*) AS n FROM o_int GROUP BY g) AS s
+         UNION ALL SELECT b.x, 1::int8 FROM o_bag b",
+        "SELECT pgtrickle.encode_row_id_v2('SET_KEY', ROW(1,
+                  pgtrickle.encode_row_id_v2('GROUP_KEY', ROW(g))::pgtrickle.row_id)),
+                g, count(*)
+         FROM o_int GROUP BY g
+         UNION ALL
+         SELECT pgtrickle.encode_row_id_v2('SET_KEY', ROW(2,
+                  pgtrickle.encode_row_id_v2('KEYLESS_ROW', ROW(x, y))::pgtrickle.row_id)),
+                x, 1::int8
+         FROM o_bag",
+        "FDI",
+    ),
 ];
 
 /// A small deterministic generator (xorshift64*), so that a failing step is reproduced by

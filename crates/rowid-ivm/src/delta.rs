@@ -591,26 +591,24 @@ fn apply(plan: &Plan, frame: &Frame<'_>) -> Result<String, NotDifferential> {
         // its change touches are recomputed, as for `DISTINCT` (its rows are matched by
         // identity alone: the subquery's rows before and now may spell a value differently
         // where nothing changed).
-        if matches!(plan, Plan::UnionAll { .. }) {
-            return Err(NotDifferential(
-                "a UNION ALL reading a subquery that aggregates or deduplicates".into(),
-            ));
-        }
-        let per_row = level_identity(plan).map_err(|e| NotDifferential(e.0))?;
-        let touched = touched_terms(plan, changeable, &per_row)?;
-        let fresh = level_where(
-            plan,
-            &names,
-            true,
-            false,
-            &|_| None,
-            &[],
-            &[format!(
-                "{per_row} IN (SELECT a.{id} FROM __pgt_touched AS a)"
-            )],
-        )
-        .map_err(|e| NotDifferential(e.0))?;
-        recomputed = Some((touched, fresh));
+        let unrenderable = |e: crate::sql::Unrenderable| NotDifferential(e.0);
+        recomputed = Some(if matches!(plan, Plan::UnionAll { .. }) {
+            // Each branch's change framed by its branch (the linear rule's rows), and the
+            // union's rows now, restricted to the identities those reach.
+            let touched = linear_delta(plan, &names, changeable)?
+                .iter()
+                .map(|t| format!("SELECT d.{id} FROM ({t}) AS d"))
+                .collect();
+            let fresh = crate::sql::render_with(plan, &names, &|_| None).map_err(unrenderable)?;
+            (touched, fresh)
+        } else {
+            let per_row = level_identity(plan).map_err(unrenderable)?;
+            let touched = touched_terms(plan, changeable, &per_row)?;
+            let only = format!("{per_row} IN (SELECT a.{id} FROM __pgt_touched AS a)");
+            let fresh = level_where(plan, &names, true, false, &|_| None, &[], &[only])
+                .map_err(unrenderable)?;
+            (touched, fresh)
+        });
     }
     if let Some((touched, fresh)) = recomputed {
         if touched.is_empty() {

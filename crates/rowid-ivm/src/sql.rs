@@ -40,10 +40,20 @@ pub fn full_query(plan: &Plan) -> Result<String, Unrenderable> {
 }
 
 /// `plan`'s rows as `__pgt_row_id` and its output columns named `names`, in order.
-pub(crate) fn render(plan: &Plan, names: &[String]) -> Result<String, Unrenderable> {
+fn render(plan: &Plan, names: &[String]) -> Result<String, Unrenderable> {
+    render_with(plan, names, &|_| None)
+}
+
+/// [`render`] with a `FROM` item of its levels replaced where `replace` gives its SQL (as in
+/// [`level_where`]; a subquery's own items are not offered to it).
+pub(crate) fn render_with(
+    plan: &Plan,
+    names: &[String],
+    replace: &dyn Fn(&Plan) -> Option<String>,
+) -> Result<String, Unrenderable> {
     match plan {
         Plan::Distinct { input } => {
-            let inner = level(input, &positional(input), false, true)?;
+            let inner = level_where(input, &positional(input), false, true, replace, &[], &[])?;
             let cols = refs("d", input);
             Ok(format!(
                 "SELECT pgtrickle.encode_row_id_v2('GROUP_KEY', ROW({})) AS {}, {} FROM ({inner}) AS d",
@@ -55,7 +65,7 @@ pub(crate) fn render(plan: &Plan, names: &[String]) -> Result<String, Unrenderab
         Plan::UnionAll { branches } => {
             let mut parts = Vec::with_capacity(branches.len());
             for (n, branch) in branches.iter().enumerate() {
-                let inner = render(branch, &positional(branch))?;
+                let inner = render_with(branch, &positional(branch), replace)?;
                 let cols = refs("b", branch);
                 parts.push(format!(
                     "SELECT pgtrickle.encode_row_id_v2('SET_KEY', ROW({}::pg_catalog.int4, \
@@ -71,7 +81,7 @@ pub(crate) fn render(plan: &Plan, names: &[String]) -> Result<String, Unrenderab
         Plan::SetOp { op, all, branches } => {
             let mut parts = Vec::with_capacity(branches.len());
             for branch in branches {
-                let inner = render(branch, &positional(branch))?;
+                let inner = render_with(branch, &positional(branch), replace)?;
                 parts.push(format!(
                     "(SELECT {} FROM ({inner}) AS b)",
                     refs("b", branch).join(", ")
@@ -90,7 +100,7 @@ pub(crate) fn render(plan: &Plan, names: &[String]) -> Result<String, Unrenderab
                 parts.join(&glue),
             ))
         }
-        _ => level(plan, names, true, false),
+        _ => level_where(plan, names, true, false, replace, &[], &[]),
     }
 }
 
@@ -189,19 +199,9 @@ fn split(plan: &Plan) -> Result<Level<'_>, Unrenderable> {
 }
 
 /// A `SELECT` level rendered: with the identity first (`with_id`), or its values only
-/// (for `DISTINCT`, `distinct`).
-fn level(
-    plan: &Plan,
-    names: &[String],
-    with_id: bool,
-    distinct: bool,
-) -> Result<String, Unrenderable> {
-    level_where(plan, names, with_id, distinct, &|_| None, &[], &[])
-}
-
-/// [`level`] with a `FROM` item replaced where `replace` gives its SQL (a delta relation
-/// under the item's name), `extra` select-list items after the columns, and `more`
-/// predicates `AND`ed to its `WHERE`.
+/// (for `DISTINCT`, `distinct`); a `FROM` item of it replaced where `replace` gives its SQL
+/// (a delta relation under the item's name, not offered a subquery's own items), `extra`
+/// select-list items after the columns, and `more` predicates `AND`ed to its `WHERE`.
 pub(crate) fn level_where(
     plan: &Plan,
     names: &[String],

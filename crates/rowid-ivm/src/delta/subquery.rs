@@ -2,7 +2,10 @@
 //! read by the level above it like a scan's images. A linear subquery's change is its own
 //! rows' change; one that aggregates or deduplicates is differenced: its rows now less its
 //! rows before the change, for the identities the change touches, the rows before computed
-//! over its inputs as they were ([`before`]).
+//! by its query over its inputs as they were. What an input was: a scan's rows now less its
+//! images ([`before`]); a linear subquery's query over its own inputs as they were; a
+//! differenced subquery's rows now but those of the identities it recomputed, and its
+//! negative images (its whole rows before for exactly those identities).
 
 use rowid_registry::sql::quote_ident;
 
@@ -11,7 +14,7 @@ use super::{
 };
 use crate::identity::name;
 use crate::plan::Plan;
-use crate::sql::ROW_ID;
+use crate::sql::{ROW_ID, render_with};
 
 /// The rows of a `FROM` item named `alias` as they were before a change: the rows now
 /// (`now`, a `FROM` item under that name) less the change (`images`, under that name, signed
@@ -82,12 +85,9 @@ pub(super) fn reads_differenced(plan: &Plan) -> bool {
 }
 
 /// Adds to `changeable`, inner ones first, every subquery in a `FROM` of `plan` that the
-/// change reaches. A linear subquery's images are its own change's rows (identity, columns
-/// by the names the outer query sees, weight). Any other's (aggregates, `DISTINCT`, set
-/// operations but `UNION ALL`) are its rows now (+1) and its rows before the change (-1),
-/// both for the identities the change touches only, the rows before computed by its own
-/// query over its changed inputs as they were ([`before`]): a `WITH` part added to `parts`,
-/// so that every term reading them reads them once.
+/// change reaches, with its images and its rows before the change (see the module). A
+/// differenced subquery's images are a `WITH` part added to `parts`, so that every term
+/// reading them reads them once.
 pub(super) fn add_subqueries<'a>(
     plan: &'a Plan,
     changeable: &mut Vec<Changeable<'a>>,
@@ -108,34 +108,34 @@ pub(super) fn add_subqueries<'a>(
                 return Ok(());
             }
             let id = quote_ident(ROW_ID);
-            let images = if is_linear(input) {
+            let a = quote_ident(alias);
+            let old_of = |item: &Plan| -> Option<String> {
+                let (a, r) = item_key(item)?;
+                changeable
+                    .iter()
+                    .find(|c| c.alias == a && c.relation == r)
+                    .map(|c| c.old.clone())
+            };
+            let unrenderable = |e: crate::sql::Unrenderable| NotDifferential(e.0);
+            let (images, old) = if is_linear(input) {
                 let delta = linear_delta(input, columns, changeable)?;
                 if delta.is_empty() {
                     return Ok(());
                 }
-                format!("({}) AS {}", delta.join(" UNION ALL "), quote_ident(alias))
+                // Its rows before: its query over its inputs as they were.
+                let old = format!(
+                    "({}) AS {a}",
+                    render_with(input, columns, &old_of).map_err(unrenderable)?
+                );
+                (format!("({}) AS {a}", delta.join(" UNION ALL ")), old)
             } else {
                 from_items(input)?;
-                // Its rows before the change are computed by representation ([`before`]):
-                // the rows of an input that aggregates or deduplicates have none for certain.
-                if reads_differenced(input) {
-                    return Err(NotDifferential(
-                        "a subquery that aggregates or deduplicates the rows of another".into(),
-                    ));
-                }
                 let unknown = || NotDifferential(format!("a {} in a subquery", name(input)));
                 let (touched, now) =
                     recomputation(input, columns, changeable, &|_| None)?.ok_or_else(unknown)?;
                 if touched.is_empty() {
                     return Ok(());
                 }
-                let old_of = |item: &Plan| -> Option<String> {
-                    let (a, r) = item_key(item)?;
-                    changeable
-                        .iter()
-                        .find(|c| c.alias == a && c.relation == r)
-                        .map(|c| c.old.clone())
-                };
                 let (_, was) =
                     recomputation(input, columns, changeable, &old_of)?.ok_or_else(unknown)?;
                 let part = format!("__pgt_sub{}", parts.len());
@@ -149,27 +149,26 @@ pub(super) fn add_subqueries<'a>(
                     only("f"),
                     only("o"),
                 ));
-                format!("(SELECT * FROM {part}) AS {}", quote_ident(alias))
+                // Its rows before: its rows now but those of the identities it recomputed,
+                // and its rows before of those (every one of them is in its images).
+                let every: Vec<String> = std::iter::once(ROW_ID)
+                    .chain(columns.iter().map(String::as_str))
+                    .map(|c| format!("{a}.{}", quote_ident(c)))
+                    .collect();
+                let every = every.join(", ");
+                let old = format!(
+                    "(SELECT {every} FROM ({}) AS {a} \
+                       WHERE NOT ({a}.{id} IN (SELECT p.{id} FROM {part} AS p)) \
+                     UNION ALL SELECT {every} FROM {part} AS {a} WHERE {a}.\"__pgt_w\" < 0) AS {a}",
+                    render_with(input, columns, &|_| None).map_err(unrenderable)?,
+                );
+                (format!("(SELECT * FROM {part}) AS {a}"), old)
             };
-            let now = format!(
-                "({}) AS {}",
-                crate::sql::render(input, columns).map_err(|e| NotDifferential(e.0))?,
-                quote_ident(alias)
-            );
-            let every: Vec<String> = std::iter::once(ROW_ID.to_string())
-                .chain(columns.iter().cloned())
-                .collect();
             changeable.push(Changeable {
                 alias,
                 relation,
-                old: before(
-                    alias,
-                    &now,
-                    &images,
-                    &format!("{}.{id}", quote_ident(alias)),
-                    &every,
-                ),
                 images,
+                old,
             });
             Ok(())
         }
