@@ -116,9 +116,10 @@ fn in_window(b: &str) -> String {
 const FRONTIER_XMIN32: &str = "(SELECT pg_catalog.pg_snapshot_xmin($1::pg_catalog.pg_snapshot)\
     ::pg_catalog.text::pg_catalog.int8 & 4294967295)";
 
-/// This transaction's 32-bit xid.
+/// This transaction's 32-bit xid: a scalar subquery, computed once per statement (an
+/// `InitPlan`), not once per buffer row it is compared with (10^4 rows of a window: 5 ms).
 const OWN_XID: &str =
-    "(pg_catalog.pg_current_xact_id()::pg_catalog.text::pg_catalog.int8 & 4294967295)";
+    "(SELECT pg_catalog.pg_current_xact_id()::pg_catalog.text::pg_catalog.int8 & 4294967295)";
 
 /// The name of the `WITH` part holding the window's rows of the `k`-th buffer a statement
 /// reads ([`window`]).
@@ -183,6 +184,9 @@ fn blocked(sources: &[SourceBuffer]) -> String {
         .collect();
     any.join(" OR ")
 }
+
+/// Whether the window of a DIFFERENTIAL statement is [`blocked`], read from its `WITH` part.
+const BLOCKED: &str = "(SELECT __pgt_b.blocked FROM __pgt_blocked AS __pgt_b)";
 
 /// The last `seq` this transaction wrote to any of the buffers (0: none).
 fn own_seq(sources: &[SourceBuffer]) -> String {
@@ -326,8 +330,10 @@ pub fn delta_statement(
             storage,
             class,
             changeable: &changeable,
+            // Whether the window is blocked, computed once (it is read twice: by the guard
+            // of every change and by the result row).
             head: &format!(
-                "WITH {NOW}, {}{}",
+                "WITH {NOW}, {}__pgt_blocked AS MATERIALIZED (SELECT ({blocked}) AS blocked), {}",
                 buffers
                     .iter()
                     .enumerate()
@@ -335,8 +341,8 @@ pub fn delta_statement(
                     .collect::<String>(),
                 parts.iter().map(|p| format!("{p}, ")).collect::<String>()
             ),
-            go: &format!("NOT ({blocked})"),
-            row: &result_row(&buffers, &format!("({blocked})"), changed),
+            go: &format!("NOT {BLOCKED}"),
+            row: &result_row(&buffers, BLOCKED, changed),
         },
     )
 }
