@@ -276,7 +276,10 @@ pub fn create(
             let relation = crate::catalog::relation_facts(source)
                 .map(|f| format!("{}.{}", quote_ident(&f.namespace), quote_ident(&f.relname)))
                 .unwrap_or_default();
-            let columns = column_names(source);
+            let columns: Vec<String> = source_columns(source, true)
+                .into_iter()
+                .map(|(name, _)| name)
+                .collect();
             for (event, new, old) in [
                 ("i", Some("__pgt_new"), None),
                 ("u", Some("__pgt_new"), Some("__pgt_old")),
@@ -460,47 +463,40 @@ fn source_buffers(
             let relation = facts
                 .map(|f| format!("{}.{}", quote_ident(&f.namespace), quote_ident(&f.relname)))
                 .unwrap_or_default();
-            let columns = spi::rows(
-                &format!(
-                    "SELECT attname::pg_catalog.text, \
-                       pg_catalog.format_type(atttypid, atttypmod) \
-                     FROM pg_catalog.pg_attribute \
-                     WHERE attrelid OPERATOR(pg_catalog.=) {} \
-                       AND attnum OPERATOR(pg_catalog.>) 0 AND NOT attisdropped \
-                       AND attgenerated OPERATOR(pg_catalog.=) '' \
-                     ORDER BY attnum",
-                    u32::from(source)
-                ),
-                &[],
-                |r| {
-                    Ok((
-                        r.get::<String>(1)?.unwrap_or_default(),
-                        r.get::<String>(2)?.unwrap_or_default(),
-                    ))
-                },
-            );
             SourceBuffer {
                 relation,
                 buffer: buffer(source),
-                columns,
+                columns: source_columns(source, false),
             }
         })
         .collect()
 }
 
-/// The names of `source`'s columns (generated ones included: a transition table has them),
-/// in `attnum` order.
-fn column_names(source: pg_sys::Oid) -> Vec<String> {
+/// `source`'s columns in `attnum` order, name and type (as `format_type` prints it):
+/// generated ones only with `generated` (a transition table has them, a change buffer's
+/// images do not).
+fn source_columns(source: pg_sys::Oid, generated: bool) -> Vec<(String, String)> {
     spi::rows(
         &format!(
-            "SELECT attname::pg_catalog.text FROM pg_catalog.pg_attribute \
+            "SELECT attname::pg_catalog.text, pg_catalog.format_type(atttypid, atttypmod) \
+             FROM pg_catalog.pg_attribute \
              WHERE attrelid OPERATOR(pg_catalog.=) {} \
-               AND attnum OPERATOR(pg_catalog.>) 0 AND NOT attisdropped \
+               AND attnum OPERATOR(pg_catalog.>) 0 AND NOT attisdropped{} \
              ORDER BY attnum",
-            u32::from(source)
+            u32::from(source),
+            if generated {
+                ""
+            } else {
+                " AND attgenerated OPERATOR(pg_catalog.=) ''"
+            }
         ),
         &[],
-        |r| Ok(r.get::<String>(1)?.unwrap_or_default()),
+        |r| {
+            Ok((
+                r.get::<String>(1)?.unwrap_or_default(),
+                r.get::<String>(2)?.unwrap_or_default(),
+            ))
+        },
     )
 }
 

@@ -211,6 +211,22 @@ fn failure(db: &Psql, sql: &str) -> String {
         .expect_err("must fail")
 }
 
+/// `create_stream_table(name, 'SELECT id FROM w_int', args)` fails with an error holding
+/// every one of `words` (SQLSTATE and message), and leaves no table `name` behind.
+fn refused_before_anything_exists(db: &Psql, name: &str, args: &str, words: &[&str]) {
+    let err = failure(
+        db,
+        &format!("SELECT pgtrickle.create_stream_table('{name}', 'SELECT id FROM w_int', {args});"),
+    );
+    assert!(words.iter().all(|w| err.contains(w)), "{err}");
+    assert_eq!(
+        db.run(&format!("SELECT to_regclass('{name}') IS NULL;"))
+            .unwrap()
+            .trim(),
+        "t"
+    );
+}
+
 #[test]
 #[ignore = "needs a PostgreSQL server with wal_level=logical and the extension: run through `cargo xtask test`"]
 fn wal_fed_stream_tables_equal_their_queries_and_their_trigger_fed_twins() {
@@ -260,20 +276,11 @@ fn wal_fed_stream_tables_equal_their_queries_and_their_trigger_fed_twins() {
     slot_active(&src, "t");
 
     // Before any change streamed there is no buffer: refused by name, nothing created.
-    let err = failure(
+    refused_before_anything_exists(
         &src,
-        "SELECT pgtrickle.create_stream_table('early', 'SELECT id FROM w_int', \
-         cdc_mode => 'wal');",
-    );
-    assert!(
-        err.contains("55000") && err.contains("no WAL change buffer"),
-        "{err}"
-    );
-    assert_eq!(
-        src.run("SELECT to_regclass('early') IS NULL;")
-            .unwrap()
-            .trim(),
-        "t"
+        "early",
+        "cdc_mode => 'wal'",
+        &["55000", "no WAL change buffer"],
     );
 
     src.run(
@@ -296,20 +303,11 @@ fn wal_fed_stream_tables_equal_their_queries_and_their_trigger_fed_twins() {
     );
 
     // IMMEDIATE (and FULL) with cdc_mode 'wal': refused before anything exists.
-    let err = failure(
+    refused_before_anything_exists(
         &src,
-        "SELECT pgtrickle.create_stream_table('imm', 'SELECT id FROM w_int', \
-         refresh_mode => 'IMMEDIATE', cdc_mode => 'wal');",
-    );
-    assert!(
-        err.contains("0A000") && err.contains("inside the writing statement"),
-        "{err}"
-    );
-    assert_eq!(
-        src.run("SELECT to_regclass('imm') IS NULL;")
-            .unwrap()
-            .trim(),
-        "t"
+        "imm",
+        "refresh_mode => 'IMMEDIATE', cdc_mode => 'wal'",
+        &["0A000", "inside the writing statement"],
     );
 
     let mut create = String::new();

@@ -349,7 +349,7 @@ pub fn delta_statement(
 
 /// A `FROM` item whose rows changed: its name and relation, the SQL of its signed row
 /// images under that name (column `__pgt_w`: +1 new, -1 old), and the SQL of its rows as
-/// they were before the change, under that name ([`before`]).
+/// they were before the change, under that name (`subquery`).
 struct Changeable<'a> {
     alias: &'a str,
     relation: String,

@@ -3,7 +3,7 @@
 //! rows' change; one that aggregates or deduplicates is differenced: its rows now less its
 //! rows before the change, for the identities the change touches, the rows before computed
 //! by its query over its inputs as they were. What an input was: a scan's rows now less its
-//! images ([`before`]); a linear subquery's query over its own inputs as they were; a
+//! images ([`scan_before`]); a linear subquery's query over its own inputs as they were; a
 //! differenced subquery's rows now but those of the identities it recomputed, and its
 //! negative images (its whole rows before for exactly those identities).
 
@@ -16,15 +16,23 @@ use crate::identity::name;
 use crate::plan::Plan;
 use crate::sql::{ROW_ID, render_with};
 
-/// The rows of a `FROM` item named `alias` as they were before a change: the rows now
-/// (`now`, a `FROM` item under that name) less the change (`images`, under that name, signed
-/// in `__pgt_w`), as a `FROM` item under that name with the columns `columns`. Rows whose
-/// identity (`id`, an expression in the item's scope) the change does not reach are taken as
-/// they are; the others are counted per representation (`ROW(columns)::text`: `2.0` and
-/// `2.00` stay apart), the rows now +1 each and the images negated, and each representation
-/// with a positive count comes back that many times.
-pub(super) fn before(alias: &str, now: &str, images: &str, id: &str, columns: &[String]) -> String {
+/// The rows of `scan` as they were before a change whose images over the columns `columns`
+/// (every column with an image, by name) are `images` (under the scan's name, signed in
+/// `__pgt_w`): a `FROM` item under the scan's name. Rows whose identity no image reaches are
+/// taken as they are now; the others are counted per representation (`ROW(columns)::text`:
+/// `2.0` and `2.00` stay apart; a scan's values are stored, so its representations are
+/// certain), the rows now +1 each and the images negated, and each representation with a
+/// positive count comes back that many times.
+pub(super) fn scan_before(scan: &Plan, images: &str, columns: &[String]) -> String {
+    let Plan::Scan {
+        relation, alias, ..
+    } = scan
+    else {
+        return String::new();
+    };
     let a = quote_ident(alias);
+    let now = format!("{relation} AS {a}");
+    let id = crate::identity::identity_sql(&crate::identity::identity(scan));
     let of = |t: &str| -> String {
         columns
             .iter()
@@ -43,24 +51,6 @@ pub(super) fn before(alias: &str, now: &str, images: &str, id: &str, columns: &[
                FROM {now} WHERE {reached} \
              UNION ALL SELECT {ca}, ROW({ca})::pg_catalog.text, -{a}.\"__pgt_w\" FROM {images}) AS u) \
            AS v, pg_catalog.generate_series(1, v.__pgt_n) WHERE v.__pgt_n > 0) AS {a}"
-    )
-}
-
-/// [`before`] of a scan whose images over the columns `columns` (every column with an
-/// image, by name) are `images`.
-pub(super) fn scan_before(scan: &Plan, images: &str, columns: &[String]) -> String {
-    let Plan::Scan {
-        relation, alias, ..
-    } = scan
-    else {
-        return String::new();
-    };
-    before(
-        alias,
-        &format!("{relation} AS {}", quote_ident(alias)),
-        images,
-        &crate::identity::identity_sql(&crate::identity::identity(scan)),
-        columns,
     )
 }
 
