@@ -113,6 +113,7 @@ pub fn refused(function: &str, sqlstate: &str, message: &str) -> ! {
     let code = match sqlstate {
         "22023" => PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
         "42501" => PgSqlErrorCode::ERRCODE_INSUFFICIENT_PRIVILEGE,
+        "42P17" => PgSqlErrorCode::ERRCODE_INVALID_OBJECT_DEFINITION,
         "55000" => PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
         "57014" => PgSqlErrorCode::ERRCODE_QUERY_CANCELED,
         _ => PgSqlErrorCode::ERRCODE_FEATURE_NOT_SUPPORTED,

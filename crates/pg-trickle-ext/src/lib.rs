@@ -41,7 +41,7 @@
 //! - stream tables (spec/stream-tables.md; [`stream_query`] reads the query, [`stream_table`]
 //!   keeps them): `create_stream_table(name, query, schedule, refresh_mode, initialize,
 //!   cdc_mode)`, `alter_stream_table(name, query, refresh_mode, cdc_mode)`,
-//!   `refresh_stream_table(name)`, `drop_stream_table(name)` and the catalog
+//!   `refresh_stream_table(name)`, `drop_stream_table(name, cascade)` and the catalog
 //!   `pgt_stream_tables`.
 
 use pgrx::prelude::*;
@@ -58,10 +58,12 @@ pub mod errors;
 pub mod fields;
 pub mod guard;
 pub mod identity_messages;
+pub mod immediate_statements;
 pub mod reader;
 pub mod redefinition;
 pub mod sequence;
 pub mod spi;
+pub mod stream_graph;
 pub mod stream_immediate;
 pub mod stream_query;
 pub mod stream_table;
@@ -248,10 +250,11 @@ STABLE STRICT LANGUAGE c AS 'MODULE_PATHNAME', 'check_change_buffer_wrapper';
         crate::stream_table::refresh(name);
     }
 
-    /// Drops the stream table `name`: its storage and its catalog row.
+    /// Drops the stream table `name`: its storage and its catalog row; refused while other
+    /// stream tables read it, unless `cascade` (they are dropped first, the deepest first).
     #[pg_extern(volatile, strict)]
-    fn drop_stream_table(name: &str) {
-        crate::stream_table::drop(name);
+    fn drop_stream_table(name: &str, cascade: default!(bool, false)) {
+        crate::stream_table::drop(name, cascade);
     }
 
     /// Length and a 32-bit digest prefix: identifies an identity in logs without revealing it.
@@ -766,6 +769,7 @@ mod tests {
     include!("tests_images.rs");
     include!("tests_stream.rs");
     include!("tests_stream_oracle.rs");
+    include!("tests_stream_graph.rs");
 }
 
 /// pgrx test harness hooks.

@@ -28,7 +28,8 @@ pub fn trigger_name(relid: pg_sys::Oid, event: char) -> String {
 crate::pg_function_info_v1!(pg_finfo_maintain_stream_table);
 
 /// The trigger function `pgtrickle.maintain_stream_table(stream table OID)`: AFTER ... FOR
-/// EACH STATEMENT on INSERT, UPDATE, DELETE (with transition tables) and TRUNCATE.
+/// EACH STATEMENT on INSERT, UPDATE, DELETE (with transition tables) and TRUNCATE, and
+/// BEFORE ... FOR EACH STATEMENT on INSERT OR UPDATE OR DELETE (counting a statement's events).
 ///
 /// # Safety
 /// Called by PostgreSQL's trigger manager with a `TriggerData` context.
@@ -46,12 +47,17 @@ pub unsafe extern "C-unwind" fn maintain_stream_table(
         }
         let td = context.cast::<pg_sys::TriggerData>();
         let event = (*td).tg_event;
-        if event & pg_sys::TRIGGER_EVENT_TIMINGMASK != pg_sys::TRIGGER_EVENT_AFTER
+        let timing = event & pg_sys::TRIGGER_EVENT_TIMINGMASK;
+        if (timing != pg_sys::TRIGGER_EVENT_AFTER && timing != pg_sys::TRIGGER_EVENT_BEFORE)
             || event & pg_sys::TRIGGER_EVENT_ROW != 0
         {
-            errors::invalid_argument(FUNCTION, "must fire AFTER ... FOR EACH STATEMENT".into());
+            errors::invalid_argument(
+                FUNCTION,
+                "must fire BEFORE or AFTER ... FOR EACH STATEMENT".into(),
+            );
         }
         let op = match event & pg_sys::TRIGGER_EVENT_OPMASK {
+            _ if timing == pg_sys::TRIGGER_EVENT_BEFORE => 'b',
             pg_sys::TRIGGER_EVENT_INSERT => 'i',
             pg_sys::TRIGGER_EVENT_UPDATE => 'u',
             pg_sys::TRIGGER_EVENT_DELETE => 'd',
@@ -74,19 +80,28 @@ pub unsafe extern "C-unwind" fn maintain_stream_table(
                 ),
             );
         }
+        // A statement of several events on the source is recomputed after it (see
+        // crate::immediate_statements): its BEFORE trigger opens an event, each AFTER one
+        // closes one.
+        let recompute = match op {
+            'i' | 'u' | 'd' => crate::immediate_statements::close(relid, source),
+            _ => op == 't',
+        };
         // One catalog read per statement: the statement to run and what it was written for.
         let recorded: Option<(String, String, String, Vec<pg_sys::Oid>)> = spi::rows(
-            "SELECT CASE WHEN $3 OPERATOR(pg_catalog.=) 't' THEN s.fill_sql ELSE i.statement END, \
+            "SELECT CASE WHEN $4 THEN s.fill_sql ELSE i.statement END, \
                     s.time_zone, s.source_shape, s.sources \
              FROM pgtrickle.pgt_immediate i \
              JOIN pgtrickle.pgt_stream_tables s ON s.pgt_relid OPERATOR(pg_catalog.=) i.pgt_relid \
              WHERE i.pgt_relid OPERATOR(pg_catalog.=) $1 AND i.source OPERATOR(pg_catalog.=) $2 \
-               AND (i.event OPERATOR(pg_catalog.=) $3 OR $3 OPERATOR(pg_catalog.=) 't') \
+               AND (i.event OPERATOR(pg_catalog.=) $3 OR $3 OPERATOR(pg_catalog.=) ANY \
+                    ('{t,b}'::pg_catalog.text[])) \
              LIMIT 1",
             &[
                 DatumWithOid::from(relid),
                 DatumWithOid::from(source),
                 DatumWithOid::from(op.to_string().as_str()),
+                DatumWithOid::from(recompute),
             ],
             |r| {
                 Ok((
@@ -119,6 +134,10 @@ pub unsafe extern "C-unwind" fn maintain_stream_table(
                     crate::catalog::relation_name(relid)
                 ),
             );
+        }
+        if op == 'b' {
+            crate::immediate_statements::open(relid, source);
+            return pg_sys::Datum::from(0);
         }
         let owner = crate::catalog::relation_owner(relid);
         as_owner(owner, || {

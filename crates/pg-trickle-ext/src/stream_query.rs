@@ -9,7 +9,10 @@ use std::collections::HashMap;
 use std::ffi::{CStr, CString};
 
 use pgrx::pg_sys;
-use rowid_ivm::plan::{AggregateFunc, ArgClass, Call, Expr, Output, Plan, SetOpKind, SourceKey};
+use rowid_ivm::plan::{
+    AggregateFunc, ArgClass, Call, Expr, Output, Plan, SetOpKind, SourceKey, StoredIdentity,
+};
+use rowid_ivm::sql::ROW_ID;
 use rowid_registry::sql::quote_ident;
 use rowid_registry::{FieldSpec, OpClass, choose_scan_key, resolve_schema};
 
@@ -450,6 +453,24 @@ impl Reader {
                 expr: Expr::new(&format!("{a}.{}", quote_ident(&c.expr)), c.ty.name()),
             })
             .collect();
+        if let Some(upstream) = crate::stream_graph::upstream(relid) {
+            // Another stream table: its rows keep the identity it stores (§7).
+            crate::stream_graph::check_versions(self.function, &upstream);
+            let Some(domain) = rowid_codec::Domain::from_name(&upstream.domain) else {
+                self.refuse("a stream table whose catalog names an unknown domain", at);
+            };
+            return Plan::Scan {
+                relation,
+                alias: alias.to_string(),
+                columns: outputs,
+                key: SourceKey::Stored(StoredIdentity {
+                    column: Expr::new(&format!("{a}.{}", quote_ident(ROW_ID)), "bytea"),
+                    domain,
+                    unique: upstream.unique,
+                    max_len: upstream.max_len,
+                }),
+            };
+        }
         let key = match choose_scan_key(&index_candidates(relid), &ctx) {
             Ok(key) => {
                 let mut exprs = Vec::with_capacity(key.columns.len());

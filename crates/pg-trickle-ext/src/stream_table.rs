@@ -157,7 +157,8 @@ fn check_values(function: &str, identity: &Identity, read: &ReadQuery) {
                 }
             }
             Field::Child(c) => check_values(function, c, read),
-            Field::Branch(_) | Field::Discriminator(_) => {}
+            // A stored identity: the upstream's values were checked at its create.
+            Field::Branch(_) | Field::Discriminator(_) | Field::Stored(_) => {}
         }
     }
 }
@@ -262,6 +263,24 @@ pub fn create(
     let target = target_name(CREATE, name);
     let storage = target.quoted();
     let plan = &def.read.plan;
+    // A stream table read by another is captured by trigger (spec/stream-tables.md §7).
+    if cdc == Cdc::Wal
+        && let Some(upstream) = def
+            .read
+            .sources
+            .iter()
+            .find_map(|&s| crate::stream_graph::upstream(s))
+    {
+        errors::refused(
+            CREATE,
+            "0A000",
+            &format!(
+                "{} is a stream table: a stream table read by another is captured by \
+                 trigger; use cdc_mode => 'trigger'",
+                upstream.name
+            ),
+        );
+    }
     if mode == Mode::Differential {
         // The delta rule checked before any capture or storage exists.
         let unnamed = source_buffers(&def.read.sources, &|_| String::new());
@@ -405,18 +424,19 @@ fn create_immediate_triggers(relid: pg_sys::Oid, source: pg_sys::Oid) {
     let name = |e: char| quote_ident(&crate::stream_immediate::trigger_name(relid, e));
     let id = u32::from(relid);
     for (e, event, referencing) in [
-        ('i', "INSERT", "REFERENCING NEW TABLE AS __pgt_new"),
+        ('b', "BEFORE INSERT OR UPDATE OR DELETE", ""),
+        ('i', "AFTER INSERT", "REFERENCING NEW TABLE AS __pgt_new"),
         (
             'u',
-            "UPDATE",
+            "AFTER UPDATE",
             "REFERENCING OLD TABLE AS __pgt_old NEW TABLE AS __pgt_new",
         ),
-        ('d', "DELETE", "REFERENCING OLD TABLE AS __pgt_old"),
-        ('t', "TRUNCATE", ""),
+        ('d', "AFTER DELETE", "REFERENCING OLD TABLE AS __pgt_old"),
+        ('t', "AFTER TRUNCATE", ""),
     ] {
         spi::run(
             &format!(
-                "CREATE TRIGGER {} AFTER {event} ON {table} {referencing} FOR EACH STATEMENT \
+                "CREATE TRIGGER {} {event} ON {table} {referencing} FOR EACH STATEMENT \
                  EXECUTE FUNCTION pgtrickle.maintain_stream_table('{id}')",
                 name(e)
             ),
@@ -438,7 +458,7 @@ fn drop_immediate_triggers(relid: pg_sys::Oid) {
         if table.is_empty() {
             continue;
         }
-        for e in ['i', 'u', 'd', 't'] {
+        for e in ['b', 'i', 'u', 'd', 't'] {
             spi::run(
                 &format!(
                     "DROP TRIGGER IF EXISTS {} ON {table}",
@@ -717,6 +737,7 @@ fn refresh_relid(function: &str, relid: pg_sys::Oid) {
         rebuild(&recorded);
         return;
     }
+    crate::stream_graph::check_upstreams(function, &recorded.sources);
     let differential = recorded.mode == Mode::Differential.name();
     let started = Instant::now();
     if differential && recorded.cdc == Cdc::Wal.name() {
@@ -790,7 +811,15 @@ fn rebuild(recorded: &Recorded) {
             &time_zone,
             mode(REFRESH, &recorded.mode),
         );
-        drop(&recorded.name);
+        let relid = stream_table(REFRESH, &recorded.name);
+        crate::stream_graph::refuse_with_dependents(
+            REFRESH,
+            relid,
+            &recorded.name,
+            "rebuild after a DDL of its sources",
+        );
+        owner_checked(REFRESH, relid);
+        drop_relid(relid);
         create(
             &recorded.name,
             &recorded.query,
@@ -802,10 +831,27 @@ fn rebuild(recorded: &Recorded) {
     });
 }
 
-/// `pgtrickle.drop_stream_table`: the storage and the catalog row.
-pub fn drop(name: &str) {
+/// `pgtrickle.drop_stream_table`: the storage and the catalog row; refused while other
+/// stream tables read it, unless `cascade`: then they are dropped first, the deepest first
+/// (each by a caller who may drop it).
+pub fn drop(name: &str, cascade: bool) {
     let relid = stream_table(DROP, name);
     owner_checked(DROP, relid);
+    let table = crate::catalog::relation_name(relid);
+    if cascade {
+        for reader in crate::stream_graph::dependents_deepest_first(relid) {
+            owner_checked(DROP, reader);
+            drop_relid(reader);
+        }
+    } else {
+        crate::stream_graph::refuse_with_dependents(DROP, relid, &table, "drop");
+    }
+    drop_relid(relid);
+}
+
+/// Drops the stream table `relid` (the caller checked it may): the triggers its IMMEDIATE
+/// maintenance placed on its sources, the storage and the catalog row.
+fn drop_relid(relid: pg_sys::Oid) {
     let table = crate::catalog::relation_name(relid);
     drop_immediate_triggers(relid);
     spi::run(&format!("DROP TABLE {table}"), &[]);
@@ -839,15 +885,18 @@ pub fn alter(name: &str, query: Option<&str>, refresh_mode: Option<&str>, cdc_mo
     let Some((old_query, old_mode, schedule, old_cdc)) = current else {
         errors::invalid_argument(ALTER, format!("{name:?} is not a stream table"));
     };
+    let table = crate::catalog::relation_name(relid);
+    // Its storage is replaced (a new OID): what reads it would read a table that is gone.
+    crate::stream_graph::refuse_with_dependents(ALTER, relid, &table, "replace");
     let query = query.unwrap_or(&old_query).to_string();
     let refresh_mode = refresh_mode.unwrap_or(&old_mode).to_string();
     let cdc_mode = cdc_mode.unwrap_or(&old_cdc).to_string();
     Cdc::parse(ALTER, &cdc_mode);
     let time_zone = current_time_zone();
     // Everything checked before anything is dropped.
-    define(ALTER, &query, &time_zone, mode(ALTER, &refresh_mode));
-    let table = crate::catalog::relation_name(relid);
-    drop(&table);
+    let def = define(ALTER, &query, &time_zone, mode(ALTER, &refresh_mode));
+    crate::stream_graph::refuse_cycle(ALTER, relid, &table, &def.read.sources);
+    drop_relid(relid);
     create(
         &table,
         &query,

@@ -156,6 +156,14 @@ const STREAM_CASES: &[(&str, &str, &str)] = &[
          FROM st_orders o, st_customers c WHERE c.cid = o.customer AND o.amount > 2",
     ),
     (
+        "st_customer_max",
+        "SELECT customer, count(*) AS n, max(amount) AS hi, min(region) AS first
+         FROM st_orders GROUP BY customer",
+        "SELECT pgtrickle.encode_row_id_v2('GROUP_KEY', ROW(customer)), customer, count(*),
+                max(amount), min(region)
+         FROM st_orders GROUP BY customer",
+    ),
+    (
         "st_join_groups",
         "SELECT c.name, sum(o.amount) AS total FROM st_orders o
          JOIN st_customers c USING (id) GROUP BY c.name",
@@ -481,6 +489,7 @@ const DIFFERENTIAL_CASES: &[&str] = &[
 /// or that are multisets (a unique identity without a size bound, a text group key or a
 /// text primary key, is refused for IMMEDIATE: tested below).
 const IMMEDIATE_CASES: &[&str] = &[
+    "st_customer_max",
     "st_filtered",
     "st_keyless",
     "st_total",
@@ -664,6 +673,27 @@ fn stream_immediate_equals_its_query_after_every_statement() {
         "UPDATE st_pairs SET b = 3 WHERE a = 'a' AND b = 1",
         "INSERT INTO st_bag SELECT 7, 'seven' FROM generate_series(1, 3)",
         "UPDATE st_orders SET region = NULL, ok = NOT ok",
+        // Statements of several events: every AFTER trigger fires after the whole statement
+        // (a group losing its maximum to one event and gaining a row from another).
+        "WITH i AS (INSERT INTO st_orders VALUES (30, 'n', 99, 1, true) RETURNING 1)
+         DELETE FROM st_orders WHERE id = 10",
+        "WITH d AS (DELETE FROM st_orders WHERE id = 30 RETURNING 1)
+         INSERT INTO st_orders VALUES (31, 'm', 1, 1, true)",
+        "MERGE INTO st_orders o USING (VALUES (31::int8, 5::numeric), (32, 6)) AS v(id, amount)
+           ON o.id = v.id
+         WHEN MATCHED THEN DELETE
+         WHEN NOT MATCHED THEN INSERT VALUES (v.id, 'k', v.amount, 1, false)",
+        "INSERT INTO st_orders VALUES (32, 'u', 0.5, 2, true), (33, 'v', 7, 1, NULL)
+         ON CONFLICT (id) DO UPDATE SET amount = excluded.amount + 50",
+        "WITH d AS (DELETE FROM st_bag WHERE x = 7 RETURNING x, y)
+         INSERT INTO st_bag SELECT x + 1, y FROM d",
+        // A statement of several events that fails in a subtransaction, then one event.
+        "DO $$ BEGIN
+           WITH i AS (INSERT INTO st_orders VALUES (40, 'z', 1, 1, true) RETURNING 1)
+           DELETE FROM st_orders WHERE id = 1 / 0;
+         EXCEPTION WHEN division_by_zero THEN NULL;
+         END $$",
+        "DELETE FROM st_orders WHERE id = 33",
         "TRUNCATE st_bag",
         "INSERT INTO st_bag VALUES (1, 'x'), (1, 'x')",
     ];

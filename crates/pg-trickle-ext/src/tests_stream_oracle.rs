@@ -4,8 +4,9 @@
 // takes it. After every statement (IMMEDIATE tables, maintained by the statements
 // themselves) and every step (a few statements, then FULL and DIFFERENTIAL tables refreshed)
 // each stream table must equal its query run fresh and the identities derived by hand with
-// encode_row_id_v2 (spec §3), as multisets. Included into lib.rs's `tests` module after tests_stream.rs (whose helpers it
-// uses).
+// encode_row_id_v2 (spec §3), as multisets; stream tables over stream tables too (issue
+// 35: three levels, in mixed modes). Included into lib.rs's `tests` module after
+// tests_stream.rs (whose helpers it uses).
 
 /// The oracle's sources.
 fn oracle_sources() {
@@ -271,6 +272,53 @@ const ORACLE: &[(&str, &str, &str, &str)] = &[
          FROM o_bag",
         "FDI",
     ),
+    // Stream tables over stream tables (issue 35): `{up}` is the upstream kept in another
+    // mode (`oracle_query`): FULL over IMMEDIATE, DIFFERENTIAL over FULL, IMMEDIATE over
+    // IMMEDIATE. A join, an aggregate over it, a filter and a join over that, and an
+    // aggregate over the keyless copy: three levels, identities passed through.
+    (
+        "o_jg",
+        "SELECT i.id, i.g, i.v, u.u FROM o_int i JOIN o_uuid u ON u.v = i.g",
+        "SELECT pgtrickle.encode_row_id_v2('JOIN_KEY', ROW(
+                  pgtrickle.encode_row_id_v2('SCAN_KEY', ROW(i.id))::pgtrickle.row_id,
+                  pgtrickle.encode_row_id_v2('SCAN_KEY', ROW(u.u))::pgtrickle.row_id)),
+                i.id, i.g, i.v, u.u
+         FROM o_int i JOIN o_uuid u ON u.v = i.g",
+        "FDI",
+    ),
+    (
+        "o_lg",
+        "SELECT g, count(*) AS n, sum(v) AS s, max(v) AS hi FROM o_jg_{up} GROUP BY g",
+        "SELECT pgtrickle.encode_row_id_v2('GROUP_KEY', ROW(i.g)), i.g, count(*), sum(i.v),
+                max(i.v)
+         FROM o_int i JOIN o_uuid u ON u.v = i.g GROUP BY i.g",
+        "FDI",
+    ),
+    (
+        "o_lf",
+        "SELECT g, s FROM o_lg_{up} WHERE n > 1",
+        "SELECT pgtrickle.encode_row_id_v2('GROUP_KEY', ROW(i.g)), i.g, sum(i.v)
+         FROM o_int i JOIN o_uuid u ON u.v = i.g GROUP BY i.g HAVING count(*) > 1",
+        "FDI",
+    ),
+    (
+        "o_lj",
+        "SELECT l.g, l.n, t.code FROM o_lg_{up} l JOIN o_text t ON t.g = l.g",
+        "SELECT pgtrickle.encode_row_id_v2('JOIN_KEY', ROW(
+                  pgtrickle.encode_row_id_v2('GROUP_KEY', ROW(l.g))::pgtrickle.row_id,
+                  pgtrickle.encode_row_id_v2('SCAN_KEY', ROW(t.code))::pgtrickle.row_id)),
+                l.g, l.n, t.code
+         FROM (SELECT i.g, count(*) AS n FROM o_int i JOIN o_uuid u ON u.v = i.g
+               GROUP BY i.g) l JOIN o_text t ON t.g = l.g",
+        "FD",
+    ),
+    (
+        "o_lb",
+        "SELECT x, count(*) AS n FROM o_b_{up} GROUP BY x",
+        "SELECT pgtrickle.encode_row_id_v2('GROUP_KEY', ROW(x)), x, count(*)
+         FROM o_bag GROUP BY x",
+        "FDI",
+    ),
 ];
 
 /// A small deterministic generator (xorshift64*), so that a failing step is reproduced by
@@ -372,7 +420,19 @@ const EXACT: &[(&str, &str)] = &[
     ("o_gi", "t, s, sg, a, ai, ng, lo, hi"),
     ("o_s", "n, s, a"),
     ("o_bj", "x, n, s"),
+    ("o_lg", "g, n, s"),
 ];
+
+/// `query` of the oracle's stream table kept in `mode`, its upstream `{up}` named: FULL reads
+/// the IMMEDIATE upstream, DIFFERENTIAL the FULL one, IMMEDIATE the IMMEDIATE one (checked
+/// after every statement, it reads an upstream kept by that statement).
+fn oracle_query(query: &str, mode: char) -> String {
+    let up = match mode {
+        'D' => "f",
+        _ => "i",
+    };
+    query.replace("{up}", up)
+}
 
 /// Every stream table of the oracle kept in one of `wanted` (`F`, `D`, `I`) equals its query
 /// and the identities derived by hand.
@@ -380,6 +440,7 @@ fn oracle_check(step: usize, statement: &str, wanted: &str) {
     for (name, query, expected, modes) in ORACLE {
         for mode in modes.chars().filter(|m| wanted.contains(*m)) {
             let table = format!("{name}_{}", mode.to_ascii_lowercase());
+            let query = &oracle_query(query, mode);
             if let Some((_, exact)) = EXACT.iter().find(|e| e.0 == *name) {
                 let spelt = stream_difference(
                     &format!("SELECT ROW({exact})::text FROM {table}"),
@@ -417,9 +478,10 @@ fn stream_oracle_random_workload_in_every_mode() {
                 _ => "IMMEDIATE",
             };
             Spi::run(&format!(
-                "SELECT pgtrickle.create_stream_table('{name}_{}', $q${query}$q$,
+                "SELECT pgtrickle.create_stream_table('{name}_{}', $q${}$q$,
                    refresh_mode => '{full}')",
-                mode.to_ascii_lowercase()
+                mode.to_ascii_lowercase(),
+                oracle_query(query, mode)
             ))
             .unwrap_or_else(|e| panic!("{name} {full}: {e}"));
         }

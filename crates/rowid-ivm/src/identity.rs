@@ -8,7 +8,7 @@
 use rowid_codec::Domain;
 use rowid_registry::sql::quote_ident;
 
-use crate::plan::{Expr, Plan, SetOpKind, SourceKey};
+use crate::plan::{Expr, Plan, SetOpKind, SourceKey, StoredIdentity};
 
 /// The registered SYNTHETIC discriminator of an aggregate without `GROUP BY`
 /// (spec/wire-format.md §3.2).
@@ -26,6 +26,10 @@ pub enum Field {
     Branch(u32),
     /// A registered SYNTHETIC discriminator (`text`).
     Discriminator(&'static str),
+    /// An upstream stream table's stored identity: the whole identity, not a field of it. An
+    /// identity holding it holds nothing else (the scan of a stream table, [`identity`]); its
+    /// bytes are the stored ones, never encoded again.
+    Stored(StoredIdentity),
 }
 
 /// The identity of an operator's output rows.
@@ -46,6 +50,11 @@ pub fn identity(plan: &Plan) -> Identity {
         Plan::Scan { key, .. } => match key {
             SourceKey::Key(fields) => values(Domain::ScanKey, fields, true),
             SourceKey::Keyless(fields) => values(Domain::KeylessRow, fields, false),
+            SourceKey::Stored(stored) => Identity {
+                domain: stored.domain,
+                fields: vec![Field::Stored(stored.clone())],
+                unique: stored.unique,
+            },
         },
         // Pass-through: the input's identity, byte for byte.
         Plan::Filter { input, .. } | Plan::Project { input, .. } | Plan::Subquery { input, .. } => {
@@ -124,6 +133,10 @@ fn by_name(domain: Domain, input: &Plan, unique: bool) -> Identity {
 /// The SQL expression that derives `identity` with `pgtrickle.encode_row_id_v2`
 /// (spec/stream-tables.md §3), in a scope where its expressions are visible.
 pub fn identity_sql(identity: &Identity) -> String {
+    if let [Field::Stored(stored)] = identity.fields.as_slice() {
+        // Passed through: the stored bytes themselves.
+        return stored.column.sql.clone();
+    }
     let fields: Vec<String> = identity
         .fields
         .iter()
@@ -132,6 +145,8 @@ pub fn identity_sql(identity: &Identity) -> String {
             Field::Child(c) => format!("({})::pgtrickle.row_id", identity_sql(c)),
             Field::Branch(n) => format!("{n}::pg_catalog.int4"),
             Field::Discriminator(name) => format!("'{name}'::pg_catalog.text"),
+            // Never beside other fields (see `Field::Stored`); as a child, its bytes.
+            Field::Stored(stored) => format!("({})::pgtrickle.row_id", stored.column.sql),
         })
         .collect();
     format!(
@@ -202,6 +217,9 @@ pub fn name(plan: &Plan) -> &'static str {
 pub fn max_len(identity: &Identity, value_len: &dyn Fn(&Expr) -> Option<usize>) -> Option<usize> {
     use rowid_registry::size::{FIELD_OVERHEAD, IDENTITY_OVERHEAD};
     const TERMINATOR: usize = 2;
+    if let [Field::Stored(stored)] = identity.fields.as_slice() {
+        return stored.max_len;
+    }
     identity
         .fields
         .iter()
@@ -213,6 +231,9 @@ pub fn max_len(identity: &Identity, value_len: &dyn Fn(&Expr) -> Option<usize>) 
                 }
                 Field::Branch(_) => FIELD_OVERHEAD + 4,
                 Field::Discriminator(d) => FIELD_OVERHEAD + 2 * d.len() + TERMINATOR,
+                Field::Stored(stored) => {
+                    FIELD_OVERHEAD + stored.max_len?.checked_mul(2)? + TERMINATOR
+                }
             };
             acc.checked_add(field)
         })

@@ -41,6 +41,22 @@ pub enum SourceKey {
     Key(Vec<Expr>),
     /// KEYLESS_ROW: every column but generated ones, in `attnum` order (equal rows share it).
     Keyless(Vec<Expr>),
+    /// Another stream table's rows: the identity it stores in `__pgt_row_id`, passed through
+    /// byte for byte (spec/stream-tables.md §2, "downstream stream tables").
+    Stored(StoredIdentity),
+}
+
+/// The identity an upstream stream table stores, as its catalog records it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StoredIdentity {
+    /// The stored column (`alias.__pgt_row_id`), of type `bytea`.
+    pub column: Expr,
+    /// The domain of the upstream's identity.
+    pub domain: rowid_codec::Domain,
+    /// Whether no two of the upstream's rows share it.
+    pub unique: bool,
+    /// The upstream's worst-case identity length (`None`: unbounded).
+    pub max_len: Option<usize>,
 }
 
 /// The set operations that merge equal rows (or count them, with `ALL`).

@@ -12,11 +12,11 @@ use std::collections::BTreeMap;
 
 use proptest::prelude::*;
 use rowid_codec::validate;
-use rowid_ivm::identity::{Identity, branch_identity, identity, identity_sql};
+use rowid_ivm::identity::{Identity, branch_identity, identity, identity_sql, max_len};
 use rowid_ivm::plan::{Plan, SetOpKind};
 
 mod model;
-use model::{Row, cond, encode, group_by_v, join, keyed, keyless, out};
+use model::{Row, cond, encode, encode_with, group_by_v, join, keyed, keyless, out, stored};
 
 #[test]
 fn the_sql_of_every_operator_s_identity() {
@@ -71,6 +71,60 @@ fn the_sql_of_every_operator_s_identity() {
         })
         .collect();
     insta::assert_snapshot!(text);
+}
+
+/// A stream table read by another passes its stored identity through: a filter keeps the
+/// bytes, a join frames them as a child, and the downstream's identities are those of the
+/// same query with the upstream's query in its place as a subquery (spec/stream-tables.md §2).
+#[test]
+fn a_stream_table_read_downstream_passes_its_identity_through() {
+    let upstream = group_by_v(keyed("x"), "x");
+    let up = identity(&upstream);
+    let s = stored("s", up.domain, up.unique);
+    let filtered = Plan::Filter {
+        input: Box::new(s.clone()),
+        predicate: cond("s.v > 0"),
+    };
+    assert_eq!(identity_sql(&identity(&filtered)), "s.__pgt_row_id");
+    assert_eq!(identity(&filtered).domain, rowid_codec::Domain::GroupKey);
+    let joined = Plan::inner_join(vec![s.clone(), keyed("y")], Some(cond("s.v = y.v")));
+    assert_eq!(
+        identity_sql(&identity(&joined)),
+        "pgtrickle.encode_row_id_v2('JOIN_KEY', ROW((s.__pgt_row_id)::pgtrickle.row_id, \
+         (pgtrickle.encode_row_id_v2('SCAN_KEY', ROW(y.k)))::pgtrickle.row_id))"
+    );
+    let inlined = Plan::inner_join(
+        vec![
+            Plan::Subquery {
+                alias: "s".into(),
+                columns: vec!["v".into(), "n".into()],
+                input: Box::new(upstream),
+            },
+            keyed("y"),
+        ],
+        Some(cond("s.v = y.v")),
+    );
+    for v in [None, Some(i64::MIN), Some(-1), Some(0), Some(7)] {
+        for k in [1, i64::MAX] {
+            let row: Row = [("x.v".to_string(), v), ("y.k".to_string(), Some(k))].into();
+            let stored_bytes = encode(&up, &row);
+            let read = |column: &str| {
+                assert_eq!(column, "s.__pgt_row_id");
+                stored_bytes.clone()
+            };
+            assert_eq!(encode_with(&identity(&filtered), &row, &read), stored_bytes);
+            let via_stored = encode_with(&identity(&joined), &row, &read);
+            validate(&via_stored).expect("a valid identity");
+            assert_eq!(via_stored, encode(&identity(&inlined), &row));
+        }
+    }
+    // The bound is the upstream's; a child counts it escaped and terminated.
+    assert_eq!(max_len(&identity(&s), &|_| None), Some(40));
+    assert_eq!(max_len(&identity(&joined), &|_| None), None);
+    assert!(max_len(&identity(&joined), &|_| Some(10)).unwrap() > 2 * 40);
+    // A multiset upstream makes its readers multisets.
+    let bag = stored("b", rowid_codec::Domain::KeylessRow, false);
+    assert!(!identity(&Plan::inner_join(vec![bag, keyed("y")], None)).unique);
 }
 
 #[test]

@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use rowid_codec::scalar::ChildIdentity;
 use rowid_codec::{IdentityEncoder, TypeTag, Value};
 use rowid_ivm::identity::{Field, Identity};
-use rowid_ivm::plan::{Expr, Output, Plan, SourceKey};
+use rowid_ivm::plan::{Expr, Output, Plan, SourceKey, StoredIdentity};
 
 /// A `bigint` expression.
 pub fn e(sql: &str) -> Expr {
@@ -52,6 +52,21 @@ pub fn keyless(alias: &str) -> Plan {
     }
 }
 
+/// `alias` over a stream table `(v int8)` whose stored identity has `domain`.
+pub fn stored(alias: &str, domain: rowid_codec::Domain, unique: bool) -> Plan {
+    Plan::Scan {
+        relation: format!("public.{alias}_st"),
+        alias: alias.into(),
+        columns: vec![out("v", &format!("{alias}.v"))],
+        key: SourceKey::Stored(StoredIdentity {
+            column: Expr::new(&format!("{alias}.__pgt_row_id"), "bytea"),
+            domain,
+            unique,
+            max_len: Some(40),
+        }),
+    }
+}
+
 /// A `boolean` expression.
 pub fn cond(sql: &str) -> Expr {
     Expr::new(sql, "boolean")
@@ -77,11 +92,23 @@ pub type Row = HashMap<String, Option<i64>>;
 
 /// Encodes `id` for `row`, by the rule, with the codec.
 pub fn encode(id: &Identity, row: &Row) -> Vec<u8> {
+    encode_with(id, row, &|column| {
+        panic!("no stored identity in the model row ({column})")
+    })
+}
+
+/// [`encode`], the stored identity of an upstream stream table read by its column's SQL
+/// from `stored`.
+pub fn encode_with(id: &Identity, row: &Row, stored: &dyn Fn(&str) -> Vec<u8>) -> Vec<u8> {
+    if let [Field::Stored(s)] = id.fields.as_slice() {
+        return stored(&s.column.sql);
+    }
     let children: Vec<Vec<u8>> = id
         .fields
         .iter()
         .map(|f| match f {
-            Field::Child(c) => encode(c, row),
+            Field::Child(c) => encode_with(c, row, stored),
+            Field::Stored(s) => stored(&s.column.sql),
             _ => Vec::new(),
         })
         .collect();
@@ -95,7 +122,7 @@ pub fn encode(id: &Identity, row: &Row) -> Vec<u8> {
                 Some(v) => enc.value(&Value::Int8(v)).unwrap(),
                 None => enc.null(TypeTag::Int8).unwrap(),
             },
-            Field::Child(_) => enc
+            Field::Child(_) | Field::Stored(_) => enc
                 .value(&Value::Identity(ChildIdentity::new(child).unwrap()))
                 .unwrap(),
             Field::Branch(n) => enc.value(&Value::Int4(i32::try_from(*n).unwrap())).unwrap(),
