@@ -13,7 +13,9 @@
 //!    extension's event triggers (`bench_cdc`, `bench_replica`, `bench_locality`,
 //!    `bench_nats`, `bench_ddl`);
 //! 11. stream tables: DIFFERENTIAL refresh against `REFRESH MATERIALIZED VIEW`, IMMEDIATE
-//!     against a hand-written statement trigger (`bench_stream`).
+//!     against a hand-written statement trigger (`bench_stream`);
+//! 12. the scheduler: its CPU with 100 idle stream tables against none, and a write's way to
+//!     the third level of a scheduled graph (`bench_scheduler`).
 //!
 //! `--quick` runs everything at small sizes (criterion in test mode, 10^4 rows) as a CI smoke
 //! test: it fails when a benchmark is broken, never because of a ratio.
@@ -639,9 +641,20 @@ fn wal_capture(cluster: &Cluster, sizes: &Sizes, report: &mut String) -> Result<
 
 /// Runs the benchmarks (`only`: one part, `codec`, `sql` or `wal`).
 pub fn run(quick: bool, only: Option<&str>) -> Result<(), String> {
-    const PARTS: [&str; 12] = [
-        "codec", "sql", "per-row", "physical", "probe", "wal", "capture", "replica", "locality",
-        "nats", "ddl", "stream",
+    const PARTS: [&str; 13] = [
+        "codec",
+        "sql",
+        "per-row",
+        "physical",
+        "probe",
+        "wal",
+        "capture",
+        "replica",
+        "locality",
+        "nats",
+        "ddl",
+        "stream",
+        "scheduler",
     ];
     if let Some(part) = only
         && !PARTS.contains(&part)
@@ -677,8 +690,17 @@ pub fn run(quick: bool, only: Option<&str>) -> Result<(), String> {
         codec(quick, &mut report)?;
     }
     if ![
-        "per-row", "physical", "probe", "wal", "capture", "replica", "locality", "nats", "ddl",
+        "per-row",
+        "physical",
+        "probe",
+        "wal",
+        "capture",
+        "replica",
+        "locality",
+        "nats",
+        "ddl",
         "stream",
+        "scheduler",
     ]
     .iter()
     .any(|p| wanted(p))
@@ -777,6 +799,21 @@ pub fn run(quick: bool, only: Option<&str>) -> Result<(), String> {
             }
         };
         crate::bench_stream::stream(&cluster, &work, &mut report)?;
+    }
+    if wanted("scheduler") {
+        // Restarts the cluster with the library preloaded (it stays so for what follows).
+        let work = if quick {
+            crate::bench_scheduler::Work {
+                window_s: 5,
+                samples: 3,
+            }
+        } else {
+            crate::bench_scheduler::Work {
+                window_s: 60,
+                samples: 40,
+            }
+        };
+        crate::bench_scheduler::scheduler_bench(&cluster, &work, &mut report)?;
     }
     if wanted("nats") {
         let binary = rowid_cdc_binary()?;

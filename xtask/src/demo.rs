@@ -5,8 +5,8 @@
 //! composite text and keyless), prints their identities, fingerprints and probes, plans each
 //! storage index with `rowid-registry`, applies an update through the exact-match SQL the
 //! registry generates, runs `rowid-cdc` on a live slot through a key change and a TOASTed
-//! keyless update, keeps a replica of two tables in another database with it, and stops the
-//! cluster.
+//! keyless update, keeps a replica of two tables in another database with it, keeps stream
+//! tables (one graph of them refreshed by the scheduler) and stops the cluster.
 
 use rowid_codec::Domain;
 use rowid_codec::probe::PROBE_V1_PREFIX_LEN;
@@ -216,6 +216,7 @@ pub fn run() -> Result<(), String> {
     keep_a_replica(&cluster)?;
     publish_to_nats(&cluster)?;
     stream_tables(&cluster)?;
+    scheduled_graph(&cluster)?;
     drop(cluster);
     println!("\ndemo finished; the cluster under target/demo is stopped.");
     Ok(())
@@ -307,6 +308,58 @@ fn stream_tables(cluster: &Cluster) -> Result<(), String> {
                   AS derived
          FROM sales_with_city_now JOIN stores st USING (city) WHERE id IN (5001, 100010)
          ORDER BY id",
+    )
+}
+
+/// The scheduler: the server restarted with the extension in `shared_preload_libraries`, a
+/// graph of three stream tables (a join, an aggregate over it, a filter over that) kept on
+/// schedule, and a write reaching the third level without a refresh by hand.
+fn scheduled_graph(cluster: &Cluster) -> Result<(), String> {
+    step(
+        "the scheduler: a graph of three stream tables on schedule, a write reaching the third \
+         level by itself",
+    );
+    cluster.restart("-c shared_preload_libraries=pg_trickle_ext")?;
+    show(
+        cluster,
+        "stream tables over stream tables: the join and the aggregate as often as the filter \
+         over them needs ('calculated'), the filter every second",
+        "SELECT pgtrickle.create_stream_table('city_sales',
+           'SELECT s.id, st.city, s.amount FROM sales s JOIN stores st ON st.store = s.store',
+           schedule => 'calculated');
+         SELECT pgtrickle.create_stream_table('city_totals',
+           'SELECT city, count(*) AS n, sum(amount) AS total FROM city_sales GROUP BY city',
+           schedule => 'calculated');
+         SELECT pgtrickle.create_stream_table('big_cities',
+           'SELECT city, total FROM city_totals WHERE n > 1000', schedule => '1s');
+         SELECT city, total FROM big_cities ORDER BY city;
+         SELECT backend_type, datname FROM pg_stat_activity
+         WHERE backend_type LIKE 'pg_trickle%' ORDER BY backend_type",
+    )?;
+    let db = cluster.psql();
+    db.run("INSERT INTO sales SELECT g, 'west', 1, 100 FROM generate_series(9001, 9400) g")?;
+    let written = std::time::Instant::now();
+    db.wait_for(
+        "SELECT count(*) FROM big_cities WHERE city = 'Lyon'",
+        "1",
+        "Lyon reaching big_cities",
+    );
+    println!(
+        "\n-- 400 sales written in Lyon: in big_cities (three levels down, no refresh by hand) \
+         {} ms later",
+        written.elapsed().as_millis()
+    );
+    show(
+        cluster,
+        "the third level equals its query over the sources; the scheduler's refreshes",
+        "SELECT city, total, __pgt_row_id = pgtrickle.encode_row_id_v2('GROUP_KEY', ROW(city))
+                  AS identity_derived
+         FROM big_cities ORDER BY city;
+         SELECT st.city, sum(s.amount) AS total FROM sales s JOIN stores st USING (store)
+         GROUP BY st.city HAVING count(*) > 1000 ORDER BY st.city;
+         SELECT pgt_name, rows_changed, round(duration_ms::numeric, 1) AS ms
+         FROM pgtrickle.pgt_refresh_history WHERE rows_changed > 0
+         ORDER BY started_at DESC LIMIT 3",
     )
 }
 

@@ -19,6 +19,7 @@ mod bench_ddl;
 mod bench_locality;
 mod bench_nats;
 mod bench_replica;
+mod bench_scheduler;
 mod bench_stream;
 mod demo;
 mod fuzz;

@@ -99,6 +99,9 @@ fn server_checks(major: u32, source: pg::Source) -> Result<Counts, String> {
             ("rowid-ivm", "on_server", Every),
             // Stream tables: the DIFFERENTIAL frontier with concurrent sessions.
             ("rowid-ivm", "frontier", Edges),
+            // The scheduler (a cluster of its own, preloading the extension): a graph kept
+            // exact on schedule through failures and a SIGKILL mid-refresh.
+            ("rowid-ivm", "scheduler", Edges),
             // Identity schemas in-band: the event trigger's messages read back from a slot.
             ("rowid-cdc", "in_band", Every),
             // The rowid-cdc command on a live slot, killed and restarted during a workload.

@@ -23,28 +23,6 @@ COMMENT ON DOMAIN pgtrickle.row_id IS
 --   row_id_domain
 
 
-CREATE FUNCTION pgtrickle.encode_row_id_v2(domain text, fields record) RETURNS bytea
-STABLE PARALLEL SAFE LANGUAGE c AS 'MODULE_PATHNAME', 'encode_row_id_v2_wrapper';
-COMMENT ON FUNCTION pgtrickle.encode_row_id_v2(text, record) IS
-  'Row Identity V2 of the record''s fields (spec/wire-format.md)';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- requires:
---   row_id_domain
-
-
-CREATE FUNCTION pgtrickle.capture_changes() RETURNS trigger
-LANGUAGE c AS 'MODULE_PATHNAME', 'capture_changes';
-COMMENT ON FUNCTION pgtrickle.capture_changes() IS
-  'Trigger: appends each change with its old and new Row Identity V2 to the change buffer named by its argument (pgtrickle.capture_table creates both)';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- requires:
---   row_id_domain
-
-
 -- Stream tables (spec/stream-tables.md §6): one row per stream table, written only by the
 -- extension's functions (as the extension's owner), readable by every role.
 CREATE TABLE pgtrickle.pgt_stream_tables (
@@ -73,8 +51,25 @@ CREATE TABLE pgtrickle.pgt_stream_tables (
     source_shape text NOT NULL,
     last_refresh_at timestamptz,
     last_refresh_ms double precision,
-    rows_changed bigint
+    rows_changed bigint,
+    consecutive_failures integer NOT NULL DEFAULT 0,
+    last_error text,
+    last_failure_at timestamptz
 );
+-- Every refresh a scheduler ran (spec/stream-tables.md §8), the last 100 per stream table.
+CREATE TABLE pgtrickle.pgt_refresh_history (
+    pgt_relid oid NOT NULL,
+    pgt_name text NOT NULL,
+    started_at timestamptz NOT NULL,
+    duration_ms double precision NOT NULL,
+    rows_changed bigint,
+    error text
+);
+CREATE INDEX ON pgtrickle.pgt_refresh_history (pgt_relid, started_at);
+REVOKE ALL ON pgtrickle.pgt_refresh_history FROM PUBLIC;
+GRANT SELECT ON pgtrickle.pgt_refresh_history TO PUBLIC;
+COMMENT ON TABLE pgtrickle.pgt_refresh_history IS
+  'Refreshes run by the pg_trickle schedulers: when, how long, rows changed, the error of a failed one';
 -- The statement each IMMEDIATE stream table applies for a statement on one of its sources
 -- (event i, u, d; a TRUNCATE recomputes with fill_sql).
 CREATE TABLE pgtrickle.pgt_immediate (
@@ -101,6 +96,28 @@ GRANT SELECT ON pgtrickle.pgt_stream_tables TO PUBLIC;
 --   row_id_domain
 
 
+CREATE FUNCTION pgtrickle.capture_changes() RETURNS trigger
+LANGUAGE c AS 'MODULE_PATHNAME', 'capture_changes';
+COMMENT ON FUNCTION pgtrickle.capture_changes() IS
+  'Trigger: appends each change with its old and new Row Identity V2 to the change buffer named by its argument (pgtrickle.capture_table creates both)';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- requires:
+--   row_id_domain
+
+
+CREATE FUNCTION pgtrickle.encode_row_id_v2(domain text, fields record) RETURNS bytea
+STABLE PARALLEL SAFE LANGUAGE c AS 'MODULE_PATHNAME', 'encode_row_id_v2_wrapper';
+COMMENT ON FUNCTION pgtrickle.encode_row_id_v2(text, record) IS
+  'Row Identity V2 of the record''s fields (spec/wire-format.md)';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- requires:
+--   row_id_domain
+
+
 CREATE FUNCTION pgtrickle.encode_row_id_v2_fields(domain text, VARIADIC fields "any")
 RETURNS bytea STABLE PARALLEL SAFE
 LANGUAGE c AS 'MODULE_PATHNAME', 'encode_row_id_v2_fields';
@@ -113,61 +130,6 @@ CREATE SCHEMA IF NOT EXISTS pgtrickle; /* pg_trickle_ext::pgtrickle */
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- pg_trickle_ext::validate::validate_source_identity
-CREATE  FUNCTION pgtrickle."validate_source_identity"(
-	"rel" oid, /* pg_sys :: Oid */
-	"mode" TEXT DEFAULT 'refresh', /* & str */
-	"require_key" bool DEFAULT false /* bool */
-) RETURNS TABLE (
-	"identity" TEXT,  /* String */
-	"index_name" TEXT,  /* Option < String > */
-	"key_columns" TEXT[],  /* Vec < String > */
-	"max_identity_bytes" bigint,  /* Option < i64 > */
-	"index_class" TEXT,  /* String */
-	"index_ddl" TEXT,  /* String */
-	"passed_over" TEXT[]  /* Vec < String > */
-)
-STRICT STABLE 
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'validate_source_identity_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- pg_trickle_ext::pgtrickle::check_change_buffer
-
-CREATE FUNCTION pgtrickle.check_change_buffer(buffer regclass) RETURNS boolean
-STABLE STRICT LANGUAGE c AS 'MODULE_PATHNAME', 'check_change_buffer_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- pg_trickle_ext::pgtrickle::drop_stream_table
-CREATE  FUNCTION pgtrickle."drop_stream_table"(
-	"name" TEXT, /* & str */
-	"cascade" bool DEFAULT false /* bool */
-) RETURNS void
-STRICT VOLATILE
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'drop_stream_table_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- pg_trickle_ext::pgtrickle::capture_table
-
-CREATE FUNCTION pgtrickle.capture_table(source regclass) RETURNS text
-VOLATILE STRICT LANGUAGE c AS 'MODULE_PATHNAME', 'capture_table_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- pg_trickle_ext::pgtrickle::refresh_stream_table
-CREATE  FUNCTION pgtrickle."refresh_stream_table"(
-	"name" TEXT /* & str */
-) RETURNS void
-STRICT VOLATILE
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'refresh_stream_table_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
 -- pg_trickle_ext::pgtrickle::follow_source_ddl
 CREATE  FUNCTION pgtrickle."follow_source_ddl"(
 	"sources" oid[] /* Vec < pg_sys :: Oid > */
@@ -175,16 +137,6 @@ CREATE  FUNCTION pgtrickle."follow_source_ddl"(
 STRICT VOLATILE
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', 'follow_source_ddl_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- pg_trickle_ext::pgtrickle::row_id_describe
-CREATE  FUNCTION pgtrickle."row_id_describe"(
-	"id" bytea /* & [u8] */
-) RETURNS TEXT /* String */
-IMMUTABLE STRICT PARALLEL SAFE
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'row_id_describe_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
@@ -203,24 +155,14 @@ AS 'MODULE_PATHNAME', 'create_stream_table_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- pg_trickle_ext::pgtrickle::write_identity_schemas
-CREATE  FUNCTION pgtrickle."write_identity_schemas"(
-	"relids" oid[] /* Vec < pg_sys :: Oid > */
-) RETURNS INT /* i32 */
+-- pg_trickle_ext::pgtrickle::drop_stream_table
+CREATE  FUNCTION pgtrickle."drop_stream_table"(
+	"name" TEXT, /* & str */
+	"cascade" bool DEFAULT false /* bool */
+) RETURNS void
 STRICT VOLATILE
 LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'write_identity_schemas_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- pg_trickle_ext::pgtrickle::write_published_identity_schemas
-CREATE  FUNCTION pgtrickle."write_published_identity_schemas"(
-	"candidates" oid[], /* Vec < pg_sys :: Oid > */
-	"publishing" oid[] /* Vec < pg_sys :: Oid > */
-) RETURNS INT /* i32 */
-STRICT VOLATILE
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'write_published_identity_schemas_wrapper';
+AS 'MODULE_PATHNAME', 'drop_stream_table_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
@@ -245,12 +187,60 @@ AS 'MODULE_PATHNAME', 'validate_identity_fields_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
+-- pg_trickle_ext::pgtrickle::row_probe_v1
+CREATE  FUNCTION pgtrickle."row_probe_v1"(
+	"id" bytea /* & [u8] */
+) RETURNS bytea /* Vec < u8 > */
+IMMUTABLE STRICT PARALLEL SAFE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'row_probe_v1_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- pg_trickle_ext::pgtrickle::refresh_stream_table
+CREATE  FUNCTION pgtrickle."refresh_stream_table"(
+	"name" TEXT /* & str */
+) RETURNS void
+STRICT VOLATILE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'refresh_stream_table_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- pg_trickle_ext::pgtrickle::check_change_buffer
+
+CREATE FUNCTION pgtrickle.check_change_buffer(buffer regclass) RETURNS boolean
+STABLE STRICT LANGUAGE c AS 'MODULE_PATHNAME', 'check_change_buffer_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- pg_trickle_ext::validate::validate_source_identity
+CREATE  FUNCTION pgtrickle."validate_source_identity"(
+	"rel" oid, /* pg_sys :: Oid */
+	"mode" TEXT DEFAULT 'refresh', /* & str */
+	"require_key" bool DEFAULT false /* bool */
+) RETURNS TABLE (
+	"identity" TEXT,  /* String */
+	"index_name" TEXT,  /* Option < String > */
+	"key_columns" TEXT[],  /* Vec < String > */
+	"max_identity_bytes" bigint,  /* Option < i64 > */
+	"index_class" TEXT,  /* String */
+	"index_ddl" TEXT,  /* String */
+	"passed_over" TEXT[]  /* Vec < String > */
+)
+STRICT STABLE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'validate_source_identity_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
 -- pg_trickle_ext::pgtrickle::alter_stream_table
 CREATE  FUNCTION pgtrickle."alter_stream_table"(
 	"name" TEXT, /* Option < & str > */
 	"query" TEXT DEFAULT NULL, /* Option < & str > */
 	"refresh_mode" TEXT DEFAULT NULL, /* Option < & str > */
-	"cdc_mode" TEXT DEFAULT NULL /* Option < & str > */
+	"cdc_mode" TEXT DEFAULT NULL, /* Option < & str > */
+	"schedule" TEXT DEFAULT NULL /* Option < & str > */
 ) RETURNS void
 VOLATILE
 LANGUAGE c /* Rust */
@@ -258,14 +248,24 @@ AS 'MODULE_PATHNAME', 'alter_stream_table_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- pg_trickle_ext::pgtrickle::note_table_rewrite
-CREATE  FUNCTION pgtrickle."note_table_rewrite"(
-	"rel" oid, /* pg_sys :: Oid */
-	"reason" INT /* i32 */
-) RETURNS void
+-- pg_trickle_ext::pgtrickle::write_identity_schemas
+CREATE  FUNCTION pgtrickle."write_identity_schemas"(
+	"relids" oid[] /* Vec < pg_sys :: Oid > */
+) RETURNS INT /* i32 */
 STRICT VOLATILE
 LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'note_table_rewrite_wrapper';
+AS 'MODULE_PATHNAME', 'write_identity_schemas_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- pg_trickle_ext::pgtrickle::write_published_identity_schemas
+CREATE  FUNCTION pgtrickle."write_published_identity_schemas"(
+	"candidates" oid[], /* Vec < pg_sys :: Oid > */
+	"publishing" oid[] /* Vec < pg_sys :: Oid > */
+) RETURNS INT /* i32 */
+STRICT VOLATILE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'write_published_identity_schemas_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
@@ -279,6 +279,13 @@ AS 'MODULE_PATHNAME', 'row_id_fingerprint_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
+-- pg_trickle_ext::pgtrickle::capture_table
+
+CREATE FUNCTION pgtrickle.capture_table(source regclass) RETURNS text
+VOLATILE STRICT LANGUAGE c AS 'MODULE_PATHNAME', 'capture_table_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
 -- pg_trickle_ext::pgtrickle::identity_schema
 CREATE  FUNCTION pgtrickle."identity_schema"(
 	"rel" oid /* pg_sys :: Oid */
@@ -286,6 +293,17 @@ CREATE  FUNCTION pgtrickle."identity_schema"(
 STRICT STABLE
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', 'identity_schema_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- pg_trickle_ext::pgtrickle::note_table_rewrite
+CREATE  FUNCTION pgtrickle."note_table_rewrite"(
+	"rel" oid, /* pg_sys :: Oid */
+	"reason" INT /* i32 */
+) RETURNS void
+STRICT VOLATILE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'note_table_rewrite_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
@@ -685,13 +703,13 @@ ALTER EVENT TRIGGER pgtrickle_capture_rewrite ENABLE ALWAYS;
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- pg_trickle_ext::pgtrickle::row_probe_v1
-CREATE  FUNCTION pgtrickle."row_probe_v1"(
+-- pg_trickle_ext::pgtrickle::row_id_describe
+CREATE  FUNCTION pgtrickle."row_id_describe"(
 	"id" bytea /* & [u8] */
-) RETURNS bytea /* Vec < u8 > */
+) RETURNS TEXT /* String */
 IMMUTABLE STRICT PARALLEL SAFE
 LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'row_probe_v1_wrapper';
+AS 'MODULE_PATHNAME', 'row_id_describe_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */

@@ -747,7 +747,8 @@ pub fn extension_owner() -> pg_sys::Oid {
 /// enum a column has. A DDL that changes it makes the next refresh rebuild the stream table
 /// from its query (spec/stream-tables.md §5.4).
 pub fn source_shape(sources: &[pg_sys::Oid]) -> String {
-    spi::one::<String>(
+    // Kept: every refresh and every IMMEDIATE statement compares it.
+    spi::rows_mut_map_kept(
         "SELECT COALESCE(pg_catalog.string_agg(x, ';' ORDER BY x), '') FROM ( \
            SELECT pg_catalog.format('c:%s:%s:%s:%s:%s', a.attrelid, a.attnum, a.attname, \
                     a.atttypid, a.atttypmod) AS x \
@@ -764,6 +765,9 @@ pub fn source_shape(sources: &[pg_sys::Oid]) -> String {
            WHERE e.enumtypid OPERATOR(pg_catalog.=) ANY (SELECT a.atttypid \
              FROM pg_catalog.pg_attribute a WHERE a.attrelid OPERATOR(pg_catalog.=) ANY ($1))) s",
         &[pgrx::datum::DatumWithOid::from(sources.to_vec())],
+        |r| r.get::<String>(1),
     )
+    .pop()
+    .flatten()
     .unwrap_or_default()
 }

@@ -61,6 +61,7 @@ pub mod identity_messages;
 pub mod immediate_statements;
 pub mod reader;
 pub mod redefinition;
+pub mod scheduler;
 pub mod sequence;
 pub mod spi;
 pub mod stream_graph;
@@ -71,6 +72,13 @@ pub mod stream_wal;
 pub mod validate;
 
 ::pgrx::pg_module_magic!(name, version);
+
+/// Loads the library: the `pg_trickle.*` settings, and the scheduler's launcher when loaded
+/// from `shared_preload_libraries` (spec/stream-tables.md §8).
+#[pg_guard]
+pub extern "C-unwind" fn _PG_init() {
+    crate::scheduler::init();
+}
 
 extension_sql!(
     r#"
@@ -209,7 +217,8 @@ STABLE STRICT LANGUAGE c AS 'MODULE_PATHNAME', 'check_change_buffer_wrapper';
     /// Creates the stream table `name` keeping `query`'s result (spec/stream-tables.md):
     /// checks the query's operators and every identity field first, then creates the
     /// storage (owned by the caller) and its catalog row, and fills it unless `initialize`
-    /// is false. `schedule` is recorded (no scheduler runs it yet). `cdc_mode` says where a
+    /// is false. `schedule` (an interval such as `'2s'`, a cron expression, `'calculated'`,
+    /// or NULL: refreshed by hand) is what the scheduler follows. `cdc_mode` says where a
     /// DIFFERENTIAL stream table's changes come from: `'trigger'` (`capture_table` on each
     /// source) or `'wal'` (the buffers `rowid-cdc --sink postgres:` fills, spec §5.6).
     #[pg_extern(volatile)]
@@ -229,19 +238,21 @@ STABLE STRICT LANGUAGE c AS 'MODULE_PATHNAME', 'check_change_buffer_wrapper';
         crate::stream_table::create(name, query, schedule, mode, initialize.unwrap_or(true), cdc);
     }
 
-    /// Replaces the query and/or the refresh mode of the stream table `name` (NULL: keep),
-    /// everything checked before the old storage is replaced.
+    /// Replaces the query, the refresh mode and/or the CDC mode of the stream table `name`
+    /// (NULL: keep), everything checked before the old storage is replaced; or, given only
+    /// a `schedule`, changes that alone (`'none'`: refreshed by hand from now on).
     #[pg_extern(volatile)]
     fn alter_stream_table(
         name: Option<&str>,
         query: default!(Option<&str>, "NULL"),
         refresh_mode: default!(Option<&str>, "NULL"),
         cdc_mode: default!(Option<&str>, "NULL"),
+        schedule: default!(Option<&str>, "NULL"),
     ) {
         let name = name.unwrap_or_else(|| {
             errors::null_argument("pgtrickle.alter_stream_table", "name is NULL")
         });
-        crate::stream_table::alter(name, query, refresh_mode, cdc_mode);
+        crate::stream_table::alter(name, query, refresh_mode, cdc_mode, schedule);
     }
 
     /// Refreshes the stream table `name` now, as its owner.
@@ -328,8 +339,25 @@ CREATE TABLE pgtrickle.pgt_stream_tables (
     source_shape text NOT NULL,
     last_refresh_at timestamptz,
     last_refresh_ms double precision,
-    rows_changed bigint
+    rows_changed bigint,
+    consecutive_failures integer NOT NULL DEFAULT 0,
+    last_error text,
+    last_failure_at timestamptz
 );
+-- Every refresh a scheduler ran (spec/stream-tables.md §8), the last 100 per stream table.
+CREATE TABLE pgtrickle.pgt_refresh_history (
+    pgt_relid oid NOT NULL,
+    pgt_name text NOT NULL,
+    started_at timestamptz NOT NULL,
+    duration_ms double precision NOT NULL,
+    rows_changed bigint,
+    error text
+);
+CREATE INDEX ON pgtrickle.pgt_refresh_history (pgt_relid, started_at);
+REVOKE ALL ON pgtrickle.pgt_refresh_history FROM PUBLIC;
+GRANT SELECT ON pgtrickle.pgt_refresh_history TO PUBLIC;
+COMMENT ON TABLE pgtrickle.pgt_refresh_history IS
+  'Refreshes run by the pg_trickle schedulers: when, how long, rows changed, the error of a failed one';
 -- The statement each IMMEDIATE stream table applies for a statement on one of its sources
 -- (event i, u, d; a TRUNCATE recomputes with fill_sql).
 CREATE TABLE pgtrickle.pgt_immediate (

@@ -5,12 +5,14 @@
 //! are fixed text with every name qualified, built from OIDs and quoted identifiers. A
 //! failure is an internal error ([`crate::errors::catalog_query`]).
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
 use std::ffi::{CString, c_char};
+use std::rc::Rc;
 
 use pgrx::datum::DatumWithOid;
 use pgrx::prelude::*;
-use pgrx::spi::{SpiError, SpiErrorCodes, SpiHeapTupleData, SpiResult};
+use pgrx::spi::{OwnedPreparedStatement, SpiError, SpiErrorCodes, SpiHeapTupleData, SpiResult};
 
 use crate::errors;
 use crate::guard::with_locked_search_path;
@@ -172,6 +174,56 @@ pub fn rows_mut_map<T>(
     .unwrap_or_else(|e| errors::catalog_query(&e))
 }
 
+/// The most statements [`rows_mut_map_kept`] keeps plans of in one backend (all are freed
+/// when one more comes).
+const KEPT_STATEMENTS: usize = 256;
+
+thread_local! {
+    /// The plans [`rows_mut_map_kept`] keeps, by statement text and parameter types.
+    static KEPT: RefCell<HashMap<String, Rc<OwnedPreparedStatement>>> =
+        RefCell::new(HashMap::new());
+}
+
+/// [`rows_mut_map`], the statement prepared once per backend and its plan kept: for the
+/// statements a backend runs again and again (a refresh's, a scheduler's), whose planning is
+/// much of their cost when there is little to do. PostgreSQL's plan cache plans again after
+/// a DDL of what the statement reads, and under another `search_path`. Whoever executes a
+/// plan holds it, so a plan is never freed while it runs.
+pub fn rows_mut_map_kept<T>(
+    sql: &str,
+    args: &[DatumWithOid<'_>],
+    mut f: impl FnMut(&SpiHeapTupleData<'_>) -> SpiResult<T>,
+) -> Vec<T> {
+    let types: Vec<pg_sys::Oid> = args.iter().map(DatumWithOid::oid).collect();
+    let key = format!("{types:?}{sql}");
+    with_locked_search_path(|| {
+        Spi::connect_mut(|c| {
+            let kept = KEPT.with(|k| k.borrow().get(&key).cloned());
+            let statement = match kept {
+                Some(statement) => statement,
+                None => {
+                    let oids: Vec<PgOid> = types.iter().map(|t| PgOid::from(*t)).collect();
+                    let statement = Rc::new(c.prepare_mut(sql, &oids)?.keep());
+                    KEPT.with(|k| {
+                        let mut k = k.borrow_mut();
+                        if k.len() >= KEPT_STATEMENTS {
+                            k.clear();
+                        }
+                        k.insert(key.clone(), statement.clone());
+                    });
+                    statement
+                }
+            };
+            let mut out = Vec::new();
+            for row in c.update(&*statement, None, args)? {
+                out.push(f(&row)?);
+            }
+            Ok::<_, pgrx::spi::SpiError>(out)
+        })
+    })
+    .unwrap_or_else(|e| errors::catalog_query(&e))
+}
+
 /// Runs the statement `sql` in a statement trigger's call, with the trigger's transition
 /// tables visible to it by the names its `REFERENCING` clause gave them.
 ///
@@ -267,7 +319,7 @@ pub fn prepare_kept(sql: &std::ffi::CStr, types: &[pg_sys::Oid]) -> Option<KeptP
 #[cfg(test)]
 mod tests {
     /// Every module's source, but this one and the tests: no statement may bypass [`super`].
-    const SOURCES: [(&str, &str); 15] = [
+    const SOURCES: [(&str, &str); 18] = [
         ("args.rs", include_str!("args.rs")),
         ("bench.rs", include_str!("bench.rs")),
         ("call_site.rs", include_str!("call_site.rs")),
@@ -279,9 +331,15 @@ mod tests {
         ("fields.rs", include_str!("fields.rs")),
         ("guard.rs", include_str!("guard.rs")),
         ("identity_messages.rs", include_str!("identity_messages.rs")),
+        (
+            "immediate_statements.rs",
+            include_str!("immediate_statements.rs"),
+        ),
         ("lib.rs", include_str!("lib.rs")),
         ("reader.rs", include_str!("reader.rs")),
         ("redefinition.rs", include_str!("redefinition.rs")),
+        ("scheduler.rs", include_str!("scheduler.rs")),
+        ("stream_graph.rs", include_str!("stream_graph.rs")),
         ("validate.rs", include_str!("validate.rs")),
     ];
 

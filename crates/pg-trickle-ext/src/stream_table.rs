@@ -240,6 +240,9 @@ pub fn create(
 ) {
     let mode = mode(CREATE, refresh_mode);
     let cdc = Cdc::parse(CREATE, cdc_mode);
+    if let Some(text) = schedule {
+        crate::scheduler::check_schedule(CREATE, text);
+    }
     if cdc == Cdc::Wal && mode != Mode::Differential {
         errors::refused(
             CREATE,
@@ -403,6 +406,9 @@ pub fn create(
     }
     if initialize {
         refresh_relid(REFRESH, relid);
+    }
+    if schedule.is_some() {
+        crate::scheduler::ensure_running();
     }
 }
 
@@ -615,6 +621,11 @@ pub fn refresh(name: &str) {
     refresh_relid(REFRESH, relid);
 }
 
+/// A scheduler's refresh of `relid` (crate::scheduler): the rows it changed.
+pub fn refresh_scheduled(relid: pg_sys::Oid) -> i64 {
+    refresh_relid(REFRESH, relid)
+}
+
 /// What a refresh statement returns: the new frontier, whether the window needed a full
 /// recomputation instead, and how many stored rows changed (rowid_ivm::delta).
 struct Outcome {
@@ -626,7 +637,8 @@ struct Outcome {
 }
 
 fn run_refresh(sql: &str, args: &[DatumWithOid<'_>]) -> Outcome {
-    spi::rows_mut_map(sql, args, |r| {
+    // Planned once per backend: a refresh with little to do is mostly planning otherwise.
+    spi::rows_mut_map_kept(sql, args, |r| {
         Ok(Outcome {
             snapshot: r.get::<String>(1)?.unwrap_or_default(),
             own_xid: r.get::<i64>(2)?.unwrap_or(0),
@@ -663,7 +675,7 @@ struct Recorded {
 /// recorded versions checked before anything changes, then as its owner: FULL recomputes,
 /// DIFFERENTIAL applies the window past its frontier (or recomputes when the window needs
 /// it), and the catalog records the new frontier.
-fn refresh_relid(function: &str, relid: pg_sys::Oid) {
+fn refresh_relid(function: &str, relid: pg_sys::Oid) -> i64 {
     let owner = owner_checked(function, relid);
     spi::run(
         "SELECT pg_catalog.pg_advisory_xact_lock($1, $2)",
@@ -673,7 +685,7 @@ fn refresh_relid(function: &str, relid: pg_sys::Oid) {
         ],
     );
     let recorded = as_owner(crate::catalog::extension_owner(), || {
-        spi::rows_mut_map(
+        spi::rows_mut_map_kept(
             "SELECT pgt_name, refresh_mode, fill_sql, delta_sql, frontier, frontier_xid, \
                frontier_seq, time_zone, row_identity_version, row_probe_version, \
                defining_query, schedule, search_path, source_shape, sources, cdc_mode \
@@ -735,7 +747,7 @@ fn refresh_relid(function: &str, relid: pg_sys::Oid) {
         // A DDL changed what the definition depends on: rebuilt from its query, read as its
         // creator read it, never refreshed with statements written for the old definition.
         rebuild(&recorded);
-        return;
+        return 0;
     }
     crate::stream_graph::check_upstreams(function, &recorded.sources);
     let differential = recorded.mode == Mode::Differential.name();
@@ -794,6 +806,7 @@ fn refresh_relid(function: &str, relid: pg_sys::Oid) {
             ],
         );
     });
+    outcome.changed
 }
 
 /// Rebuilds the stream table `recorded` describes after a DDL of its sources: its query read
@@ -865,9 +878,33 @@ fn drop_relid(relid: pg_sys::Oid) {
 
 /// `pgtrickle.alter_stream_table`: a new query and/or mode, checked completely before the
 /// old storage is replaced (in the caller's transaction: readers wait for its commit).
-pub fn alter(name: &str, query: Option<&str>, refresh_mode: Option<&str>, cdc_mode: Option<&str>) {
+pub fn alter(
+    name: &str,
+    query: Option<&str>,
+    refresh_mode: Option<&str>,
+    cdc_mode: Option<&str>,
+    new_schedule: Option<&str>,
+) {
     let relid = stream_table(ALTER, name);
     owner_checked(ALTER, relid);
+    if let (None, None, None, Some(text)) = (query, refresh_mode, cdc_mode, new_schedule) {
+        // The schedule alone: the catalog row, nothing rebuilt.
+        let schedule = (!text.eq_ignore_ascii_case("none")).then(|| {
+            crate::scheduler::check_schedule(ALTER, text);
+            text
+        });
+        as_owner(crate::catalog::extension_owner(), || {
+            spi::run(
+                "UPDATE pgtrickle.pgt_stream_tables SET schedule = $2 \
+                 WHERE pgt_relid OPERATOR(pg_catalog.=) $1",
+                &[DatumWithOid::from(relid), DatumWithOid::from(schedule)],
+            );
+        });
+        if schedule.is_some() {
+            crate::scheduler::ensure_running();
+        }
+        return;
+    }
     let current: Option<(String, String, Option<String>, String)> = spi::rows(
         "SELECT defining_query, refresh_mode, schedule, cdc_mode \
          FROM pgtrickle.pgt_stream_tables WHERE pgt_relid OPERATOR(pg_catalog.=) $1",
@@ -892,6 +929,14 @@ pub fn alter(name: &str, query: Option<&str>, refresh_mode: Option<&str>, cdc_mo
     let refresh_mode = refresh_mode.unwrap_or(&old_mode).to_string();
     let cdc_mode = cdc_mode.unwrap_or(&old_cdc).to_string();
     Cdc::parse(ALTER, &cdc_mode);
+    let schedule = match new_schedule {
+        Some(text) if text.eq_ignore_ascii_case("none") => None,
+        Some(text) => {
+            crate::scheduler::check_schedule(ALTER, text);
+            Some(text.to_string())
+        }
+        None => schedule,
+    };
     let time_zone = current_time_zone();
     // Everything checked before anything is dropped.
     let def = define(ALTER, &query, &time_zone, mode(ALTER, &refresh_mode));

@@ -3,8 +3,8 @@
 // keyless chain) in every mix of modes, each level equal to its query and to the identities
 // derived by hand after every round of changes (IMMEDIATE-only graphs after every
 // statement); a stored identity passed through byte for byte; the graph's refusals and
-// cascade. Included into lib.rs's `tests` module after tests_stream.rs (whose sources and
-// helpers it uses).
+// cascade; schedules read and altered. Included into lib.rs's `tests` module after
+// tests_stream.rs (whose sources and helpers it uses).
 
 /// (level, query over the level below, the rows it must hold derived by hand from the
 /// sources: the identity per spec §3 and §7, then the output columns). `{p}` is the
@@ -288,4 +288,76 @@ fn stream_graph_refusals_and_cascade() {
         Spi::get_one::<i64>("SELECT count(*) FROM gr_join WHERE id = 99").expect("n"),
         Some(1)
     );
+}
+
+/// A schedule is read at create (an interval, a cron expression, `calculated`), refused by
+/// name when it is none of them or shorter than `pg_trickle.min_schedule_seconds`, and
+/// changed alone by `alter_stream_table(..., schedule => ...)` without rebuilding the stream
+/// table (`'none'`: by hand from now on). (The scheduler itself needs
+/// `shared_preload_libraries`: crates/rowid-ivm/tests/scheduler.rs.)
+#[pg_test]
+fn stream_schedules_are_read_refused_and_altered() {
+    stream_sources();
+    for (name, schedule) in [("sc_a", "5m"), ("sc_b", "*/10 * * * *"), ("sc_c", "calculated")] {
+        Spi::run(&format!(
+            "SELECT pgtrickle.create_stream_table('{name}', 'SELECT id FROM st_orders',
+               schedule => '{schedule}')"
+        ))
+        .unwrap_or_else(|e| panic!("{schedule}: {e}"));
+    }
+    for (schedule, wanted) in [
+        ("bogus", "is not an interval"),
+        ("500ms", "is not an interval"),
+        ("61 * * * *", "bad minute"),
+        ("0s", "is not an interval"),
+    ] {
+        let err = error_of(
+            None,
+            &format!(
+                "SELECT pgtrickle.create_stream_table('sc_x', 'SELECT id FROM st_orders',
+                   schedule => '{schedule}')"
+            ),
+        )
+        .unwrap_or_else(|| panic!("{schedule} was accepted"));
+        assert!(err.contains("22023") && err.contains(wanted), "{schedule}: {err}");
+    }
+    Spi::run("SET pg_trickle.min_schedule_seconds = 60").expect("set");
+    let err = error_of(
+        None,
+        "SELECT pgtrickle.create_stream_table('sc_x', 'SELECT id FROM st_orders',
+           schedule => '30s')",
+    )
+    .expect("refused");
+    assert!(err.contains("pg_trickle.min_schedule_seconds (60 s)"), "{err}");
+    Spi::run("RESET pg_trickle.min_schedule_seconds").expect("reset");
+    let relid = Spi::get_one::<pg_sys::Oid>("SELECT 'sc_a'::regclass::oid").expect("oid");
+    Spi::run("SELECT pgtrickle.alter_stream_table('sc_a', schedule => '@hourly')").expect("alter");
+    assert_eq!(
+        Spi::get_one::<String>(
+            "SELECT schedule || ' ' || (pgt_relid = 'sc_a'::regclass)::text
+             FROM pgtrickle.pgt_stream_tables WHERE pgt_relid = 'sc_a'::regclass"
+        )
+        .expect("row"),
+        Some("@hourly true".to_string())
+    );
+    assert_eq!(
+        Spi::get_one::<pg_sys::Oid>("SELECT 'sc_a'::regclass::oid").expect("oid"),
+        relid,
+        "the schedule alone rebuilds nothing"
+    );
+    Spi::run("SELECT pgtrickle.alter_stream_table('sc_a', schedule => 'none')").expect("alter");
+    assert_eq!(
+        Spi::get_one::<bool>(
+            "SELECT schedule IS NULL FROM pgtrickle.pgt_stream_tables
+             WHERE pgt_relid = 'sc_a'::regclass"
+        )
+        .expect("row"),
+        Some(true)
+    );
+    let err = error_of(
+        None,
+        "SELECT pgtrickle.alter_stream_table('sc_a', schedule => 'often')",
+    )
+    .expect("refused");
+    assert!(err.contains("\"often\""), "{err}");
 }

@@ -11,11 +11,14 @@
 //!   a FULL refresh stores).
 //!
 //! - [`delta`]: the one-statement DIFFERENTIAL refresh of the operators that have a delta
-//!   rule, and the fill that sets a frontier.
+//!   rule, and the fill that sets a frontier;
+//! - [`schedule`]: the `schedule` of a stream table read, and which stream tables a
+//!   scheduler tick refreshes, in dependency order.
 
 #![forbid(unsafe_code)]
 
 pub mod delta;
 pub mod identity;
 pub mod plan;
+pub mod schedule;
 pub mod sql;
