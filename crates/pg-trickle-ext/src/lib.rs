@@ -235,6 +235,11 @@ STABLE STRICT LANGUAGE c AS 'MODULE_PATHNAME', 'check_change_buffer_wrapper';
         let query = query.unwrap_or_else(|| errors::null_argument(F, "query is NULL"));
         let mode = refresh_mode.unwrap_or_else(|| errors::null_argument(F, "refresh_mode is NULL"));
         let cdc = cdc_mode.unwrap_or_else(|| errors::null_argument(F, "cdc_mode is NULL"));
+        // Checked here, not in the create a rebuild runs again: a recorded schedule stays
+        // valid when pg_trickle.min_schedule_seconds grows.
+        if let Some(text) = schedule {
+            crate::scheduler::check_schedule(F, text);
+        }
         crate::stream_table::create(name, query, schedule, mode, initialize.unwrap_or(true), cdc);
     }
 

@@ -240,9 +240,6 @@ pub fn create(
 ) {
     let mode = mode(CREATE, refresh_mode);
     let cdc = Cdc::parse(CREATE, cdc_mode);
-    if let Some(text) = schedule {
-        crate::scheduler::check_schedule(CREATE, text);
-    }
     if cdc == Cdc::Wal && mode != Mode::Differential {
         errors::refused(
             CREATE,

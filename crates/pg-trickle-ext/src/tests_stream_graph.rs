@@ -329,6 +329,24 @@ fn stream_schedules_are_read_refused_and_altered() {
     )
     .expect("refused");
     assert!(err.contains("pg_trickle.min_schedule_seconds (60 s)"), "{err}");
+    // A recorded schedule stays valid: a rebuild after a source DDL keeps it (a first
+    // version checked it again there and failed the refresh).
+    Spi::run("RESET pg_trickle.min_schedule_seconds").expect("reset");
+    Spi::run(
+        "SELECT pgtrickle.create_stream_table('sc_d', 'SELECT id FROM st_orders',
+           schedule => '5s')",
+    )
+    .expect("create");
+    Spi::run("SET pg_trickle.min_schedule_seconds = 60").expect("set");
+    Spi::run("ALTER TABLE st_orders ADD COLUMN extra int4").expect("ddl");
+    Spi::run("SELECT pgtrickle.refresh_stream_table('sc_d')").expect("the rebuild keeps 5s");
+    assert_eq!(
+        Spi::get_one::<String>(
+            "SELECT schedule FROM pgtrickle.pgt_stream_tables WHERE pgt_relid = 'sc_d'::regclass"
+        )
+        .expect("row"),
+        Some("5s".to_string())
+    );
     Spi::run("RESET pg_trickle.min_schedule_seconds").expect("reset");
     let relid = Spi::get_one::<pg_sys::Oid>("SELECT 'sc_a'::regclass::oid").expect("oid");
     Spi::run("SELECT pgtrickle.alter_stream_table('sc_a', schedule => '@hourly')").expect("alter");

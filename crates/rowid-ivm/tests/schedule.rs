@@ -156,6 +156,18 @@ fn a_failing_stream_table_backs_off_without_holding_the_others() {
     // Three failures in a row: 2^3 times its interval after the last attempt.
     assert_eq!(tick.due, vec![2]);
     assert_eq!(tick.next_ms, Some(NOW - 1_000 + 8_000));
+    // A failing calculated upstream waits too; its due reader goes on alone.
+    let mut upstream = entry(Some(Schedule::Calculated), &[], NOW - 10_000);
+    upstream.failures = 2;
+    upstream.last_failure_ms = Some(NOW - 1_000);
+    let mut calc: BTreeMap<u32, Entry> = BTreeMap::new();
+    calc.insert(1, upstream.clone());
+    calc.insert(2, entry(Some(Schedule::Every(1_000)), &[1], NOW - 2_000));
+    assert_eq!(plan(&calc, NOW, 1_000).due, vec![2]);
+    // 2^2 s after its last attempt it is refreshed before its reader again.
+    upstream.last_failure_ms = Some(NOW - 4_000);
+    calc.insert(1, upstream);
+    assert_eq!(plan(&calc, NOW, 1_000).due, vec![1, 2]);
     // Never longer than the cap.
     failing.failures = 40;
     g.insert(1, failing);
