@@ -23,6 +23,40 @@ COMMENT ON DOMAIN pgtrickle.row_id IS
 --   row_id_domain
 
 
+CREATE FUNCTION pgtrickle.capture_changes() RETURNS trigger
+LANGUAGE c AS 'MODULE_PATHNAME', 'capture_changes';
+COMMENT ON FUNCTION pgtrickle.capture_changes() IS
+  'Trigger: appends each change with its old and new Row Identity V2 to the change buffer named by its argument (pgtrickle.capture_table creates both)';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- requires:
+--   row_id_domain
+
+
+CREATE FUNCTION pgtrickle.encode_row_id_v2(domain text, fields record) RETURNS bytea
+STABLE PARALLEL SAFE LANGUAGE c AS 'MODULE_PATHNAME', 'encode_row_id_v2_wrapper';
+COMMENT ON FUNCTION pgtrickle.encode_row_id_v2(text, record) IS
+  'Row Identity V2 of the record''s fields (spec/wire-format.md)';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- requires:
+--   row_id_domain
+
+
+CREATE FUNCTION pgtrickle.encode_row_id_v2_fields(domain text, VARIADIC fields "any")
+RETURNS bytea STABLE PARALLEL SAFE
+LANGUAGE c AS 'MODULE_PATHNAME', 'encode_row_id_v2_fields';
+COMMENT ON FUNCTION pgtrickle.encode_row_id_v2_fields(text, "any") IS
+  'Row Identity V2 of the arguments, each one field: the bytes of encode_row_id_v2(domain, ROW(...)) without the ROW';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- requires:
+--   row_id_domain
+
+
 -- Stream tables (spec/stream-tables.md §6): one row per stream table, written only by the
 -- extension's functions (as the extension's owner), readable by every role.
 CREATE TABLE pgtrickle.pgt_stream_tables (
@@ -93,36 +127,33 @@ GRANT SELECT ON pgtrickle.pgt_stream_tables TO PUBLIC;
 
 /* <begin connected objects> */
 -- requires:
---   row_id_domain
+--   stream_tables_catalog
 
 
-CREATE FUNCTION pgtrickle.capture_changes() RETURNS trigger
-LANGUAGE c AS 'MODULE_PATHNAME', 'capture_changes';
-COMMENT ON FUNCTION pgtrickle.capture_changes() IS
-  'Trigger: appends each change with its old and new Row Identity V2 to the change buffer named by its argument (pgtrickle.capture_table creates both)';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- requires:
---   row_id_domain
-
-
-CREATE FUNCTION pgtrickle.encode_row_id_v2(domain text, fields record) RETURNS bytea
-STABLE PARALLEL SAFE LANGUAGE c AS 'MODULE_PATHNAME', 'encode_row_id_v2_wrapper';
-COMMENT ON FUNCTION pgtrickle.encode_row_id_v2(text, record) IS
-  'Row Identity V2 of the record''s fields (spec/wire-format.md)';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- requires:
---   row_id_domain
-
-
-CREATE FUNCTION pgtrickle.encode_row_id_v2_fields(domain text, VARIADIC fields "any")
-RETURNS bytea STABLE PARALLEL SAFE
-LANGUAGE c AS 'MODULE_PATHNAME', 'encode_row_id_v2_fields';
-COMMENT ON FUNCTION pgtrickle.encode_row_id_v2_fields(text, "any") IS
-  'Row Identity V2 of the arguments, each one field: the bytes of encode_row_id_v2(domain, ROW(...)) without the ROW';
+-- Every stream table's definition in dependency order (spec/stream-tables.md §7): what it
+-- reads first. Its level is the longest chain of stream tables below it (0: it reads none).
+CREATE FUNCTION pgtrickle.export_stream_tables()
+RETURNS TABLE (step integer, level integer, name text, query text, schedule text,
+               refresh_mode text, cdc_mode text, search_path text)
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+  WITH RECURSIVE chain(relid, depth) AS (
+    SELECT t.pgt_relid, 0 FROM pgtrickle.pgt_stream_tables t
+    UNION ALL
+    SELECT t.pgt_relid, c.depth + 1
+    FROM pgtrickle.pgt_stream_tables t JOIN chain c ON c.relid = ANY (t.sources)
+    WHERE c.depth < 1000
+  ), levels AS (
+    SELECT relid, max(depth) AS level FROM chain GROUP BY relid
+  )
+  SELECT (row_number() OVER (ORDER BY l.level, t.pgt_name))::integer, l.level, t.pgt_name,
+         t.defining_query, t.schedule, t.refresh_mode, t.cdc_mode, t.search_path
+  FROM pgtrickle.pgt_stream_tables t JOIN levels l ON l.relid = t.pgt_relid
+  ORDER BY l.level, t.pgt_name
+$$;
+COMMENT ON FUNCTION pgtrickle.export_stream_tables() IS
+  'Every stream table''s definition (query, schedule, modes, the creator''s search_path), each after the stream tables it reads';
 /* </end connected objects> */
 
 /* <begin connected objects> */
@@ -130,39 +161,14 @@ CREATE SCHEMA IF NOT EXISTS pgtrickle; /* pg_trickle_ext::pgtrickle */
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- pg_trickle_ext::pgtrickle::follow_source_ddl
-CREATE  FUNCTION pgtrickle."follow_source_ddl"(
-	"sources" oid[] /* Vec < pg_sys :: Oid > */
+-- pg_trickle_ext::pgtrickle::write_published_identity_schemas
+CREATE  FUNCTION pgtrickle."write_published_identity_schemas"(
+	"candidates" oid[], /* Vec < pg_sys :: Oid > */
+	"publishing" oid[] /* Vec < pg_sys :: Oid > */
 ) RETURNS INT /* i32 */
 STRICT VOLATILE
 LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'follow_source_ddl_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- pg_trickle_ext::pgtrickle::create_stream_table
-CREATE  FUNCTION pgtrickle."create_stream_table"(
-	"name" TEXT, /* Option < & str > */
-	"query" TEXT, /* Option < & str > */
-	"schedule" TEXT DEFAULT NULL, /* Option < & str > */
-	"refresh_mode" TEXT DEFAULT 'DIFFERENTIAL', /* Option < & str > */
-	"initialize" bool DEFAULT true, /* Option < bool > */
-	"cdc_mode" TEXT DEFAULT 'trigger' /* Option < & str > */
-) RETURNS void
-VOLATILE
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'create_stream_table_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- pg_trickle_ext::pgtrickle::drop_stream_table
-CREATE  FUNCTION pgtrickle."drop_stream_table"(
-	"name" TEXT, /* & str */
-	"cascade" bool DEFAULT false /* bool */
-) RETURNS void
-STRICT VOLATILE
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'drop_stream_table_wrapper';
+AS 'MODULE_PATHNAME', 'write_published_identity_schemas_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
@@ -187,33 +193,6 @@ AS 'MODULE_PATHNAME', 'validate_identity_fields_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- pg_trickle_ext::pgtrickle::row_probe_v1
-CREATE  FUNCTION pgtrickle."row_probe_v1"(
-	"id" bytea /* & [u8] */
-) RETURNS bytea /* Vec < u8 > */
-IMMUTABLE STRICT PARALLEL SAFE
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'row_probe_v1_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- pg_trickle_ext::pgtrickle::refresh_stream_table
-CREATE  FUNCTION pgtrickle."refresh_stream_table"(
-	"name" TEXT /* & str */
-) RETURNS void
-STRICT VOLATILE
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'refresh_stream_table_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- pg_trickle_ext::pgtrickle::check_change_buffer
-
-CREATE FUNCTION pgtrickle.check_change_buffer(buffer regclass) RETURNS boolean
-STABLE STRICT LANGUAGE c AS 'MODULE_PATHNAME', 'check_change_buffer_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
 -- pg_trickle_ext::validate::validate_source_identity
 CREATE  FUNCTION pgtrickle."validate_source_identity"(
 	"rel" oid, /* pg_sys :: Oid */
@@ -234,6 +213,44 @@ AS 'MODULE_PATHNAME', 'validate_source_identity_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
+-- pg_trickle_ext::pgtrickle::capture_table
+
+CREATE FUNCTION pgtrickle.capture_table(source regclass) RETURNS text
+VOLATILE STRICT LANGUAGE c AS 'MODULE_PATHNAME', 'capture_table_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- pg_trickle_ext::pgtrickle::drop_stream_table
+CREATE  FUNCTION pgtrickle."drop_stream_table"(
+	"name" TEXT, /* & str */
+	"cascade" bool DEFAULT false /* bool */
+) RETURNS void
+STRICT VOLATILE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'drop_stream_table_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- pg_trickle_ext::pgtrickle::follow_source_ddl
+CREATE  FUNCTION pgtrickle."follow_source_ddl"(
+	"sources" oid[] /* Vec < pg_sys :: Oid > */
+) RETURNS INT /* i32 */
+STRICT VOLATILE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'follow_source_ddl_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- pg_trickle_ext::pgtrickle::refresh_stream_table
+CREATE  FUNCTION pgtrickle."refresh_stream_table"(
+	"name" TEXT /* & str */
+) RETURNS void
+STRICT VOLATILE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'refresh_stream_table_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
 -- pg_trickle_ext::pgtrickle::alter_stream_table
 CREATE  FUNCTION pgtrickle."alter_stream_table"(
 	"name" TEXT, /* Option < & str > */
@@ -248,6 +265,32 @@ AS 'MODULE_PATHNAME', 'alter_stream_table_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
+-- pg_trickle_ext::pgtrickle::note_table_rewrite
+CREATE  FUNCTION pgtrickle."note_table_rewrite"(
+	"rel" oid, /* pg_sys :: Oid */
+	"reason" INT /* i32 */
+) RETURNS void
+STRICT VOLATILE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'note_table_rewrite_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- pg_trickle_ext::pgtrickle::create_stream_table
+CREATE  FUNCTION pgtrickle."create_stream_table"(
+	"name" TEXT, /* Option < & str > */
+	"query" TEXT, /* Option < & str > */
+	"schedule" TEXT DEFAULT NULL, /* Option < & str > */
+	"refresh_mode" TEXT DEFAULT 'DIFFERENTIAL', /* Option < & str > */
+	"initialize" bool DEFAULT true, /* Option < bool > */
+	"cdc_mode" TEXT DEFAULT 'trigger' /* Option < & str > */
+) RETURNS void
+VOLATILE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'create_stream_table_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
 -- pg_trickle_ext::pgtrickle::write_identity_schemas
 CREATE  FUNCTION pgtrickle."write_identity_schemas"(
 	"relids" oid[] /* Vec < pg_sys :: Oid > */
@@ -258,14 +301,13 @@ AS 'MODULE_PATHNAME', 'write_identity_schemas_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- pg_trickle_ext::pgtrickle::write_published_identity_schemas
-CREATE  FUNCTION pgtrickle."write_published_identity_schemas"(
-	"candidates" oid[], /* Vec < pg_sys :: Oid > */
-	"publishing" oid[] /* Vec < pg_sys :: Oid > */
-) RETURNS INT /* i32 */
-STRICT VOLATILE
+-- pg_trickle_ext::pgtrickle::row_id_describe
+CREATE  FUNCTION pgtrickle."row_id_describe"(
+	"id" bytea /* & [u8] */
+) RETURNS TEXT /* String */
+IMMUTABLE STRICT PARALLEL SAFE
 LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'write_published_identity_schemas_wrapper';
+AS 'MODULE_PATHNAME', 'row_id_describe_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
@@ -279,10 +321,13 @@ AS 'MODULE_PATHNAME', 'row_id_fingerprint_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- pg_trickle_ext::pgtrickle::capture_table
-
-CREATE FUNCTION pgtrickle.capture_table(source regclass) RETURNS text
-VOLATILE STRICT LANGUAGE c AS 'MODULE_PATHNAME', 'capture_table_wrapper';
+-- pg_trickle_ext::pgtrickle::row_probe_v1
+CREATE  FUNCTION pgtrickle."row_probe_v1"(
+	"id" bytea /* & [u8] */
+) RETURNS bytea /* Vec < u8 > */
+IMMUTABLE STRICT PARALLEL SAFE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'row_probe_v1_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
@@ -293,17 +338,6 @@ CREATE  FUNCTION pgtrickle."identity_schema"(
 STRICT STABLE
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', 'identity_schema_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- pg_trickle_ext::pgtrickle::note_table_rewrite
-CREATE  FUNCTION pgtrickle."note_table_rewrite"(
-	"rel" oid, /* pg_sys :: Oid */
-	"reason" INT /* i32 */
-) RETURNS void
-STRICT VOLATILE
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'note_table_rewrite_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
@@ -703,13 +737,10 @@ ALTER EVENT TRIGGER pgtrickle_capture_rewrite ENABLE ALWAYS;
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- pg_trickle_ext::pgtrickle::row_id_describe
-CREATE  FUNCTION pgtrickle."row_id_describe"(
-	"id" bytea /* & [u8] */
-) RETURNS TEXT /* String */
-IMMUTABLE STRICT PARALLEL SAFE
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'row_id_describe_wrapper';
+-- pg_trickle_ext::pgtrickle::check_change_buffer
+
+CREATE FUNCTION pgtrickle.check_change_buffer(buffer regclass) RETURNS boolean
+STABLE STRICT LANGUAGE c AS 'MODULE_PATHNAME', 'check_change_buffer_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */

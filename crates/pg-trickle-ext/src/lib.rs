@@ -388,6 +388,37 @@ GRANT SELECT ON pgtrickle.pgt_stream_tables TO PUBLIC;
 );
 
 extension_sql!(
+    r#"
+-- Every stream table's definition in dependency order (spec/stream-tables.md §7): what it
+-- reads first. Its level is the longest chain of stream tables below it (0: it reads none).
+CREATE FUNCTION pgtrickle.export_stream_tables()
+RETURNS TABLE (step integer, level integer, name text, query text, schedule text,
+               refresh_mode text, cdc_mode text, search_path text)
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+  WITH RECURSIVE chain(relid, depth) AS (
+    SELECT t.pgt_relid, 0 FROM pgtrickle.pgt_stream_tables t
+    UNION ALL
+    SELECT t.pgt_relid, c.depth + 1
+    FROM pgtrickle.pgt_stream_tables t JOIN chain c ON c.relid = ANY (t.sources)
+    WHERE c.depth < 1000
+  ), levels AS (
+    SELECT relid, max(depth) AS level FROM chain GROUP BY relid
+  )
+  SELECT (row_number() OVER (ORDER BY l.level, t.pgt_name))::integer, l.level, t.pgt_name,
+         t.defining_query, t.schedule, t.refresh_mode, t.cdc_mode, t.search_path
+  FROM pgtrickle.pgt_stream_tables t JOIN levels l ON l.relid = t.pgt_relid
+  ORDER BY l.level, t.pgt_name
+$$;
+COMMENT ON FUNCTION pgtrickle.export_stream_tables() IS
+  'Every stream table''s definition (query, schedule, modes, the creator''s search_path), each after the stream tables it reads';
+"#,
+    name = "export_stream_tables",
+    requires = ["stream_tables_catalog"]
+);
+
+extension_sql!(
     "REVOKE EXECUTE ON FUNCTION pgtrickle.row_id_describe(bytea) FROM PUBLIC;",
     name = "revoke_describe",
     finalize

@@ -379,3 +379,69 @@ fn stream_schedules_are_read_refused_and_altered() {
     .expect("refused");
     assert!(err.contains("\"often\""), "{err}");
 }
+
+/// `export_stream_tables` lists every definition with what it reads first, and that order
+/// is enough to build the graph again: dropped (cascade) and created from the export in its
+/// order, each stream table holds what it held.
+#[pg_test]
+fn stream_export_lists_definitions_in_dependency_order() {
+    stream_sources();
+    for (name, query, schedule) in [
+        ("ex_zbase", "SELECT id, customer, amount FROM st_orders", "'calculated'"),
+        ("ex_other", "SELECT cid, name FROM st_customers", "NULL"),
+    ] {
+        Spi::run(&format!(
+            "SELECT pgtrickle.create_stream_table('{name}', '{query}', schedule => {schedule})"
+        ))
+        .expect("create");
+    }
+    Spi::run(
+        "SELECT pgtrickle.create_stream_table('ex_mid',
+           'SELECT z.customer, count(*) AS n FROM ex_zbase z JOIN ex_other o
+              ON o.cid = z.customer GROUP BY z.customer', schedule => 'calculated');
+         SELECT pgtrickle.create_stream_table('ex_top',
+           'SELECT customer, n FROM ex_mid WHERE n > 0', schedule => '1m');",
+    )
+    .expect("readers");
+    let order = Spi::get_one::<String>(
+        "SELECT string_agg(step || ':' || level || ':' || name || ':' ||
+                           coalesce(schedule, '-'), ' ' ORDER BY step)
+         FROM pgtrickle.export_stream_tables()",
+    )
+    .expect("export");
+    assert_eq!(
+        order.as_deref(),
+        Some(
+            "1:0:\"public\".\"ex_other\":- 2:0:\"public\".\"ex_zbase\":calculated \
+             3:1:\"public\".\"ex_mid\":calculated 4:2:\"public\".\"ex_top\":1m"
+        )
+    );
+    let before = Spi::get_one::<String>(
+        "SELECT string_agg(customer || '=' || n, ',' ORDER BY customer) FROM ex_top",
+    )
+    .expect("rows");
+    // Built again from the export, in its order.
+    Spi::run(
+        "CREATE TEMP TABLE ex_saved AS SELECT * FROM pgtrickle.export_stream_tables();
+         SELECT pgtrickle.drop_stream_table('ex_zbase', cascade => true);
+         SELECT pgtrickle.drop_stream_table('ex_other', cascade => true);
+         DO $$ DECLARE d record; BEGIN
+           FOR d IN SELECT * FROM ex_saved ORDER BY step LOOP
+             PERFORM pgtrickle.create_stream_table(d.name, d.query, d.schedule,
+                       d.refresh_mode, true, d.cdc_mode);
+           END LOOP;
+         END $$;",
+    )
+    .expect("rebuilt from the export");
+    assert_eq!(
+        Spi::get_one::<String>(
+            "SELECT string_agg(customer || '=' || n, ',' ORDER BY customer) FROM ex_top"
+        )
+        .expect("rows"),
+        before
+    );
+    assert_eq!(
+        Spi::get_one::<i64>("SELECT count(*) FROM pgtrickle.pgt_stream_tables").expect("n"),
+        Some(4)
+    );
+}
