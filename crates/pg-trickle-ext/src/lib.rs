@@ -241,6 +241,9 @@ STABLE STRICT LANGUAGE c AS 'MODULE_PATHNAME', 'check_change_buffer_wrapper';
             crate::scheduler::check_schedule(F, text);
         }
         crate::stream_table::create(name, query, schedule, mode, initialize.unwrap_or(true), cdc);
+        if schedule.is_some() {
+            crate::scheduler::ensure_running();
+        }
     }
 
     /// Replaces the query, the refresh mode and/or the CDC mode of the stream table `name`
@@ -257,7 +260,15 @@ STABLE STRICT LANGUAGE c AS 'MODULE_PATHNAME', 'check_change_buffer_wrapper';
         let name = name.unwrap_or_else(|| {
             errors::null_argument("pgtrickle.alter_stream_table", "name is NULL")
         });
+        // A new schedule is checked here (the scheduler reads what stream_table records).
+        let scheduled = schedule.filter(|s| !s.eq_ignore_ascii_case("none"));
+        if let Some(text) = scheduled {
+            crate::scheduler::check_schedule("pgtrickle.alter_stream_table", text);
+        }
         crate::stream_table::alter(name, query, refresh_mode, cdc_mode, schedule);
+        if scheduled.is_some() {
+            crate::scheduler::ensure_running();
+        }
     }
 
     /// Refreshes the stream table `name` now, as its owner.

@@ -404,9 +404,6 @@ pub fn create(
     if initialize {
         refresh_relid(REFRESH, relid);
     }
-    if schedule.is_some() {
-        crate::scheduler::ensure_running();
-    }
 }
 
 /// Each OID of `oids` once, in order.
@@ -886,10 +883,8 @@ pub fn alter(
     owner_checked(ALTER, relid);
     if let (None, None, None, Some(text)) = (query, refresh_mode, cdc_mode, new_schedule) {
         // The schedule alone: the catalog row, nothing rebuilt.
-        let schedule = (!text.eq_ignore_ascii_case("none")).then(|| {
-            crate::scheduler::check_schedule(ALTER, text);
-            text
-        });
+        // Checked by the caller (lib.rs).
+        let schedule = (!text.eq_ignore_ascii_case("none")).then_some(text);
         as_owner(crate::catalog::extension_owner(), || {
             spi::run(
                 "UPDATE pgtrickle.pgt_stream_tables SET schedule = $2 \
@@ -897,9 +892,6 @@ pub fn alter(
                 &[DatumWithOid::from(relid), DatumWithOid::from(schedule)],
             );
         });
-        if schedule.is_some() {
-            crate::scheduler::ensure_running();
-        }
         return;
     }
     let current: Option<(String, String, Option<String>, String)> = spi::rows(
@@ -928,10 +920,7 @@ pub fn alter(
     Cdc::parse(ALTER, &cdc_mode);
     let schedule = match new_schedule {
         Some(text) if text.eq_ignore_ascii_case("none") => None,
-        Some(text) => {
-            crate::scheduler::check_schedule(ALTER, text);
-            Some(text.to_string())
-        }
+        Some(text) => Some(text.to_string()),
         None => schedule,
     };
     let time_zone = current_time_zone();
