@@ -102,6 +102,9 @@ fn server_checks(major: u32, source: pg::Source) -> Result<Counts, String> {
             // The scheduler (a cluster of its own, preloading the extension): a graph kept
             // exact on schedule through failures and a SIGKILL mid-refresh.
             ("rowid-ivm", "scheduler", Edges),
+            // Rebuilds (a cluster of its own): a graph rebuilt after a SIGKILL halfway
+            // through a rebuild, equal to a fresh build.
+            ("rowid-ivm", "rebuild", Edges),
             // Identity schemas in-band: the event trigger's messages read back from a slot.
             ("rowid-cdc", "in_band", Every),
             // The rowid-cdc command on a live slot, killed and restarted during a workload.

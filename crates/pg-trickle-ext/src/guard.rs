@@ -23,8 +23,12 @@
 //! captured row, a third of the trigger's cost (benches/RESULTS.md, issue 20).
 
 use std::ffi::{CStr, CString};
+use std::panic::AssertUnwindSafe;
 
+use pgrx::PgTryBuilder;
 use pgrx::pg_sys;
+use pgrx::pg_sys::errcodes::PgSqlErrorCode;
+use pgrx::pg_sys::panic::CaughtError;
 
 /// The search path every statement of the extension runs with.
 pub const LOCKED_SEARCH_PATH: &CStr = c"pg_catalog, pg_temp";
@@ -101,4 +105,60 @@ pub fn with_pinned_settings<R>(time_zone: &str, f: impl FnOnce() -> R) -> R {
     let mut settings = PINNED_SETTINGS.to_vec();
     settings.push((c"TimeZone", zone.as_c_str()));
     with_settings(&settings, f)
+}
+
+/// What [`subtransaction`] does with the work of `f` when it succeeds.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Outcome {
+    /// Released into the enclosing transaction.
+    Keep,
+    /// Rolled back: a trial whose only result is whether it raised.
+    Discard,
+}
+
+/// Runs `f` in a subtransaction, as PL/pgSQL runs a block with an `EXCEPTION` clause: its
+/// work kept or discarded on success as `outcome` says, always rolled back when it raises,
+/// and the error it raised returned as its message (and detail) instead of aborting the
+/// caller's transaction. A query cancel or termination is raised again after the rollback:
+/// it is never a result.
+pub fn subtransaction<R>(outcome: Outcome, f: impl FnOnce() -> R) -> Result<R, String> {
+    // SAFETY: in a transaction (every caller is a SQL function); the subtransaction begun
+    // here is ended below on every path, and the memory context and resource owner restored
+    // as PL/pgSQL's exec_stmt_block restores them.
+    let (context, owner) = unsafe {
+        let saved = (pg_sys::CurrentMemoryContext, pg_sys::CurrentResourceOwner);
+        pg_sys::BeginInternalSubTransaction(std::ptr::null());
+        pg_sys::MemoryContextSwitchTo(saved.0);
+        saved
+    };
+    let result: Result<R, Box<CaughtError>> = PgTryBuilder::new(AssertUnwindSafe(|| Ok(f())))
+        .catch_others(|caught| Err(Box::new(caught)))
+        .execute();
+    // SAFETY: ends the subtransaction begun above (pgrx flushed the error state of a caught
+    // error); back in the caller's memory context and resource owner.
+    unsafe {
+        if result.is_ok() && outcome == Outcome::Keep {
+            pg_sys::ReleaseCurrentSubTransaction();
+        } else {
+            pg_sys::RollbackAndReleaseCurrentSubTransaction();
+        }
+        pg_sys::MemoryContextSwitchTo(context);
+        pg_sys::CurrentResourceOwner = owner;
+    }
+    result.map_err(|caught| {
+        let report = match caught.as_ref() {
+            CaughtError::PostgresError(r) | CaughtError::ErrorReport(r) => r,
+            CaughtError::RustPanic { ereport, .. } => ereport,
+        };
+        if matches!(
+            report.sql_error_code(),
+            PgSqlErrorCode::ERRCODE_QUERY_CANCELED | PgSqlErrorCode::ERRCODE_ADMIN_SHUTDOWN
+        ) {
+            (*caught).rethrow();
+        }
+        match report.detail() {
+            Some(detail) => format!("{} ({detail})", report.message()),
+            None => report.message().to_string(),
+        }
+    })
 }

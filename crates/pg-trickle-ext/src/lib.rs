@@ -41,8 +41,9 @@
 //! - stream tables (spec/stream-tables.md; [`stream_query`] reads the query, [`stream_table`]
 //!   keeps them): `create_stream_table(name, query, schedule, refresh_mode, initialize,
 //!   cdc_mode)`, `alter_stream_table(name, query, refresh_mode, cdc_mode)`,
-//!   `refresh_stream_table(name)`, `drop_stream_table(name, cascade)` and the catalog
-//!   `pgt_stream_tables`.
+//!   `refresh_stream_table(name)`, `drop_stream_table(name, cascade)`,
+//!   `export_stream_tables()`, `rebuild_stream_tables(dry_run)` ([`stream_rebuild`]) and the
+//!   catalog `pgt_stream_tables`.
 
 use pgrx::prelude::*;
 
@@ -67,6 +68,7 @@ pub mod spi;
 pub mod stream_graph;
 pub mod stream_immediate;
 pub mod stream_query;
+pub mod stream_rebuild;
 pub mod stream_table;
 pub mod stream_wal;
 pub mod validate;
@@ -282,6 +284,38 @@ STABLE STRICT LANGUAGE c AS 'MODULE_PATHNAME', 'check_change_buffer_wrapper';
     #[pg_extern(volatile, strict)]
     fn drop_stream_table(name: &str, cascade: default!(bool, false)) {
         crate::stream_table::drop(name, cascade);
+    }
+
+    /// Rebuilds every stream table (spec/stream-tables.md §7.3): a preflight that tries the
+    /// whole rebuild and rolls it back reports each one that cannot be rebuilt, and refuses
+    /// before anything changes; then, in the caller's transaction, each is dropped (the
+    /// readers first) and created again in dependency order, as its owner, with a fresh
+    /// initial refresh and what it carried (privileges, comments, indexes, publications).
+    /// `dry_run` reports what would happen and changes nothing.
+    // pgrx needs the TableIterator row spelled out in the signature (no type alias).
+    #[allow(clippy::type_complexity)]
+    #[pg_extern(volatile)]
+    fn rebuild_stream_tables(
+        dry_run: default!(Option<bool>, false),
+    ) -> TableIterator<
+        'static,
+        (
+            name!(step, i32),
+            name!(level, i32),
+            name!(name, String),
+            name!(action, String),
+            name!(detail, String),
+        ),
+    > {
+        let dry_run = dry_run.unwrap_or_else(|| {
+            errors::null_argument("pgtrickle.rebuild_stream_tables", "dry_run is NULL")
+        });
+        let steps = crate::stream_rebuild::rebuild_all(dry_run);
+        TableIterator::new(
+            steps
+                .into_iter()
+                .map(|s| (s.step, s.level, s.name, s.action.to_string(), s.detail)),
+        )
     }
 
     /// Length and a 32-bit digest prefix: identifies an identity in logs without revealing it.
@@ -845,6 +879,7 @@ mod tests {
     include!("tests_stream.rs");
     include!("tests_stream_oracle.rs");
     include!("tests_stream_graph.rs");
+    include!("tests_stream_rebuild.rs");
 }
 
 /// pgrx test harness hooks.

@@ -856,6 +856,13 @@ pub fn drop(name: &str, cascade: bool) {
     drop_relid(relid);
 }
 
+/// Drops the stream table `relid` for `pgtrickle.rebuild_stream_tables` (its readers are
+/// dropped first by the caller), when the caller may.
+pub fn drop_for_rebuild(function: &str, relid: pg_sys::Oid) {
+    owner_checked(function, relid);
+    drop_relid(relid);
+}
+
 /// Drops the stream table `relid` (the caller checked it may): the triggers its IMMEDIATE
 /// maintenance placed on its sources, the storage and the catalog row.
 fn drop_relid(relid: pg_sys::Oid) {
