@@ -105,6 +105,9 @@ fn server_checks(major: u32, source: pg::Source) -> Result<Counts, String> {
             // Rebuilds (a cluster of its own): a graph rebuilt after a SIGKILL halfway
             // through a rebuild, equal to a fresh build.
             ("rowid-ivm", "rebuild", Edges),
+            // Publishing (two clusters of its own): a PostgreSQL subscriber's copy of stream
+            // tables of every index class equal to them through a workload.
+            ("rowid-ivm", "publish", Edges),
             // Identity schemas in-band: the event trigger's messages read back from a slot.
             ("rowid-cdc", "in_band", Every),
             // The rowid-cdc command on a live slot, killed and restarted during a workload.

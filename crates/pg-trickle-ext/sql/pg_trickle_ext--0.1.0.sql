@@ -23,6 +23,17 @@ COMMENT ON DOMAIN pgtrickle.row_id IS
 --   row_id_domain
 
 
+CREATE FUNCTION pgtrickle.encode_row_id_v2(domain text, fields record) RETURNS bytea
+STABLE PARALLEL SAFE LANGUAGE c AS 'MODULE_PATHNAME', 'encode_row_id_v2_wrapper';
+COMMENT ON FUNCTION pgtrickle.encode_row_id_v2(text, record) IS
+  'Row Identity V2 of the record''s fields (spec/wire-format.md)';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- requires:
+--   row_id_domain
+
+
 CREATE FUNCTION pgtrickle.encode_row_id_v2_fields(domain text, VARIADIC fields "any")
 RETURNS bytea STABLE PARALLEL SAFE
 LANGUAGE c AS 'MODULE_PATHNAME', 'encode_row_id_v2_fields';
@@ -39,17 +50,6 @@ CREATE FUNCTION pgtrickle.capture_changes() RETURNS trigger
 LANGUAGE c AS 'MODULE_PATHNAME', 'capture_changes';
 COMMENT ON FUNCTION pgtrickle.capture_changes() IS
   'Trigger: appends each change with its old and new Row Identity V2 to the change buffer named by its argument (pgtrickle.capture_table creates both)';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- requires:
---   row_id_domain
-
-
-CREATE FUNCTION pgtrickle.encode_row_id_v2(domain text, fields record) RETURNS bytea
-STABLE PARALLEL SAFE LANGUAGE c AS 'MODULE_PATHNAME', 'encode_row_id_v2_wrapper';
-COMMENT ON FUNCTION pgtrickle.encode_row_id_v2(text, record) IS
-  'Row Identity V2 of the record''s fields (spec/wire-format.md)';
 /* </end connected objects> */
 
 /* <begin connected objects> */
@@ -161,6 +161,23 @@ CREATE SCHEMA IF NOT EXISTS pgtrickle; /* pg_trickle_ext::pgtrickle */
 /* </end connected objects> */
 
 /* <begin connected objects> */
+-- pg_trickle_ext::pgtrickle::check_change_buffer
+
+CREATE FUNCTION pgtrickle.check_change_buffer(buffer regclass) RETURNS boolean
+STABLE STRICT LANGUAGE c AS 'MODULE_PATHNAME', 'check_change_buffer_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- pg_trickle_ext::pgtrickle::refresh_stream_table
+CREATE  FUNCTION pgtrickle."refresh_stream_table"(
+	"name" TEXT /* & str */
+) RETURNS void
+STRICT VOLATILE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'refresh_stream_table_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
 -- pg_trickle_ext::pgtrickle::capture_table
 
 CREATE FUNCTION pgtrickle.capture_table(source regclass) RETURNS text
@@ -168,20 +185,23 @@ VOLATILE STRICT LANGUAGE c AS 'MODULE_PATHNAME', 'capture_table_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- pg_trickle_ext::pgtrickle::identity_schema
-CREATE  FUNCTION pgtrickle."identity_schema"(
-	"rel" oid /* pg_sys :: Oid */
-) RETURNS TEXT /* String */
-STRICT STABLE
+-- pg_trickle_ext::pgtrickle::row_probe_v1
+CREATE  FUNCTION pgtrickle."row_probe_v1"(
+	"id" bytea /* & [u8] */
+) RETURNS bytea /* Vec < u8 > */
+IMMUTABLE STRICT PARALLEL SAFE
 LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'identity_schema_wrapper';
+AS 'MODULE_PATHNAME', 'row_probe_v1_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- pg_trickle_ext::pgtrickle::check_change_buffer
-
-CREATE FUNCTION pgtrickle.check_change_buffer(buffer regclass) RETURNS boolean
-STABLE STRICT LANGUAGE c AS 'MODULE_PATHNAME', 'check_change_buffer_wrapper';
+-- pg_trickle_ext::pgtrickle::row_id_fingerprint
+CREATE  FUNCTION pgtrickle."row_id_fingerprint"(
+	"id" bytea /* & [u8] */
+) RETURNS TEXT /* String */
+IMMUTABLE STRICT PARALLEL SAFE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'row_id_fingerprint_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
@@ -200,13 +220,81 @@ AS 'MODULE_PATHNAME', 'create_stream_table_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- pg_trickle_ext::pgtrickle::row_probe_v1
-CREATE  FUNCTION pgtrickle."row_probe_v1"(
+-- pg_trickle_ext::pgtrickle::write_identity_schemas
+CREATE  FUNCTION pgtrickle."write_identity_schemas"(
+	"relids" oid[] /* Vec < pg_sys :: Oid > */
+) RETURNS INT /* i32 */
+STRICT VOLATILE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'write_identity_schemas_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- pg_trickle_ext::pgtrickle::rebuild_stream_tables
+CREATE  FUNCTION pgtrickle."rebuild_stream_tables"(
+	"dry_run" bool DEFAULT false /* Option < bool > */
+) RETURNS TABLE (
+	"step" INT,  /* i32 */
+	"level" INT,  /* i32 */
+	"name" TEXT,  /* String */
+	"action" TEXT,  /* String */
+	"detail" TEXT  /* String */
+)
+VOLATILE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'rebuild_stream_tables_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- pg_trickle_ext::pgtrickle::note_table_rewrite
+CREATE  FUNCTION pgtrickle."note_table_rewrite"(
+	"rel" oid, /* pg_sys :: Oid */
+	"reason" INT /* i32 */
+) RETURNS void
+STRICT VOLATILE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'note_table_rewrite_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- pg_trickle_ext::validate::validate_identity_fields
+CREATE  FUNCTION pgtrickle."validate_identity_fields"(
+	"domain" TEXT, /* & str */
+	"types" oid[], /* Vec < pg_sys :: Oid > */
+	"typmods" INT[] DEFAULT NULL, /* :: std :: option :: Option < Vec < i32 > > */
+	"collations" oid[] DEFAULT NULL, /* :: std :: option :: Option < Vec < pg_sys :: Oid > > */
+	"uniqueness" TEXT DEFAULT 'unique', /* & str */
+	"mode" TEXT DEFAULT 'refresh' /* & str */
+) RETURNS TABLE (
+	"max_identity_bytes" bigint,  /* Option < i64 > */
+	"index_class" TEXT,  /* String */
+	"order_preserving" bool,  /* bool */
+	"volatility" TEXT,  /* String */
+	"invalidations" TEXT[]  /* Vec < String > */
+)
+STABLE PARALLEL SAFE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'validate_identity_fields_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- pg_trickle_ext::pgtrickle::row_id_describe
+CREATE  FUNCTION pgtrickle."row_id_describe"(
 	"id" bytea /* & [u8] */
-) RETURNS bytea /* Vec < u8 > */
+) RETURNS TEXT /* String */
 IMMUTABLE STRICT PARALLEL SAFE
 LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'row_probe_v1_wrapper';
+AS 'MODULE_PATHNAME', 'row_id_describe_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- pg_trickle_ext::pgtrickle::identity_schema
+CREATE  FUNCTION pgtrickle."identity_schema"(
+	"rel" oid /* pg_sys :: Oid */
+) RETURNS TEXT /* String */
+STRICT STABLE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'identity_schema_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
@@ -241,78 +329,6 @@ CREATE  FUNCTION pgtrickle."validate_source_identity"(
 STRICT STABLE 
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', 'validate_source_identity_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- pg_trickle_ext::pgtrickle::note_table_rewrite
-CREATE  FUNCTION pgtrickle."note_table_rewrite"(
-	"rel" oid, /* pg_sys :: Oid */
-	"reason" INT /* i32 */
-) RETURNS void
-STRICT VOLATILE
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'note_table_rewrite_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- pg_trickle_ext::pgtrickle::row_id_describe
-CREATE  FUNCTION pgtrickle."row_id_describe"(
-	"id" bytea /* & [u8] */
-) RETURNS TEXT /* String */
-IMMUTABLE STRICT PARALLEL SAFE
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'row_id_describe_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- pg_trickle_ext::pgtrickle::follow_source_ddl
-CREATE  FUNCTION pgtrickle."follow_source_ddl"(
-	"sources" oid[] /* Vec < pg_sys :: Oid > */
-) RETURNS INT /* i32 */
-STRICT VOLATILE
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'follow_source_ddl_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- pg_trickle_ext::pgtrickle::row_id_fingerprint
-CREATE  FUNCTION pgtrickle."row_id_fingerprint"(
-	"id" bytea /* & [u8] */
-) RETURNS TEXT /* String */
-IMMUTABLE STRICT PARALLEL SAFE
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'row_id_fingerprint_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- pg_trickle_ext::pgtrickle::drop_stream_table
-CREATE  FUNCTION pgtrickle."drop_stream_table"(
-	"name" TEXT, /* & str */
-	"cascade" bool DEFAULT false /* bool */
-) RETURNS void
-STRICT VOLATILE
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'drop_stream_table_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- pg_trickle_ext::pgtrickle::refresh_stream_table
-CREATE  FUNCTION pgtrickle."refresh_stream_table"(
-	"name" TEXT /* & str */
-) RETURNS void
-STRICT VOLATILE
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'refresh_stream_table_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- pg_trickle_ext::pgtrickle::write_identity_schemas
-CREATE  FUNCTION pgtrickle."write_identity_schemas"(
-	"relids" oid[] /* Vec < pg_sys :: Oid > */
-) RETURNS INT /* i32 */
-STRICT VOLATILE
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'write_identity_schemas_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
@@ -694,6 +710,16 @@ COMMENT ON FUNCTION pgtrickle.grant_capture(pg_catalog.regrole) IS
 /* </end connected objects> */
 
 /* <begin connected objects> */
+-- pg_trickle_ext::pgtrickle::follow_source_ddl
+CREATE  FUNCTION pgtrickle."follow_source_ddl"(
+	"sources" oid[] /* Vec < pg_sys :: Oid > */
+) RETURNS INT /* i32 */
+STRICT VOLATILE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'follow_source_ddl_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
 -- requires:
 --   pgtrickle::follow_source_ddl
 --   identity_messages
@@ -723,40 +749,25 @@ ALTER EVENT TRIGGER pgtrickle_capture_rewrite ENABLE ALWAYS;
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- pg_trickle_ext::pgtrickle::rebuild_stream_tables
-CREATE  FUNCTION pgtrickle."rebuild_stream_tables"(
-	"dry_run" bool DEFAULT false /* Option < bool > */
-) RETURNS TABLE (
-	"step" INT,  /* i32 */
-	"level" INT,  /* i32 */
-	"name" TEXT,  /* String */
-	"action" TEXT,  /* String */
-	"detail" TEXT  /* String */
-)
-VOLATILE
+-- pg_trickle_ext::pgtrickle::drop_stream_table
+CREATE  FUNCTION pgtrickle."drop_stream_table"(
+	"name" TEXT, /* & str */
+	"cascade" bool DEFAULT false /* bool */
+) RETURNS void
+STRICT VOLATILE
 LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'rebuild_stream_tables_wrapper';
+AS 'MODULE_PATHNAME', 'drop_stream_table_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- pg_trickle_ext::validate::validate_identity_fields
-CREATE  FUNCTION pgtrickle."validate_identity_fields"(
-	"domain" TEXT, /* & str */
-	"types" oid[], /* Vec < pg_sys :: Oid > */
-	"typmods" INT[] DEFAULT NULL, /* :: std :: option :: Option < Vec < i32 > > */
-	"collations" oid[] DEFAULT NULL, /* :: std :: option :: Option < Vec < pg_sys :: Oid > > */
-	"uniqueness" TEXT DEFAULT 'unique', /* & str */
-	"mode" TEXT DEFAULT 'refresh' /* & str */
-) RETURNS TABLE (
-	"max_identity_bytes" bigint,  /* Option < i64 > */
-	"index_class" TEXT,  /* String */
-	"order_preserving" bool,  /* bool */
-	"volatility" TEXT,  /* String */
-	"invalidations" TEXT[]  /* Vec < String > */
-)
-STABLE PARALLEL SAFE 
+-- pg_trickle_ext::pgtrickle::publish_stream_table
+CREATE  FUNCTION pgtrickle."publish_stream_table"(
+	"name" TEXT, /* & str */
+	"publication" TEXT /* & str */
+) RETURNS void
+STRICT VOLATILE
 LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'validate_identity_fields_wrapper';
+AS 'MODULE_PATHNAME', 'publish_stream_table_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */

@@ -42,8 +42,9 @@
 //!   keeps them): `create_stream_table(name, query, schedule, refresh_mode, initialize,
 //!   cdc_mode)`, `alter_stream_table(name, query, refresh_mode, cdc_mode)`,
 //!   `refresh_stream_table(name)`, `drop_stream_table(name, cascade)`,
-//!   `export_stream_tables()`, `rebuild_stream_tables(dry_run)` ([`stream_rebuild`]) and the
-//!   catalog `pgt_stream_tables`.
+//!   `export_stream_tables()`, `rebuild_stream_tables(dry_run)` ([`stream_rebuild`]),
+//!   `publish_stream_table(name, publication)` ([`stream_publish`]) and the catalog
+//!   `pgt_stream_tables`.
 
 use pgrx::prelude::*;
 
@@ -67,6 +68,7 @@ pub mod sequence;
 pub mod spi;
 pub mod stream_graph;
 pub mod stream_immediate;
+pub mod stream_publish;
 pub mod stream_query;
 pub mod stream_rebuild;
 pub mod stream_table;
@@ -316,6 +318,14 @@ STABLE STRICT LANGUAGE c AS 'MODULE_PATHNAME', 'check_change_buffer_wrapper';
                 .into_iter()
                 .map(|s| (s.step, s.level, s.name, s.action.to_string(), s.detail)),
         )
+    }
+
+    /// Adds the stream table `name` to `publication` (created when missing) with every
+    /// column of its storage, `__pgt_row_id` among them, after checking its replica
+    /// identity (spec/stream-tables.md §9): what a subscriber needs to keep an exact copy.
+    #[pg_extern(volatile, strict)]
+    fn publish_stream_table(name: &str, publication: &str) {
+        crate::stream_publish::publish(name, publication);
     }
 
     /// Length and a 32-bit digest prefix: identifies an identity in logs without revealing it.
@@ -880,6 +890,7 @@ mod tests {
     include!("tests_stream_oracle.rs");
     include!("tests_stream_graph.rs");
     include!("tests_stream_rebuild.rs");
+    include!("tests_stream_publish.rs");
 }
 
 /// pgrx test harness hooks.

@@ -319,7 +319,7 @@ pub fn prepare_kept(sql: &std::ffi::CStr, types: &[pg_sys::Oid]) -> Option<KeptP
 #[cfg(test)]
 mod tests {
     /// Every module's source, but this one and the tests: no statement may bypass [`super`].
-    const SOURCES: [(&str, &str); 19] = [
+    const SOURCES: [(&str, &str); 20] = [
         ("args.rs", include_str!("args.rs")),
         ("bench.rs", include_str!("bench.rs")),
         ("call_site.rs", include_str!("call_site.rs")),
@@ -340,6 +340,7 @@ mod tests {
         ("redefinition.rs", include_str!("redefinition.rs")),
         ("scheduler.rs", include_str!("scheduler.rs")),
         ("stream_graph.rs", include_str!("stream_graph.rs")),
+        ("stream_publish.rs", include_str!("stream_publish.rs")),
         ("stream_rebuild.rs", include_str!("stream_rebuild.rs")),
         ("validate.rs", include_str!("validate.rs")),
     ];

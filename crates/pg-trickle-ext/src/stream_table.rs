@@ -540,11 +540,28 @@ fn create_storage(target: &QualifiedName, def: &Definition, time_zone: &str) {
             ),
             &[],
         );
-        spi::run(
-            &index_ddl(def.plan.class, &format!("{}_row_id", target.name), target),
-            &[],
-        );
+        let index = format!("{}_row_id", target.name);
+        spi::run(&index_ddl(def.plan.class, &index, target), &[]);
+        spi::run(&replica_identity_ddl(def.plan.class, &index, target), &[]);
     });
+}
+
+/// The replica identity of a stream table's storage (proposal §11, spec/stream-tables.md
+/// §9): a bounded unique identity's direct unique index on the `NOT NULL` `__pgt_row_id`;
+/// every other storage (unbounded: its index is the probe expression, no key; keyless:
+/// rows may repeat) the whole row. So a publication that carries its updates and deletes
+/// never makes a refresh fail for want of a replica identity.
+fn replica_identity_ddl(class: IndexClass, index: &str, target: &QualifiedName) -> String {
+    match class {
+        IndexClass::DirectUnique => format!(
+            "ALTER TABLE {} REPLICA IDENTITY USING INDEX {}",
+            target.quoted(),
+            quote_ident(index)
+        ),
+        IndexClass::DirectNonUnique | IndexClass::ProbeExpression => {
+            format!("ALTER TABLE {} REPLICA IDENTITY FULL", target.quoted())
+        }
+    }
 }
 
 fn storage_oid(function: &str, quoted: &str) -> pg_sys::Oid {
@@ -556,7 +573,7 @@ fn storage_oid(function: &str, quoted: &str) -> pg_sys::Oid {
 }
 
 /// The stream table named `name`: its storage OID, refused unless it is one.
-fn stream_table(function: &str, name: &str) -> pg_sys::Oid {
+pub fn stream_table(function: &str, name: &str) -> pg_sys::Oid {
     // Resolved as the caller's own statement would resolve it: with its search_path.
     let text = name.into_datum();
     // SAFETY: a text datum of this call; the name list and RangeVar live in the current
@@ -590,7 +607,7 @@ fn stream_table(function: &str, name: &str) -> pg_sys::Oid {
 
 /// Refuses unless the caller may act as the stream table's owner (as for `REFRESH
 /// MATERIALIZED VIEW` and `DROP TABLE`); returns the owner.
-fn owner_checked(function: &str, relid: pg_sys::Oid) -> pg_sys::Oid {
+pub fn owner_checked(function: &str, relid: pg_sys::Oid) -> pg_sys::Oid {
     let owner = crate::catalog::relation_owner(relid);
     let may: Option<bool> = spi::one(
         "SELECT pg_catalog.pg_has_role($1, 'USAGE')",
