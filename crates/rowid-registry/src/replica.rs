@@ -82,6 +82,21 @@ pub struct Storage {
     pub columns: Vec<ImageColumn>,
 }
 
+/// Refuses a source whose columns a storage cannot hold beside its own identity column: a
+/// source with a column named `__pgt_row_id` is a stream table's storage (or imitates one),
+/// whose rows carry their own identity; a replica would need to keep those bytes as its
+/// identity (spec/stream-tables.md §9), which this format does not do.
+pub fn check_source_columns(columns: &[ImageColumn]) -> Result<(), String> {
+    if columns.iter().any(|c| c.name == ROW_ID) {
+        return Err(format!(
+            "it has a column {ROW_ID}: a stream table (its rows carry their own identity), \
+             which the replica cannot keep yet; publish it to a PostgreSQL subscriber \
+             instead (pgtrickle.publish_stream_table)"
+        ));
+    }
+    Ok(())
+}
+
 /// `CREATE TABLE` for `storage`, the comments tying its columns to the source's, no
 /// privileges for PUBLIC (identities hold the source's values: design proposal §11.1), its
 /// identity index, and its replica identity (the direct UNIQUE index for a bounded unique

@@ -10,9 +10,9 @@ use insta::assert_snapshot;
 use rowid_registry::buffer::ImageColumn;
 use rowid_registry::replica::{
     Apply, Expect, SEGMENT_CHANGES, SegmentChange, Segmenter, Storage, alter_statements,
-    applied_position, check_shape, check_versions, class_from_name, class_name, column_comment,
-    create_statements, fill_added_column, metadata_statements, parse_column_comment,
-    rebuild_statements, record_position, record_storage,
+    applied_position, check_shape, check_source_columns, check_versions, class_from_name,
+    class_name, column_comment, create_statements, fill_added_column, metadata_statements,
+    parse_column_comment, rebuild_statements, record_position, record_storage,
 };
 use rowid_registry::sql::QualifiedName;
 use rowid_registry::{IndexClass, Uniqueness};
@@ -292,4 +292,18 @@ fn a_source_ddl_becomes_alter_statements_by_attnum() {
         fill_added_column(&t, "added \"x\""),
         "UPDATE \"public\".\"orders\" SET \"added \"\"x\"\"\" = $1"
     );
+}
+
+/// A stream table's storage (a column `__pgt_row_id` of its own) is refused by name, not
+/// turned into a storage with that column twice.
+#[test]
+fn a_source_with_its_own_row_id_column_is_refused() {
+    assert_eq!(
+        check_source_columns(&[col(1, "id", "bigint"), col(2, "v", "text")]),
+        Ok(())
+    );
+    let refused =
+        check_source_columns(&[col(1, "__pgt_row_id", "bytea"), col(2, "v", "text")]).unwrap_err();
+    assert!(refused.contains("__pgt_row_id"), "{refused}");
+    assert!(refused.contains("publish_stream_table"), "{refused}");
 }

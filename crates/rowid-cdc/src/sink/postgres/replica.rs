@@ -29,7 +29,8 @@ use rowid_codec::probe::{Fingerprint, PROBE_V1_PREFIX_LEN};
 use rowid_registry::buffer::{self, BufferOp, ImageColumn};
 use rowid_registry::replica::{
     self, Apply, Expect, SegmentChange, Segmenter, Storage, alter_statements, check_shape,
-    check_versions, class_from_name, class_name, create_statements, metadata_statements,
+    check_source_columns, check_versions, class_from_name, class_name, create_statements,
+    metadata_statements,
 };
 use rowid_registry::schema_message::{RelationSchema, Rewrite, SchemaMessage};
 use rowid_registry::sql::{QualifiedName, quote_ident};
@@ -187,6 +188,7 @@ impl ReplicaWriter {
     /// The storage a relation's identity schema plans: its table, index class, semantics and
     /// columns (`images`, the source's columns with the source's types).
     fn plan(&self, schema: &RelationSchema, images: Vec<ImageColumn>) -> Result<Storage, String> {
+        check_source_columns(&images)?;
         let def = schema.identity.as_ref().map_err(|refusal| {
             format!(
                 "it has no usable identity ({}: {})",
