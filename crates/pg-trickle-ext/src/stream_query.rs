@@ -727,9 +727,8 @@ impl Reader {
                             place,
                         );
                     };
-                    if !agg.aggdistinct.is_null() {
-                        self.refuse(&format!("{name}(DISTINCT ...)"), place);
-                    }
+                    // `DISTINCT` inside: no additive rule (`call` gives `Call::Other`); the
+                    // groups a change touches are recomputed.
                     if !agg.aggorder.is_null() {
                         self.refuse(&format!("ORDER BY inside {name}(...)"), place);
                     }

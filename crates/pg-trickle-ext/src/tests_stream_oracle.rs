@@ -26,6 +26,31 @@ fn oracle_sources() {
 /// in: `F` FULL, `D` DIFFERENTIAL, `I` IMMEDIATE).
 const ORACLE: &[(&str, &str, &str, &str)] = &[
     (
+        "o_cd",
+        "SELECT g, count(DISTINCT t) AS nt, count(DISTINCT v) AS nv, sum(DISTINCT g) AS sg,
+                count(*) AS n
+         FROM o_int GROUP BY g",
+        "SELECT pgtrickle.encode_row_id_v2('GROUP_KEY', ROW(g)), g, count(DISTINCT t),
+                count(DISTINCT v), sum(DISTINCT g), count(*)
+         FROM o_int GROUP BY g",
+        "FDI",
+    ),
+    (
+        "o_cds",
+        "SELECT count(DISTINCT y) AS ny, count(DISTINCT x) AS nx, count(*) AS n FROM o_bag",
+        "SELECT pgtrickle.encode_row_id_v2('SYNTHETIC', ROW('scalar_aggregate_singleton'::text)),
+                count(DISTINCT y), count(DISTINCT x), count(*) FROM o_bag",
+        "FDI",
+    ),
+    (
+        "o_cdj",
+        "SELECT t.code, count(DISTINCT i.v) AS nv FROM o_int i JOIN o_text t ON t.g = i.g
+         GROUP BY t.code",
+        "SELECT pgtrickle.encode_row_id_v2('GROUP_KEY', ROW(t.code)), t.code, count(DISTINCT i.v)
+         FROM o_int i JOIN o_text t ON t.g = i.g GROUP BY t.code",
+        "FD",
+    ),
+    (
         "o_f",
         "SELECT id, v FROM o_int WHERE v > 10",
         "SELECT pgtrickle.encode_row_id_v2('SCAN_KEY', ROW(id)), id, v FROM o_int WHERE v > 10",
