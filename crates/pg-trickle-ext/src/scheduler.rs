@@ -411,6 +411,12 @@ fn refresh(relid: pg_sys::Oid) {
     })
     .execute();
     let ms = started.elapsed().as_secs_f64() * 1000.0;
+    if outcome.is_err() && transaction(|| crate::stream_graph::upstream(relid).is_none()) {
+        // Dropped, or replaced by rebuild_stream_tables, while this refresh waited for it:
+        // not a failure of any stream table there is.
+        report_activity(None);
+        return;
+    }
     if let Err(message) = &outcome {
         pgrx::warning!("pg_trickle: the scheduled refresh of {name} failed: {message}");
     }

@@ -4,7 +4,9 @@
 //! scheduler alone through a seeded workload, every level equal to its query and to the
 //! identities derived by hand from the sources, a write reflected at the third level within
 //! two schedules; a failing stream table backing off while the others go on; the scheduler
-//! in `pg_stat_activity`; `pg_trickle.enabled`; and a scheduler SIGKILLed while it refreshes
+//! in `pg_stat_activity`; `pg_trickle.enabled`; `rebuild_stream_tables` while the scheduler
+//! waits for what it replaces (no failure recorded, schedules carried, exact afterwards);
+//! and a scheduler SIGKILLed while it refreshes
 //! (PostgreSQL then crash-restarts, as for any backend killed): exact afterwards, no refresh
 //! applied twice.
 
@@ -264,6 +266,73 @@ fn the_scheduler_keeps_a_graph_exact_through_failures_and_a_crash() {
     db.run("ALTER SYSTEM RESET pg_trickle.enabled; SELECT pg_reload_conf();")
         .unwrap();
     settled(&db, "enabled again");
+
+    // Rebuilt while the scheduler runs (the failing table dropped first: its query no longer
+    // reads, so the preflight would refuse the rebuild): every schedule carried, no failure
+    // recorded for a table replaced while a refresh waited for it, and the graph is kept
+    // exact by the scheduler afterwards.
+    db.run("SELECT pgtrickle.drop_stream_table('s_bad')")
+        .unwrap();
+    db.run("INSERT INTO orders VALUES (996, 4, 7.25)").unwrap();
+    // The rebuild held halfway (a session holds a history row it moves) until the scheduler
+    // waits for it: its refresh then finds the stream table replaced, which is no failure.
+    let mut holder = Session::open(&db, "history-holder");
+    holder.run(
+        &db,
+        "BEGIN; SELECT * FROM pgtrickle.pgt_refresh_history
+                WHERE pgt_relid = 's_agg'::regclass FOR UPDATE;",
+    );
+    let mut rebuilder = Session::open(&db, "rebuilder");
+    rebuilder.send(
+        "CREATE TABLE rebuild_report AS SELECT name, action, step
+         FROM pgtrickle.rebuild_stream_tables();",
+    );
+    rebuilder.wait(&db, "Lock");
+    db.wait_for(
+        "SELECT count(*) FROM pg_stat_activity
+         WHERE backend_type = 'pg_trickle scheduler' AND wait_event_type = 'Lock'",
+        "1",
+        "the scheduler waiting for the rebuild",
+    );
+    holder.finish();
+    rebuilder.finish();
+    let rebuilt = db
+        .run("SELECT string_agg(name || ' ' || action, ', ' ORDER BY step) FROM rebuild_report")
+        .unwrap();
+    assert_eq!(
+        rebuilt.matches(" rebuilt").count(),
+        LEVELS.len(),
+        "{rebuilt}"
+    );
+    assert_eq!(
+        db.run(
+            "SELECT string_agg(pgt_name || '=' || schedule, ' ' ORDER BY pgt_name)
+             FROM pgtrickle.pgt_stream_tables"
+        )
+        .unwrap()
+        .trim(),
+        "\"public\".\"s_agg\"=calculated \"public\".\"s_full\"=2s \"public\".\"s_join\"=calculated \"public\".\"s_top\"=1s"
+    );
+    settled(&db, "after the rebuild");
+    for round in 0..3 {
+        let statement = rng.transaction();
+        db.run(&statement).unwrap();
+        settled(
+            &db,
+            &format!("after the rebuild, round {round} ({statement})"),
+        );
+    }
+    assert_eq!(
+        db.run(
+            "SELECT coalesce(string_agg(pgt_name || ': ' || error, '; '), '')
+             FROM pgtrickle.pgt_refresh_history
+             WHERE error IS NOT NULL AND pgt_name <> 'public.s_bad'"
+        )
+        .unwrap()
+        .trim(),
+        "",
+        "a refresh failed around the rebuild"
+    );
 
     // Killed mid-refresh: a session holds a lock the refresh of the second level needs, the
     // scheduler waits for it inside its refresh (the first level's committed, the second's
