@@ -4,7 +4,8 @@
 //! the rebuild is SIGKILLed halfway (after the old graph is dropped and two levels are
 //! created again), PostgreSQL crash-restarts, and the graph is exactly what it was before
 //! the rebuild began; run again, the rebuild ends equal to a fresh build of the same
-//! definitions, identities included, and stays equal through more writes.
+//! definitions, identities included, and stays equal through more writes. A statement
+//! timeout inside the preflight ends the call instead of being reported as a refusal.
 
 // Test code: a failed expectation is a panic by design.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -169,6 +170,27 @@ fn a_rebuild_killed_halfway_leaves_the_graph_and_run_again_equals_a_fresh_build(
     )
     .unwrap();
     let before = graph_state(&db);
+
+    // A cancel inside the preflight (a statement timeout while a trial drop waits for a
+    // reader's lock) ends the call: it is never reported as a cause of a refusal.
+    let mut reader = Session::open(&db, "reader");
+    reader.run(&db, "BEGIN; SELECT count(*) FROM r_top;");
+    let cancelled = db.run(
+        "SET statement_timeout = '300ms';
+         SELECT * FROM pgtrickle.rebuild_stream_tables(dry_run => true);",
+    );
+    assert!(
+        cancelled
+            .as_ref()
+            .is_err_and(|e| e.contains("statement timeout")),
+        "{cancelled:?}"
+    );
+    reader.finish();
+    assert_eq!(
+        graph_state(&db),
+        before,
+        "a cancelled preflight changed nothing"
+    );
 
     // Killed halfway: a session holds the history row of r_agg; the rebuild has dropped the
     // old graph and created r_join and r_agg again when it waits to move that row, and is
