@@ -7,6 +7,8 @@
 
 use pgrx::datum::DatumWithOid;
 use pgrx::pg_sys;
+use rowid_registry::IndexClass;
+use rowid_registry::sql::{QualifiedName, replica_identity_ddl};
 
 use crate::guard::as_owner;
 use crate::{spi, stream_table};
@@ -20,7 +22,7 @@ pub fn publish(name: &str, publication: &str) {
     let relid = stream_table::stream_table(PUBLISH, name);
     let owner = stream_table::owner_checked(PUBLISH, relid);
     let table = crate::catalog::relation_name(relid);
-    if let Some(statement) = replica_identity_repair(relid, &table) {
+    if let Some(statement) = replica_identity_repair(relid) {
         as_owner(owner, || spi::run(&statement, &[]));
     }
     // A keyed storage's column list names every column. A storage whose replica identity
@@ -101,28 +103,51 @@ pub fn publish(name: &str, publication: &str) {
     }
 }
 
-/// The statement that gives storage `relid` the replica identity its index class requires,
-/// when it has another: `USING INDEX` its unique index on `__pgt_row_id` (direct unique
-/// class), else `FULL`.
-fn replica_identity_repair(relid: pg_sys::Oid, table: &str) -> Option<String> {
-    spi::one::<String>(
-        "SELECT CASE WHEN t.index_class OPERATOR(pg_catalog.=) 'direct_unique' THEN \
-             CASE WHEN c.relreplident OPERATOR(pg_catalog.<>) 'i' THEN \
-               pg_catalog.format('ALTER TABLE %s REPLICA IDENTITY USING INDEX %I', $2, ( \
-                 SELECT ic.relname FROM pg_catalog.pg_index i \
-                 JOIN pg_catalog.pg_class ic ON ic.oid OPERATOR(pg_catalog.=) i.indexrelid \
-                 JOIN pg_catalog.pg_attribute a ON a.attrelid OPERATOR(pg_catalog.=) c.oid \
-                  AND a.attname OPERATOR(pg_catalog.=) '__pgt_row_id' \
-                 WHERE i.indrelid OPERATOR(pg_catalog.=) c.oid AND i.indisunique \
-                   AND i.indnatts OPERATOR(pg_catalog.=) 1 AND i.indpred IS NULL \
-                   AND i.indexprs IS NULL \
-                   AND i.indkey[0] OPERATOR(pg_catalog.=) a.attnum \
-                 ORDER BY ic.relname LIMIT 1)) END \
-           WHEN c.relreplident OPERATOR(pg_catalog.<>) 'f' THEN \
-             pg_catalog.format('ALTER TABLE %s REPLICA IDENTITY FULL', $2) END \
+/// The statement that gives storage `relid` the replica identity its index class requires
+/// ([`replica_identity_ddl`], what `create_stream_table` ran), when it has another.
+fn replica_identity_repair(relid: pg_sys::Oid) -> Option<String> {
+    // (its class, its replica identity, the name of its unique index on __pgt_row_id)
+    let (class, replident, index) = spi::rows(
+        "SELECT t.index_class, c.relreplident::pg_catalog.text, ( \
+           SELECT ic.relname::pg_catalog.text FROM pg_catalog.pg_index i \
+           JOIN pg_catalog.pg_class ic ON ic.oid OPERATOR(pg_catalog.=) i.indexrelid \
+           JOIN pg_catalog.pg_attribute a ON a.attrelid OPERATOR(pg_catalog.=) c.oid \
+            AND a.attname OPERATOR(pg_catalog.=) '__pgt_row_id' \
+           WHERE i.indrelid OPERATOR(pg_catalog.=) c.oid AND i.indisunique \
+             AND i.indnatts OPERATOR(pg_catalog.=) 1 AND i.indpred IS NULL \
+             AND i.indexprs IS NULL AND i.indkey[0] OPERATOR(pg_catalog.=) a.attnum \
+           ORDER BY ic.relname LIMIT 1) \
          FROM pgtrickle.pgt_stream_tables t \
          JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) t.pgt_relid \
          WHERE t.pgt_relid OPERATOR(pg_catalog.=) $1",
-        &[DatumWithOid::from(relid), DatumWithOid::from(table)],
+        &[DatumWithOid::from(relid)],
+        |r| {
+            Ok((
+                r.get::<String>(1)?.unwrap_or_default(),
+                r.get::<String>(2)?.unwrap_or_default(),
+                r.get::<String>(3)?.unwrap_or_default(),
+            ))
+        },
     )
+    .pop()?;
+    // The catalog's spelling (stream_table.rs).
+    let class = match class.as_str() {
+        "direct_unique" => IndexClass::DirectUnique,
+        "direct_non_unique" => IndexClass::DirectNonUnique,
+        _ => IndexClass::ProbeExpression,
+    };
+    let wanted = if class == IndexClass::DirectUnique {
+        "i"
+    } else {
+        "f"
+    };
+    if replident == wanted {
+        return None;
+    }
+    let facts = crate::catalog::relation_facts(relid)?;
+    Some(replica_identity_ddl(
+        class,
+        &index,
+        &QualifiedName::new(&facts.namespace, &facts.relname),
+    ))
 }

@@ -22,7 +22,7 @@ use rowid_ivm::delta::{
     SourceBuffer, delta_statement, fill_statement, immediate_statement, storage_query,
 };
 use rowid_ivm::identity::{self, Field, Identity};
-use rowid_registry::sql::{QualifiedName, index_ddl, quote_ident};
+use rowid_registry::sql::{QualifiedName, index_ddl, quote_ident, replica_identity_ddl};
 use rowid_registry::{
     IndexClass, IndexPlan, MaintenanceMode, Uniqueness, plan_for_bound, resolve_field,
 };
@@ -542,26 +542,9 @@ fn create_storage(target: &QualifiedName, def: &Definition, time_zone: &str) {
         );
         let index = format!("{}_row_id", target.name);
         spi::run(&index_ddl(def.plan.class, &index, target), &[]);
+        // Proposal §11, spec/stream-tables.md §9: a published stream table keeps refreshing.
         spi::run(&replica_identity_ddl(def.plan.class, &index, target), &[]);
     });
-}
-
-/// The replica identity of a stream table's storage (proposal §11, spec/stream-tables.md
-/// §9): a bounded unique identity's direct unique index on the `NOT NULL` `__pgt_row_id`;
-/// every other storage (unbounded: its index is the probe expression, no key; keyless:
-/// rows may repeat) the whole row. So a publication that carries its updates and deletes
-/// never makes a refresh fail for want of a replica identity.
-fn replica_identity_ddl(class: IndexClass, index: &str, target: &QualifiedName) -> String {
-    match class {
-        IndexClass::DirectUnique => format!(
-            "ALTER TABLE {} REPLICA IDENTITY USING INDEX {}",
-            target.quoted(),
-            quote_ident(index)
-        ),
-        IndexClass::DirectNonUnique | IndexClass::ProbeExpression => {
-            format!("ALTER TABLE {} REPLICA IDENTITY FULL", target.quoted())
-        }
-    }
 }
 
 fn storage_oid(function: &str, quoted: &str) -> pg_sys::Oid {

@@ -119,15 +119,11 @@ pub fn create_statements(storage: &Storage) -> Vec<String> {
         &index_name(storage.source_relid),
         &storage.table,
     ));
-    out.push(match storage.class {
-        IndexClass::DirectUnique => format!(
-            "ALTER TABLE {table} REPLICA IDENTITY USING INDEX {}",
-            quote_ident(&index_name(storage.source_relid))
-        ),
-        IndexClass::DirectNonUnique | IndexClass::ProbeExpression => {
-            format!("ALTER TABLE {table} REPLICA IDENTITY FULL")
-        }
-    });
+    out.push(crate::sql::replica_identity_ddl(
+        storage.class,
+        &index_name(storage.source_relid),
+        &storage.table,
+    ));
     out
 }
 

@@ -54,6 +54,23 @@ pub fn index_ddl(class: IndexClass, index: &str, table: &QualifiedName) -> Strin
     )
 }
 
+/// The replica identity of a storage with an index of `class` named `index` (design proposal
+/// §11): a bounded unique identity's direct unique index on the `NOT NULL` row ID; every
+/// other storage (the probe expression cannot be a replica identity; keyless rows repeat)
+/// the whole row.
+pub fn replica_identity_ddl(class: IndexClass, index: &str, table: &QualifiedName) -> String {
+    match class {
+        IndexClass::DirectUnique => format!(
+            "ALTER TABLE {} REPLICA IDENTITY USING INDEX {}",
+            table.quoted(),
+            quote_ident(index)
+        ),
+        IndexClass::DirectNonUnique | IndexClass::ProbeExpression => {
+            format!("ALTER TABLE {} REPLICA IDENTITY FULL", table.quoted())
+        }
+    }
+}
+
 /// The predicate matching target rows `t` to source rows `s`: full identity equality, plus
 /// probe equality first when the index is the probe expression (the probe only finds
 /// candidates; the full identity decides).
