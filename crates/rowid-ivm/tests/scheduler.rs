@@ -127,6 +127,15 @@ impl Rng {
     }
 }
 
+/// `rounds` transactions of the workload, every level equal to its query after each.
+fn workload(db: &Psql, rng: &mut Rng, rounds: usize, when: &str) {
+    for round in 0..rounds {
+        let statement = rng.transaction();
+        db.run(&statement).unwrap();
+        settled(db, &format!("{when}, round {round} ({statement})"));
+    }
+}
+
 /// The scheduler's pid, once one other than `not` runs for the database.
 fn scheduler_pid(db: &Psql, not: &str) -> String {
     let sql = "SELECT coalesce(string_agg(pid::text, ','), '') FROM pg_stat_activity \
@@ -314,14 +323,7 @@ fn the_scheduler_keeps_a_graph_exact_through_failures_and_a_crash() {
         "\"public\".\"s_agg\"=calculated \"public\".\"s_full\"=2s \"public\".\"s_join\"=calculated \"public\".\"s_top\"=1s"
     );
     settled(&db, "after the rebuild");
-    for round in 0..3 {
-        let statement = rng.transaction();
-        db.run(&statement).unwrap();
-        settled(
-            &db,
-            &format!("after the rebuild, round {round} ({statement})"),
-        );
-    }
+    workload(&db, &mut rng, 3, "after the rebuild");
     assert_eq!(
         db.run(
             "SELECT coalesce(string_agg(pgt_name || ': ' || error, '; '), '')
@@ -366,13 +368,6 @@ fn the_scheduler_keeps_a_graph_exact_through_failures_and_a_crash() {
     }
     scheduler_pid(&db, &pid);
     settled(&db, "after the crash");
-    for round in 0..5 {
-        let statement = rng.transaction();
-        db.run(&statement).unwrap();
-        settled(
-            &db,
-            &format!("after the crash, round {round} ({statement})"),
-        );
-    }
+    workload(&db, &mut rng, 5, "after the crash");
     cluster.remove().unwrap();
 }
