@@ -351,17 +351,17 @@ fn not_carried(relid: pg_sys::Oid) -> Option<String> {
                  WHERE p.polrelid OPERATOR(pg_catalog.=) c.oid) \
              THEN 'row-level security' END, \
            (SELECT 'trigger ' OPERATOR(pg_catalog.||) \
-                   pg_catalog.string_agg(pg_catalog.quote_ident(t.tgname), ', ') \
+                   pg_catalog.string_agg(pg_catalog.quote_ident(t.tgname), ', ' ORDER BY t.tgname) \
             FROM pg_catalog.pg_trigger t WHERE t.tgrelid OPERATOR(pg_catalog.=) c.oid \
               AND NOT t.tgisinternal AND NOT EXISTS (SELECT FROM pg_catalog.pg_depend d \
                 WHERE d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_proc'::pg_catalog.regclass \
                   AND d.objid OPERATOR(pg_catalog.=) t.tgfoid AND d.deptype OPERATOR(pg_catalog.=) 'e' \
                   AND d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_extension'::pg_catalog.regclass)), \
            (SELECT 'rule ' OPERATOR(pg_catalog.||) \
-                   pg_catalog.string_agg(pg_catalog.quote_ident(r.rulename), ', ') \
+                   pg_catalog.string_agg(pg_catalog.quote_ident(r.rulename), ', ' ORDER BY r.rulename) \
             FROM pg_catalog.pg_rewrite r WHERE r.ev_class OPERATOR(pg_catalog.=) c.oid), \
            (SELECT 'statistics ' OPERATOR(pg_catalog.||) \
-                   pg_catalog.string_agg(pg_catalog.quote_ident(s.stxname), ', ') \
+                   pg_catalog.string_agg(pg_catalog.quote_ident(s.stxname), ', ' ORDER BY s.stxname) \
             FROM pg_catalog.pg_statistic_ext s WHERE s.stxrelid OPERATOR(pg_catalog.=) c.oid), \
            CASE WHEN EXISTS (SELECT FROM pg_catalog.pg_inherits i \
                  WHERE i.inhparent OPERATOR(pg_catalog.=) c.oid \

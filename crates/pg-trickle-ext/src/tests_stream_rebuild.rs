@@ -28,15 +28,18 @@ fn rebuild_carried(table: &str) -> String {
            (SELECT string_agg(att.attname || '=' || a::text, ',' ORDER BY att.attname, a::text)
             FROM pg_attribute att, unnest(att.attacl) a WHERE att.attrelid = c.oid),
            obj_description(c.oid, 'pg_class'),
-           (SELECT string_agg(att.attname || ':' || col_description(c.oid, att.attnum), ',')
+           (SELECT string_agg(att.attname || ':' || col_description(c.oid, att.attnum), ','
+                              ORDER BY att.attnum)
             FROM pg_attribute att WHERE att.attrelid = c.oid AND att.attnum > 0
               AND col_description(c.oid, att.attnum) IS NOT NULL),
-           (SELECT string_agg(pg_get_indexdef(i.indexrelid), ',' ORDER BY 1)
+           (SELECT string_agg(pg_get_indexdef(i.indexrelid), ','
+                              ORDER BY pg_get_indexdef(i.indexrelid))
             FROM pg_index i WHERE i.indrelid = c.oid),
            array_to_string(c.reloptions, ','),
            c.relreplident,
            (SELECT string_agg(p.pubname || coalesce(' ' || pr.prattrs::text, '')
-                              || coalesce(' ' || pg_get_expr(pr.prqual, pr.prrelid), ''), ',')
+                              || coalesce(' ' || pg_get_expr(pr.prqual, pr.prrelid), ''), ','
+                              ORDER BY p.pubname)
             FROM pg_publication_rel pr JOIN pg_publication p ON p.oid = pr.prpubid
             WHERE pr.prrelid = c.oid))
          FROM pg_class c WHERE c.oid = '{table}'::regclass"
