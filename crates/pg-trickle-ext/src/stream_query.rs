@@ -10,7 +10,8 @@ use std::ffi::{CStr, CString};
 
 use pgrx::pg_sys;
 use rowid_ivm::plan::{
-    AggregateFunc, ArgClass, Call, Expr, Output, Plan, SetOpKind, SourceKey, StoredIdentity,
+    AggregateFunc, ArgClass, Call, Expr, OuterKind, Output, Plan, SetOpKind, SourceKey,
+    StoredIdentity,
 };
 use rowid_ivm::sql::ROW_ID;
 use rowid_registry::sql::quote_ident;
@@ -321,18 +322,23 @@ impl Reader {
                 let join = &*node.cast::<pg_sys::JoinExpr>();
                 let kind = match join.jointype {
                     pg_sys::JoinType::JOIN_INNER => None,
-                    pg_sys::JoinType::JOIN_LEFT => Some("LEFT JOIN"),
-                    pg_sys::JoinType::JOIN_RIGHT => Some("RIGHT JOIN"),
-                    pg_sys::JoinType::JOIN_FULL => Some("FULL JOIN"),
-                    _ => Some("a join other than INNER"),
+                    pg_sys::JoinType::JOIN_LEFT => Some(OuterKind::Left),
+                    pg_sys::JoinType::JOIN_RIGHT => Some(OuterKind::Right),
+                    pg_sys::JoinType::JOIN_FULL => Some(OuterKind::Full),
+                    _ => self.refuse("a join other than INNER, LEFT, RIGHT or FULL", place),
                 };
-                if let Some(kind) = kind {
-                    self.refuse(kind, place);
-                }
                 let left = self.join_item(scope, join.larg, place);
                 let right = self.join_item(scope, join.rarg, place);
                 let condition =
                     (!join.quals.is_null()).then(|| self.expr(scope, join.quals, "boolean"));
+                if let Some(kind) = kind {
+                    return Plan::OuterJoin {
+                        kind,
+                        left: Box::new(left),
+                        right: Box::new(right),
+                        condition: condition.unwrap_or_else(|| Expr::new("true", "boolean")),
+                    };
+                }
                 return Plan::inner_join(vec![left, right], condition);
             }
         }

@@ -156,7 +156,9 @@ fn check_values(function: &str, identity: &Identity, read: &ReadQuery) {
                     errors::rejected(function, &r);
                 }
             }
-            Field::Child(c) => check_values(function, c, read),
+            Field::Child(c) | Field::NullableChild { child: c, .. } => {
+                check_values(function, c, read)
+            }
             // A stored identity: the upstream's values were checked at its create.
             Field::Branch(_) | Field::Discriminator(_) | Field::Stored(_) => {}
         }

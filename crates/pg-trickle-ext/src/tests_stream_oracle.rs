@@ -297,6 +297,72 @@ const ORACLE: &[(&str, &str, &str, &str)] = &[
          FROM o_bag",
         "FDI",
     ),
+    // Outer joins (issue 35), FULL only (DIFFERENTIAL and IMMEDIATE refuse them by name):
+    // the side a row has no match on is a NULL child of its JOIN_KEY (spec §2). Whether a
+    // side is there is derived here from its key, or from a marker column (a keyless row of
+    // NULLs, matched, is a child, not NULL), never from the implementation's `ctid`.
+    (
+        "o_ojl",
+        "SELECT i.id, i.g, t.code FROM o_int i LEFT JOIN o_text t ON t.g = i.g",
+        "SELECT pgtrickle.encode_row_id_v2('JOIN_KEY', ROW(
+                  pgtrickle.encode_row_id_v2('SCAN_KEY', ROW(i.id))::pgtrickle.row_id,
+                  (CASE WHEN t.code IS NOT NULL
+                        THEN pgtrickle.encode_row_id_v2('SCAN_KEY', ROW(t.code))
+                   END)::pgtrickle.row_id)),
+                i.id, i.g, t.code
+         FROM o_int i LEFT JOIN o_text t ON t.g = i.g",
+        "F",
+    ),
+    (
+        "o_ojb",
+        "SELECT i.id, b.y FROM o_int i LEFT JOIN o_bag b ON b.x IS NOT DISTINCT FROM i.g",
+        "SELECT pgtrickle.encode_row_id_v2('JOIN_KEY', ROW(
+                  pgtrickle.encode_row_id_v2('SCAN_KEY', ROW(i.id))::pgtrickle.row_id,
+                  (CASE WHEN b.here
+                        THEN pgtrickle.encode_row_id_v2('KEYLESS_ROW', ROW(b.x, b.y))
+                   END)::pgtrickle.row_id)),
+                i.id, b.y
+         FROM o_int i LEFT JOIN (SELECT x, y, true AS here FROM o_bag) b
+           ON b.x IS NOT DISTINCT FROM i.g",
+        "F",
+    ),
+    (
+        "o_ojr",
+        "SELECT i.id, b.x, b.y FROM o_int i RIGHT JOIN o_bag b ON b.x = i.g AND i.v > 5",
+        "SELECT pgtrickle.encode_row_id_v2('JOIN_KEY', ROW(
+                  (CASE WHEN i.id IS NOT NULL
+                        THEN pgtrickle.encode_row_id_v2('SCAN_KEY', ROW(i.id))
+                   END)::pgtrickle.row_id,
+                  pgtrickle.encode_row_id_v2('KEYLESS_ROW', ROW(b.x, b.y))::pgtrickle.row_id)),
+                i.id, b.x, b.y
+         FROM o_bag b LEFT JOIN o_int i ON b.x = i.g AND i.v > 5",
+        "F",
+    ),
+    (
+        "o_ojf",
+        "SELECT i.id, t.code, g FROM o_int i FULL JOIN o_text t USING (g) WHERE i.id IS NULL OR i.id < 50",
+        "SELECT pgtrickle.encode_row_id_v2('JOIN_KEY', ROW(
+                  (CASE WHEN i.id IS NOT NULL
+                        THEN pgtrickle.encode_row_id_v2('SCAN_KEY', ROW(i.id))
+                   END)::pgtrickle.row_id,
+                  (CASE WHEN t.code IS NOT NULL
+                        THEN pgtrickle.encode_row_id_v2('SCAN_KEY', ROW(t.code))
+                   END)::pgtrickle.row_id)),
+                i.id, t.code, coalesce(i.g, t.g)
+         FROM o_int i FULL JOIN o_text t ON t.g = i.g WHERE i.id IS NULL OR i.id < 50",
+        "F",
+    ),
+    (
+        "o_oja",
+        "SELECT t.code, count(i.id) AS n, sum(i.v) AS s
+         FROM o_text t LEFT JOIN (o_int i JOIN o_uuid u ON u.v = i.id) ON i.g = t.g
+         GROUP BY t.code",
+        "SELECT pgtrickle.encode_row_id_v2('GROUP_KEY', ROW(t.code)), t.code, count(i.id),
+                sum(i.v)
+         FROM o_text t LEFT JOIN (o_int i JOIN o_uuid u ON u.v = i.id) ON i.g = t.g
+         GROUP BY t.code",
+        "F",
+    ),
     // Stream tables over stream tables (issue 35): `{up}` is the upstream kept in another
     // mode (`oracle_query`): FULL over IMMEDIATE, DIFFERENTIAL over FULL, IMMEDIATE over
     // IMMEDIATE. A join, an aggregate over it, a filter and a join over that, and an
@@ -343,6 +409,20 @@ const ORACLE: &[(&str, &str, &str, &str)] = &[
         "SELECT pgtrickle.encode_row_id_v2('GROUP_KEY', ROW(x)), x, count(*)
          FROM o_bag GROUP BY x",
         "FDI",
+    ),
+    (
+        "o_ojup",
+        "SELECT t.code, l.n FROM o_text t LEFT JOIN o_lg_{up} l ON l.g = t.g",
+        "SELECT pgtrickle.encode_row_id_v2('JOIN_KEY', ROW(
+                  pgtrickle.encode_row_id_v2('SCAN_KEY', ROW(t.code))::pgtrickle.row_id,
+                  (CASE WHEN l.here
+                        THEN pgtrickle.encode_row_id_v2('GROUP_KEY', ROW(l.g))
+                   END)::pgtrickle.row_id)),
+                t.code, l.n
+         FROM o_text t LEFT JOIN (SELECT i.g, count(*) AS n, true AS here
+                                  FROM o_int i JOIN o_uuid u ON u.v = i.g GROUP BY i.g) l
+           ON l.g = t.g",
+        "F",
     ),
 ];
 

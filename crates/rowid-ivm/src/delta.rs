@@ -385,6 +385,11 @@ fn all_scans(plan: &Plan) -> Vec<&Plan> {
         | Plan::Aggregate { input, .. }
         | Plan::Distinct { input } => all_scans(input),
         Plan::Join { inputs, .. } => inputs.iter().flat_map(all_scans).collect(),
+        Plan::OuterJoin { left, right, .. } => {
+            let mut out = all_scans(left);
+            out.extend(all_scans(right));
+            out
+        }
         Plan::UnionAll { branches } | Plan::SetOp { branches, .. } => {
             branches.iter().flat_map(all_scans).collect()
         }
@@ -881,6 +886,16 @@ pub fn immediate_statement(
 /// The `FROM` items of the one `SELECT` level a plan with a delta rule is (at most
 /// [`MAX_JOIN_INPUTS`]), or the operator that has none.
 fn from_items(plan: &Plan) -> Result<Vec<&Plan>, NotDifferential> {
+    // Outer joins have no delta rule yet, at any depth (a subquery's included).
+    let mut outer = None;
+    crate::identity::walk(plan, &mut |p| {
+        if outer.is_none() && matches!(p, Plan::OuterJoin { .. }) {
+            outer = Some(name(p));
+        }
+    });
+    if let Some(outer) = outer {
+        return Err(NotDifferential(format!("a {outer}")));
+    }
     let items = match plan {
         Plan::Distinct { input } if !is_aggregate(input) => level_items(input)?,
         Plan::SetOp { branches, .. } | Plan::UnionAll { branches } => {

@@ -8,7 +8,7 @@
 use rowid_codec::Domain;
 use rowid_registry::sql::quote_ident;
 
-use crate::plan::{Expr, Plan, SetOpKind, SourceKey, StoredIdentity};
+use crate::plan::{Expr, OuterKind, Plan, SetOpKind, SourceKey, StoredIdentity};
 
 /// The registered SYNTHETIC discriminator of an aggregate without `GROUP BY`
 /// (spec/wire-format.md §3.2).
@@ -22,6 +22,14 @@ pub enum Field {
     Value(Expr),
     /// An input row's complete identity, as a child identity (tag `40`).
     Child(Box<Identity>),
+    /// The identity of an outer join's side that a row may have no match on: the child
+    /// where `present` holds, else a NULL child (`40 00`).
+    NullableChild {
+        /// The side's identity.
+        child: Box<Identity>,
+        /// Whether the side is there ([`presence`]).
+        present: Expr,
+    },
     /// The branch of a `UNION ALL`, from 1 (`int4`).
     Branch(u32),
     /// A registered SYNTHETIC discriminator (`text`).
@@ -71,6 +79,31 @@ pub fn identity(plan: &Plan) -> Identity {
                     .collect(),
             }
         }
+        // The side a row has no match on is a NULL child (`40 00`): never a child identity,
+        // so a row flipping between matched and NULL-extended changes its identity.
+        Plan::OuterJoin {
+            kind, left, right, ..
+        } => {
+            let side = |plan: &Plan, nullable: bool| {
+                let child = Box::new(identity(plan));
+                if nullable {
+                    Field::NullableChild {
+                        child,
+                        present: presence(plan),
+                    }
+                } else {
+                    Field::Child(child)
+                }
+            };
+            Identity {
+                domain: Domain::JoinKey,
+                unique: identity(left).unique && identity(right).unique,
+                fields: vec![
+                    side(left, kind.left_nullable()),
+                    side(right, kind.right_nullable()),
+                ],
+            }
+        }
         Plan::Aggregate { group_by, .. } if group_by.is_empty() => Identity {
             domain: Domain::Synthetic,
             fields: vec![Field::Discriminator(SCALAR_AGGREGATE_SINGLETON)],
@@ -97,6 +130,39 @@ pub fn identity(plan: &Plan) -> Identity {
             }
         }
     }
+}
+
+/// Whether a row of `plan`'s output is there rather than NULL-extended by an outer join above
+/// it (spec/stream-tables.md §2), as a `boolean` expression in the scope of the `FROM` item
+/// `plan` is: a scan's `ctid` is not NULL (a key column can be: a keyless row of NULLs); a
+/// subquery's block has a `__pgt_row_id` (identities are never NULL); an inner join's rows
+/// are there when its first input's are; an outer join's when its kept side's are (either
+/// side's, for `FULL`).
+pub fn presence(plan: &Plan) -> Expr {
+    let sql = match plan {
+        Plan::Scan { alias, .. } => format!("{}.ctid IS NOT NULL", quote_ident(alias)),
+        Plan::Subquery { alias, .. } => {
+            format!("{}.\"__pgt_row_id\" IS NOT NULL", quote_ident(alias))
+        }
+        Plan::Filter { input, .. } | Plan::Project { input, .. } => return presence(input),
+        Plan::Join { inputs, .. } => match inputs.first() {
+            Some(first) => return presence(first),
+            None => "false".to_string(),
+        },
+        Plan::OuterJoin {
+            kind, left, right, ..
+        } => match kind {
+            OuterKind::Left => return presence(left),
+            OuterKind::Right => return presence(right),
+            OuterKind::Full => format!("({} OR {})", presence(left).sql, presence(right).sql),
+        },
+        // Never a FROM item of its own: inside a subquery's block.
+        Plan::Aggregate { .. }
+        | Plan::Distinct { .. }
+        | Plan::UnionAll { .. }
+        | Plan::SetOp { .. } => "true".to_string(),
+    };
+    Expr::new(&sql, "boolean")
 }
 
 /// The identity of the rows `UNION ALL` takes from its branch `n` (from 1).
@@ -143,6 +209,13 @@ pub fn identity_sql(identity: &Identity) -> String {
         .map(|f| match f {
             Field::Value(e) => e.sql.clone(),
             Field::Child(c) => format!("({})::pgtrickle.row_id", identity_sql(c)),
+            // The CASE cast as a whole: PostgreSQL resolves a CASE of a domain and NULL to
+            // the base type, whose field is a value (`0C`), not a child.
+            Field::NullableChild { child, present } => format!(
+                "(CASE WHEN {} THEN {} END)::pgtrickle.row_id",
+                present.sql,
+                identity_sql(child)
+            ),
             Field::Branch(n) => format!("{n}::pg_catalog.int4"),
             Field::Discriminator(name) => format!("'{name}'::pg_catalog.text"),
             // Never beside other fields (see `Field::Stored`); as a child, its bytes.
@@ -168,7 +241,8 @@ pub fn multiset_operators(plan: &Plan) -> Vec<&'static str> {
     out
 }
 
-fn walk<'a>(plan: &'a Plan, f: &mut impl FnMut(&'a Plan)) {
+/// Calls `f` on `plan` and every operator under it, parents first.
+pub(crate) fn walk<'a>(plan: &'a Plan, f: &mut impl FnMut(&'a Plan)) {
     f(plan);
     match plan {
         Plan::Scan { .. } => {}
@@ -178,6 +252,10 @@ fn walk<'a>(plan: &'a Plan, f: &mut impl FnMut(&'a Plan)) {
         | Plan::Aggregate { input, .. }
         | Plan::Distinct { input } => walk(input, f),
         Plan::Join { inputs, .. } => inputs.iter().for_each(|i| walk(i, f)),
+        Plan::OuterJoin { left, right, .. } => {
+            walk(left, f);
+            walk(right, f);
+        }
         Plan::UnionAll { branches } | Plan::SetOp { branches, .. } => {
             branches.iter().for_each(|b| walk(b, f));
         }
@@ -192,6 +270,18 @@ pub fn name(plan: &Plan) -> &'static str {
         Plan::Filter { .. } => "Filter",
         Plan::Project { .. } => "Project",
         Plan::Join { .. } => "Join",
+        Plan::OuterJoin {
+            kind: OuterKind::Left,
+            ..
+        } => "LeftJoin",
+        Plan::OuterJoin {
+            kind: OuterKind::Right,
+            ..
+        } => "RightJoin",
+        Plan::OuterJoin {
+            kind: OuterKind::Full,
+            ..
+        } => "FullJoin",
         Plan::Aggregate { .. } => "Aggregate",
         Plan::Distinct { .. } => "Distinct",
         Plan::UnionAll { .. } => "UnionAll",
@@ -226,7 +316,7 @@ pub fn max_len(identity: &Identity, value_len: &dyn Fn(&Expr) -> Option<usize>) 
         .try_fold(IDENTITY_OVERHEAD, |acc, f| {
             let field = match f {
                 Field::Value(e) => value_len(e)?,
-                Field::Child(c) => {
+                Field::Child(c) | Field::NullableChild { child: c, .. } => {
                     FIELD_OVERHEAD + max_len(c, value_len)?.checked_mul(2)? + TERMINATOR
                 }
                 Field::Branch(_) => FIELD_OVERHEAD + 4,

@@ -81,6 +81,38 @@ impl SetOpKind {
     }
 }
 
+/// The outer joins: which side's rows are kept when nothing matches them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OuterKind {
+    /// `LEFT [OUTER] JOIN`: every left row, the right side NULL where none matches.
+    Left,
+    /// `RIGHT [OUTER] JOIN`: every right row, the left side NULL where none matches.
+    Right,
+    /// `FULL [OUTER] JOIN`: both.
+    Full,
+}
+
+impl OuterKind {
+    /// The SQL keywords.
+    pub fn keyword(self) -> &'static str {
+        match self {
+            OuterKind::Left => "LEFT JOIN",
+            OuterKind::Right => "RIGHT JOIN",
+            OuterKind::Full => "FULL JOIN",
+        }
+    }
+
+    /// Whether the left side's columns (and identity) are NULL in a row without a match.
+    pub fn left_nullable(self) -> bool {
+        matches!(self, OuterKind::Right | OuterKind::Full)
+    }
+
+    /// Whether the right side's columns (and identity) are NULL in a row without a match.
+    pub fn right_nullable(self) -> bool {
+        matches!(self, OuterKind::Left | OuterKind::Full)
+    }
+}
+
 /// An aggregate function whose change a stream table can apply without reading the group's
 /// rows again (spec/stream-tables.md §5.5).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -176,6 +208,19 @@ pub enum Plan {
         /// The join condition, if any (none: a cross join).
         condition: Option<Expr>,
     },
+    /// An outer join of two inputs (spec/stream-tables.md §2: its identity is `JOIN_KEY` of
+    /// both sides' identities, the side a row has no match on a NULL child). Not flattened
+    /// into an inner [`Plan::Join`]: it is one of its inputs.
+    OuterJoin {
+        /// Which side is kept without a match.
+        kind: OuterKind,
+        /// The left input.
+        left: Box<Plan>,
+        /// The right input.
+        right: Box<Plan>,
+        /// The join condition (`ON`; `USING` and `NATURAL` as the equalities they mean).
+        condition: Expr,
+    },
     /// Groups and their aggregates; without `GROUP BY` exactly one row.
     Aggregate {
         /// The input.
@@ -262,6 +307,11 @@ impl Plan {
                 .collect(),
             Plan::Filter { input, .. } | Plan::Distinct { input } => input.outputs(),
             Plan::Join { inputs, .. } => inputs.iter().flat_map(Plan::outputs).collect(),
+            Plan::OuterJoin { left, right, .. } => {
+                let mut out = left.outputs();
+                out.extend(right.outputs());
+                out
+            }
             Plan::UnionAll { branches } | Plan::SetOp { branches, .. } => {
                 branches.first().map(Plan::outputs).unwrap_or_default()
             }

@@ -181,7 +181,7 @@ fn split(plan: &Plan) -> Result<Level<'_>, Unrenderable> {
             predicates.extend(condition.iter());
             inputs.iter().collect()
         }
-        Plan::Scan { .. } | Plan::Subquery { .. } => vec![p],
+        Plan::Scan { .. } | Plan::Subquery { .. } | Plan::OuterJoin { .. } => vec![p],
         other => {
             return Err(Unrenderable(format!(
                 "a {} in FROM",
@@ -226,25 +226,9 @@ pub(crate) fn level_where(
     select.extend(extra.iter().cloned());
     let mut from = Vec::with_capacity(l.from.len());
     for item in &l.from {
-        if let Some(sql) = replace(item) {
-            from.push(sql);
-            continue;
-        }
-        from.push(match item {
-            Plan::Scan {
-                relation, alias, ..
-            } => format!("{relation} AS {}", quote_ident(alias)),
-            Plan::Subquery {
-                alias,
-                columns,
-                input,
-            } => format!("({}) AS {}", render(input, columns)?, quote_ident(alias)),
-            other => {
-                return Err(Unrenderable(format!(
-                    "a {} in FROM",
-                    crate::identity::name(other)
-                )));
-            }
+        from.push(match replace(item) {
+            Some(sql) => sql,
+            None => from_item(item)?,
         });
     }
     let mut sql = format!(
@@ -272,6 +256,54 @@ pub(crate) fn level_where(
     Ok(sql)
 }
 
+/// One `FROM` item: a scan under its name, a subquery's block, or an outer join of items
+/// (an inner join inside one as `JOIN`s, its condition on the last).
+fn from_item(item: &Plan) -> Result<String, Unrenderable> {
+    match item {
+        Plan::Scan {
+            relation, alias, ..
+        } => Ok(format!("{relation} AS {}", quote_ident(alias))),
+        Plan::Subquery {
+            alias,
+            columns,
+            input,
+        } => Ok(format!(
+            "({}) AS {}",
+            render(input, columns)?,
+            quote_ident(alias)
+        )),
+        Plan::Join { inputs, condition } => {
+            let items = inputs
+                .iter()
+                .map(from_item)
+                .collect::<Result<Vec<_>, _>>()?;
+            let (last, rest) = items
+                .split_last()
+                .ok_or_else(|| Unrenderable("a join without inputs".into()))?;
+            Ok(match condition {
+                Some(c) => format!("({} JOIN {last} ON ({}))", rest.join(" CROSS JOIN "), c.sql),
+                None => format!("({} CROSS JOIN {last})", rest.join(" CROSS JOIN ")),
+            })
+        }
+        Plan::OuterJoin {
+            kind,
+            left,
+            right,
+            condition,
+        } => Ok(format!(
+            "({} {} {} ON ({}))",
+            from_item(left)?,
+            kind.keyword(),
+            from_item(right)?,
+            condition.sql
+        )),
+        other => Err(Unrenderable(format!(
+            "a {} in FROM",
+            crate::identity::name(other)
+        ))),
+    }
+}
+
 /// The identity of a level's rows, as an expression in the level's own scope: a scan's key
 /// columns, a subquery's `__pgt_row_id` column, a join's children framed, a group's
 /// expressions.
@@ -290,6 +322,29 @@ pub fn level_identity(plan: &Plan) -> Result<String, Unrenderable> {
             Ok(format!(
                 "pgtrickle.encode_row_id_v2('JOIN_KEY', ROW({}))",
                 children.join(", ")
+            ))
+        }
+        Plan::OuterJoin {
+            kind, left, right, ..
+        } => {
+            // The side a row has no match on: a NULL child, not the identity of its NULLs.
+            // The CASE is cast as a whole: PostgreSQL resolves a CASE of a domain and NULL
+            // to the base type, and a `bytea` field is not a child (tag `0C`, not `40`).
+            let child = |side: &Plan, nullable: bool| -> Result<String, Unrenderable> {
+                let id = level_identity(side)?;
+                Ok(if nullable {
+                    format!(
+                        "(CASE WHEN {} THEN {id} END)::pgtrickle.row_id",
+                        crate::identity::presence(side).sql
+                    )
+                } else {
+                    format!("({id})::pgtrickle.row_id")
+                })
+            };
+            Ok(format!(
+                "pgtrickle.encode_row_id_v2('JOIN_KEY', ROW({}, {}))",
+                child(left, kind.left_nullable())?,
+                child(right, kind.right_nullable())?
             ))
         }
         Plan::Aggregate { group_by, .. } if group_by.is_empty() => Ok(format!(

@@ -58,6 +58,24 @@ fn the_sql_of_every_operator_s_identity() {
             branch_identity(&union_all, 2).unwrap(),
         ),
         ("intersect all", identity(&intersect_all)),
+        (
+            "full join of a keyed and a keyless scan",
+            identity(&Plan::OuterJoin {
+                kind: rowid_ivm::plan::OuterKind::Full,
+                left: Box::new(keyed("x")),
+                right: Box::new(keyless("z")),
+                condition: cond("z.a = x.v"),
+            }),
+        ),
+        (
+            "left join: the right side nullable",
+            identity(&Plan::OuterJoin {
+                kind: rowid_ivm::plan::OuterKind::Left,
+                left: Box::new(keyed("x")),
+                right: Box::new(keyed("y")),
+                condition: cond("y.v = x.v"),
+            }),
+        ),
     ];
     let text: String = cases
         .iter()

@@ -27,7 +27,7 @@ fn agree(db: &Psql, what: &str, id: &Identity, columns: &[&str], from: &str) -> 
         identity_sql(id),
         columns
             .iter()
-            .map(|c| format!("coalesce({c}::text, 'NULL')"))
+            .map(|c| format!("coalesce(({c})::text, 'NULL')"))
             .collect::<Vec<_>>()
             .join(", ")
     );
@@ -41,7 +41,11 @@ fn agree(db: &Psql, what: &str, id: &Identity, columns: &[&str], from: &str) -> 
         let row: Row = columns
             .iter()
             .zip(parts)
-            .map(|(c, v)| (c.to_string(), v.parse::<i64>().ok()))
+            // A side's presence (a boolean): there is any value, not there is none.
+            .map(|(c, v)| match v {
+                "true" => (c.to_string(), Some(1)),
+                v => (c.to_string(), v.parse::<i64>().ok()),
+            })
             .collect();
         let want = hex::encode(&encode(id, &row));
         assert_eq!(got, want, "{what}: the server's identity of {row:?}\n{sql}");
@@ -146,6 +150,28 @@ fn the_server_derives_every_rule_s_identity_as_the_rule_says() {
         &identity(&except_all),
         &["\"a\"", "\"b\""],
         "(SELECT z.a, z.b FROM z_t z EXCEPT ALL SELECT z.a, z.b FROM z_t z WHERE z.a = 20) s",
+    );
+    // A FULL join matching NULL to NULL (a FULL join needs a hashable condition): x.k = 3 (v NULL) matches both keyless rows of
+    // NULLs, whose child is KEYLESS_ROW(NULL, NULL); x's unmatched rows have a NULL right
+    // child, z's unmatched rows a NULL left child.
+    let full = Plan::OuterJoin {
+        kind: rowid_ivm::plan::OuterKind::Full,
+        left: Box::new(keyed("x")),
+        right: Box::new(keyless("z")),
+        condition: model::cond("coalesce(z.a, -1) = coalesce(x.v, -1)"),
+    };
+    checked += agree(
+        &db,
+        "full join",
+        &identity(&full),
+        &[
+            "x.k",
+            "z.a",
+            "z.b",
+            "\"x\".ctid IS NOT NULL",
+            "\"z\".ctid IS NOT NULL",
+        ],
+        "x_t x FULL JOIN z_t z ON coalesce(z.a, -1) = coalesce(x.v, -1)",
     );
     eprintln!("{checked} identities derived by the server as the rules say");
 }

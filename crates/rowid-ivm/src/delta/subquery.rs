@@ -68,6 +68,7 @@ pub(super) fn reads_differenced(plan: &Plan) -> bool {
         | Plan::Aggregate { input, .. }
         | Plan::Distinct { input } => reads_differenced(input),
         Plan::Join { inputs, .. } => inputs.iter().any(reads_differenced),
+        Plan::OuterJoin { left, right, .. } => reads_differenced(left) || reads_differenced(right),
         Plan::UnionAll { branches } | Plan::SetOp { branches, .. } => {
             branches.iter().any(reads_differenced)
         }
@@ -85,6 +86,8 @@ pub(super) fn add_subqueries<'a>(
 ) -> Result<(), NotDifferential> {
     match plan {
         Plan::Scan { .. } => Ok(()),
+        // No delta rule: `from_items` refuses it before this is reached.
+        Plan::OuterJoin { .. } => Err(NotDifferential(format!("a {}", name(plan)))),
         Plan::Subquery {
             alias,
             columns,

@@ -107,7 +107,7 @@ pub fn encode_with(id: &Identity, row: &Row, stored: &dyn Fn(&str) -> Vec<u8>) -
         .fields
         .iter()
         .map(|f| match f {
-            Field::Child(c) => encode_with(c, row, stored),
+            Field::Child(c) | Field::NullableChild { child: c, .. } => encode_with(c, row, stored),
             Field::Stored(s) => stored(&s.column.sql),
             _ => Vec::new(),
         })
@@ -125,6 +125,16 @@ pub fn encode_with(id: &Identity, row: &Row, stored: &dyn Fn(&str) -> Vec<u8>) -
             Field::Child(_) | Field::Stored(_) => enc
                 .value(&Value::Identity(ChildIdentity::new(child).unwrap()))
                 .unwrap(),
+            // The model row holds the side's presence under its expression: absent or NULL,
+            // the side is not there.
+            Field::NullableChild { present, .. } => {
+                match row.get(&present.sql).copied().flatten() {
+                    Some(_) => enc
+                        .value(&Value::Identity(ChildIdentity::new(child).unwrap()))
+                        .unwrap(),
+                    None => enc.null(TypeTag::ChildIdentity).unwrap(),
+                }
+            }
             Field::Branch(n) => enc.value(&Value::Int4(i32::try_from(*n).unwrap())).unwrap(),
             Field::Discriminator(name) => enc.value(&Value::Text(name.as_bytes())).unwrap(),
         }
