@@ -125,8 +125,7 @@ impl Reader {
         if query.commandType != pg_sys::CmdType::CMD_SELECT || !query.utilityStmt.is_null() {
             self.refuse("a statement other than SELECT", place);
         }
-        let checks: [(bool, &str); 11] = [
-            (query.hasWindowFuncs, "a window function"),
+        let checks: [(bool, &str); 10] = [
             (
                 query.hasTargetSRFs,
                 "a set-returning function in the select list",
@@ -177,7 +176,23 @@ impl Reader {
             };
         }
         let targets = self.targets(&scope, place);
-        if query.hasAggs || !query.groupClause.is_null() || !query.havingQual.is_null() {
+        let aggregating =
+            query.hasAggs || !query.groupClause.is_null() || !query.havingQual.is_null();
+        if query.hasWindowFuncs {
+            if aggregating {
+                self.refuse("a window function over aggregates", place);
+            }
+            if !query.distinctClause.is_null() {
+                self.refuse("DISTINCT over window functions", place);
+            }
+            let partition_by = self.window_partition(&scope, place);
+            return Plan::Window {
+                input: Box::new(plan),
+                partition_by,
+                columns: targets,
+            };
+        }
+        if aggregating {
             self.aggregates(&scope, place);
             let group_by = self.group_by(&scope);
             let calls = self.calls(&scope);
@@ -597,11 +612,181 @@ impl Reader {
                         place,
                     );
                 }
-                let expr = self.value(scope, (*te).expr.cast());
+                let node = (*te).expr.cast::<pg_sys::Node>();
+                let expr = if pgrx::is_a(node, pg_sys::NodeTag::T_WindowFunc) {
+                    self.window_call(scope, node.cast(), place)
+                } else if pg_sys::contain_window_function(node) {
+                    self.refuse("an expression over a window function", place)
+                } else {
+                    self.value(scope, node)
+                };
                 out.push(Output { name, expr });
             }
         }
         out
+    }
+
+    /// A window function call, `f(args) OVER (PARTITION BY ... ORDER BY ...)`, rendered from
+    /// its parts: the server's deparser needs the query's window clauses, which the range
+    /// table's deparse context does not have. The call is deparsed as a plain call of the
+    /// same function and arguments, the `OVER` clause from the window clause.
+    ///
+    /// # Safety
+    ///
+    /// `wf` is a `WindowFunc` of this level's target list.
+    unsafe fn window_call(
+        &mut self,
+        scope: &Scope,
+        wf: *mut pg_sys::WindowFunc,
+        place: &str,
+    ) -> Expr {
+        // SAFETY: (the caller's) a WindowFunc of the analysis; the FuncExpr built here is
+        // palloc'd in the current memory context and only deparsed.
+        unsafe {
+            let w = &*wf;
+            if !w.aggfilter.is_null() {
+                self.refuse("FILTER on a window function", place);
+            }
+            let call =
+                pg_sys::palloc0(std::mem::size_of::<pg_sys::FuncExpr>()).cast::<pg_sys::FuncExpr>();
+            (*call).xpr.type_ = pg_sys::NodeTag::T_FuncExpr;
+            (*call).funcid = w.winfnoid;
+            (*call).funcresulttype = w.wintype;
+            (*call).funcformat = pg_sys::CoercionForm::COERCE_EXPLICIT_CALL;
+            (*call).funccollid = w.wincollid;
+            (*call).inputcollid = w.inputcollid;
+            (*call).args = w.args;
+            (*call).location = -1;
+            let mut text = self.deparse(scope, call.cast());
+            if w.winstar {
+                text = format!("{}(*)", text.trim_end_matches("()"));
+            }
+            let over = self.window_spec(scope, w.winref, place);
+            let sql = format!("{text} OVER ({over})");
+            let spec = FieldSpec {
+                expr: sql.clone(),
+                ty: type_ref(w.wintype, &encoder_collation),
+                typmod: pg_sys::exprTypmod(wf.cast()),
+                collation: encoder_collation(w.wincollid),
+                opclass: OpClass::Default,
+            };
+            self.field(&sql, &spec)
+        }
+    }
+
+    /// The window clause `winref` of this level as `PARTITION BY ... ORDER BY ...`: only the
+    /// default frame (a frame clause is refused), each `ORDER BY` key ascending or
+    /// descending by its type's default order, its NULLs placed explicitly.
+    fn window_spec(&mut self, scope: &Scope, winref: pg_sys::Index, place: &str) -> String {
+        let clause = self.window_clause(scope, winref, place);
+        // SAFETY: a WindowClause of this level, its sort-group clauses pointing into this
+        // level's target list; the type cache entry is the server's, read only.
+        unsafe {
+            let wc = &*clause;
+            if wc.frameOptions != pg_sys::FRAMEOPTION_DEFAULTS as i32 {
+                self.refuse(
+                    "a window frame clause (ROWS, RANGE, GROUPS or EXCLUDE)",
+                    place,
+                );
+            }
+            let partition: Vec<String> = self
+                .sort_group_exprs(scope, wc.partitionClause)
+                .into_iter()
+                .map(|(_, node)| self.deparse(scope, node))
+                .collect();
+            let mut order = Vec::new();
+            for (clause, node) in self.sort_group_exprs(scope, wc.orderClause) {
+                let entry = pg_sys::lookup_type_cache(
+                    pg_sys::exprType(node),
+                    (pg_sys::TYPECACHE_LT_OPR | pg_sys::TYPECACHE_GT_OPR) as i32,
+                );
+                let direction = if (*clause).sortop == (*entry).lt_opr {
+                    "ASC"
+                } else if (*clause).sortop == (*entry).gt_opr {
+                    "DESC"
+                } else {
+                    self.refuse("a window ORDER BY with an operator (USING)", place)
+                };
+                let nulls = if (*clause).nulls_first {
+                    "NULLS FIRST"
+                } else {
+                    "NULLS LAST"
+                };
+                order.push(format!("{} {direction} {nulls}", self.deparse(scope, node)));
+            }
+            let mut spec = Vec::new();
+            if !partition.is_empty() {
+                spec.push(format!("PARTITION BY {}", partition.join(", ")));
+            }
+            if !order.is_empty() {
+                spec.push(format!("ORDER BY {}", order.join(", ")));
+            }
+            spec.join(" ")
+        }
+    }
+
+    fn window_clause(
+        &self,
+        scope: &Scope,
+        winref: pg_sys::Index,
+        place: &str,
+    ) -> *mut pg_sys::WindowClause {
+        // SAFETY: the window clause list of this level.
+        unsafe {
+            pgrx::PgList::<pg_sys::WindowClause>::from_pg((*scope.query).windowClause)
+                .iter_ptr()
+                .find(|wc| (**wc).winref == winref)
+                .unwrap_or_else(|| self.refuse("a window function without its window", place))
+        }
+    }
+
+    /// The sort-group clauses of `list` with the target list expressions they point at.
+    fn sort_group_exprs(
+        &self,
+        scope: &Scope,
+        list: *mut pg_sys::List,
+    ) -> Vec<(*mut pg_sys::SortGroupClause, *mut pg_sys::Node)> {
+        // SAFETY: a sort-group clause list and the target list of this level.
+        unsafe {
+            let tlist = pgrx::PgList::<pg_sys::TargetEntry>::from_pg((*scope.query).targetList);
+            pgrx::PgList::<pg_sys::SortGroupClause>::from_pg(list)
+                .iter_ptr()
+                .filter_map(|clause| {
+                    tlist
+                        .iter_ptr()
+                        .find(|te| (**te).ressortgroupref == (*clause).tleSortGroupRef)
+                        .map(|te| (clause, (*te).expr.cast::<pg_sys::Node>()))
+                })
+                .collect()
+        }
+    }
+
+    /// The one `PARTITION BY` list of this level's windows, as identity fields (a window
+    /// identity holds the partition's values, spec/stream-tables.md §2); windows over
+    /// different lists are refused.
+    fn window_partition(&mut self, scope: &Scope, place: &str) -> Vec<Expr> {
+        // SAFETY: the window clause list of this level.
+        let clauses: Vec<*mut pg_sys::WindowClause> = unsafe {
+            pgrx::PgList::<pg_sys::WindowClause>::from_pg((*scope.query).windowClause)
+                .iter_ptr()
+                .collect()
+        };
+        let mut lists: Vec<Vec<Expr>> = Vec::new();
+        for clause in clauses {
+            // SAFETY: a WindowClause of this level.
+            let partition = unsafe { (*clause).partitionClause };
+            let list: Vec<Expr> = self
+                .sort_group_exprs(scope, partition)
+                .into_iter()
+                .map(|(_, node)| self.value(scope, node))
+                .collect();
+            lists.push(list);
+        }
+        let first = lists.first().cloned().unwrap_or_default();
+        if lists.iter().any(|l| *l != first) {
+            self.refuse("window functions over different PARTITION BY lists", place);
+        }
+        first
     }
 
     /// What each output column of this aggregate level computes: a function of the group

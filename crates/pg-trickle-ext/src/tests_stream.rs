@@ -320,7 +320,12 @@ fn stream_unsupported_queries_are_refused_by_name_before_anything_exists() {
     let cases: &[(&str, &str, &str)] = &[
         ("SELECT o.id FROM st_orders o LEFT JOIN st_customers c ON c.cid = o.customer", "DIFFERENTIAL", "DIFFERENTIAL refresh of a LeftJoin is not built yet: use refresh_mode => 'FULL'"),
         ("SELECT s.id FROM (SELECT o.id FROM st_orders o FULL JOIN st_customers c ON c.cid = o.customer) s", "IMMEDIATE", "IMMEDIATE maintenance of a FullJoin is not built yet"),
-        ("SELECT id, row_number() OVER () FROM st_orders", "FULL", "window function"),
+        ("SELECT id, row_number() OVER (ROWS BETWEEN 1 PRECEDING AND CURRENT ROW) FROM st_orders", "FULL", "a window frame clause"),
+        ("SELECT id, rank() OVER (PARTITION BY region) + 1 AS r FROM st_orders", "FULL", "an expression over a window function"),
+        ("SELECT id, rank() OVER (PARTITION BY region), rank() OVER (PARTITION BY customer) FROM st_orders", "FULL", "different PARTITION BY lists"),
+        ("SELECT region, rank() OVER (ORDER BY count(*)) FROM st_orders GROUP BY region", "FULL", "a window function over aggregates"),
+        ("SELECT id, sum(amount) FILTER (WHERE ok) OVER () FROM st_orders", "FULL", "FILTER on a window function"),
+        ("SELECT s.id FROM (SELECT id, rank() OVER (ORDER BY id) AS r FROM st_orders) s WHERE s.r < 3", "DIFFERENTIAL", "DIFFERENTIAL refresh of a Window inside a subquery is not built yet"),
         ("SELECT id FROM st_orders LIMIT 3", "FULL", "LIMIT"),
         ("SELECT id FROM st_orders WHERE customer IN (SELECT cid FROM st_customers)", "FULL", "subquery in an expression"),
         ("SELECT id, random() AS r FROM st_orders", "FULL", "volatile function"),

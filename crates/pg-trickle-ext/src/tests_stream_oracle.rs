@@ -363,6 +363,62 @@ const ORACLE: &[(&str, &str, &str, &str)] = &[
          GROUP BY t.code",
         "F",
     ),
+    // Window functions (issue 35): WINDOW_KEY of the partition's values and the input row's
+    // identity as a child (spec §2); DIFFERENTIAL and IMMEDIATE recompute the partitions a
+    // change touches. Only orders without ties where the function depends on the order of
+    // peers (row_number), so that the query has one result.
+    (
+        "o_w",
+        "SELECT id, g, row_number() OVER (PARTITION BY g ORDER BY id) AS rn,
+                rank() OVER (PARTITION BY g ORDER BY v) AS rk,
+                dense_rank() OVER (PARTITION BY g ORDER BY v DESC) AS dr,
+                count(*) OVER (PARTITION BY g) AS n,
+                sum(v) OVER (PARTITION BY g ORDER BY id) AS rs
+         FROM o_int WHERE id <> 13",
+        "SELECT pgtrickle.encode_row_id_v2('WINDOW_KEY', ROW(g,
+                  pgtrickle.encode_row_id_v2('SCAN_KEY', ROW(id))::pgtrickle.row_id)),
+                id, g, row_number() OVER (PARTITION BY g ORDER BY id),
+                rank() OVER (PARTITION BY g ORDER BY v),
+                dense_rank() OVER (PARTITION BY g ORDER BY v DESC),
+                count(*) OVER (PARTITION BY g), sum(v) OVER (PARTITION BY g ORDER BY id)
+         FROM o_int WHERE id <> 13",
+        "FDI",
+    ),
+    (
+        "o_wb",
+        "SELECT x, y, count(*) OVER (PARTITION BY x) AS n,
+                dense_rank() OVER (PARTITION BY x ORDER BY y NULLS FIRST) AS dr
+         FROM o_bag",
+        "SELECT pgtrickle.encode_row_id_v2('WINDOW_KEY', ROW(x,
+                  pgtrickle.encode_row_id_v2('KEYLESS_ROW', ROW(x, y))::pgtrickle.row_id)),
+                x, y, count(*) OVER (PARTITION BY x),
+                dense_rank() OVER (PARTITION BY x ORDER BY y NULLS FIRST)
+         FROM o_bag",
+        "FD",
+    ),
+    (
+        "o_wj",
+        "SELECT i.id, t.code, rank() OVER (ORDER BY t.code) AS rk, count(*) OVER () AS n
+         FROM o_int i JOIN o_text t ON t.g = i.g",
+        "SELECT pgtrickle.encode_row_id_v2('WINDOW_KEY', ROW(
+                  pgtrickle.encode_row_id_v2('JOIN_KEY', ROW(
+                    pgtrickle.encode_row_id_v2('SCAN_KEY', ROW(i.id))::pgtrickle.row_id,
+                    pgtrickle.encode_row_id_v2('SCAN_KEY', ROW(t.code))::pgtrickle.row_id
+                  ))::pgtrickle.row_id)),
+                i.id, t.code, rank() OVER (ORDER BY t.code), count(*) OVER ()
+         FROM o_int i JOIN o_text t ON t.g = i.g",
+        "FD",
+    ),
+    (
+        "o_wtop",
+        "SELECT s.g, s.id FROM (SELECT g, id, row_number() OVER (PARTITION BY g ORDER BY id DESC) AS rn
+                               FROM o_int) s WHERE s.rn <= 2",
+        "SELECT pgtrickle.encode_row_id_v2('WINDOW_KEY', ROW(s.g,
+                  pgtrickle.encode_row_id_v2('SCAN_KEY', ROW(s.id))::pgtrickle.row_id)), s.g, s.id
+         FROM (SELECT g, id, row_number() OVER (PARTITION BY g ORDER BY id DESC) AS rn
+               FROM o_int) s WHERE s.rn <= 2",
+        "F",
+    ),
     // Stream tables over stream tables (issue 35): `{up}` is the upstream kept in another
     // mode (`oracle_query`): FULL over IMMEDIATE, DIFFERENTIAL over FULL, IMMEDIATE over
     // IMMEDIATE. A join, an aggregate over it, a filter and a join over that, and an
@@ -423,6 +479,15 @@ const ORACLE: &[(&str, &str, &str, &str)] = &[
                                   FROM o_int i JOIN o_uuid u ON u.v = i.g GROUP BY i.g) l
            ON l.g = t.g",
         "F",
+    ),
+    (
+        "o_wup",
+        "SELECT g, s, rank() OVER (ORDER BY s DESC NULLS LAST) AS r FROM o_lg_{up}",
+        "SELECT pgtrickle.encode_row_id_v2('WINDOW_KEY', ROW(
+                  pgtrickle.encode_row_id_v2('GROUP_KEY', ROW(i.g))::pgtrickle.row_id)),
+                i.g, sum(i.v), rank() OVER (ORDER BY sum(i.v) DESC NULLS LAST)
+         FROM o_int i JOIN o_uuid u ON u.v = i.g GROUP BY i.g",
+        "FDI",
     ),
 ];
 
@@ -526,6 +591,7 @@ const EXACT: &[(&str, &str)] = &[
     ("o_s", "n, s, a"),
     ("o_bj", "x, n, s"),
     ("o_lg", "g, n, s"),
+    ("o_w", "id, g, rn, rk, dr, n, rs"),
 ];
 
 /// `query` of the oracle's stream table kept in `mode`, its upstream `{up}` named: FULL reads

@@ -37,10 +37,14 @@
 //!   own change (linear), or their rows now less their rows before the change (aggregating
 //!   or deduplicating; the level reading one is then applied by identity).
 //!
+//! - **windows** (`window`): the partitions the change touches recomputed, their stored rows
+//!   read by identity range, both applied as signed rows.
+//!
 //! Anything else is [`NotDifferential`], by operator name.
 
 mod aggregate;
 mod subquery;
+mod window;
 
 pub use aggregate::{COUNT_COLUMN, is_additive, storage_plan};
 use subquery::{add_subqueries, reads_differenced, scan_before};
@@ -381,6 +385,7 @@ fn all_scans(plan: &Plan) -> Vec<&Plan> {
         Plan::Scan { .. } => vec![plan],
         Plan::Subquery { input, .. }
         | Plan::Project { input, .. }
+        | Plan::Window { input, .. }
         | Plan::Filter { input, .. }
         | Plan::Aggregate { input, .. }
         | Plan::Distinct { input } => all_scans(input),
@@ -590,10 +595,12 @@ fn apply(plan: &Plan, frame: &Frame<'_>) -> Result<String, NotDifferential> {
         row,
     } = *frame;
     let names: Vec<String> = plan.outputs().into_iter().map(|o| o.name).collect();
-    let cols: Vec<String> = names.iter().map(|n| quote_ident(n)).collect();
     let id = quote_ident(ROW_ID);
     let matches = |t: &str, s: &str| rowid_registry::sql::match_predicate(class, t, s);
     if let Some(statement) = aggregate::statement(plan, frame)? {
+        return Ok(statement);
+    }
+    if let Some(statement) = window::statement(plan, frame)? {
         return Ok(statement);
     }
     let mut recomputed = recomputation(plan, &names, changeable, &|_| None)?;
@@ -643,6 +650,25 @@ fn apply(plan: &Plan, frame: &Frame<'_>) -> Result<String, NotDifferential> {
     if delta.is_empty() {
         return Ok(no_change(head, row));
     }
+    Ok(apply_signed(plan, frame, head, &delta))
+}
+
+/// The statement applying the signed rows `delta` (SELECTs of identity, the output columns
+/// of `plan` and `__pgt_w`, not consolidated) to `frame`'s storage, its `WITH` list opened by
+/// `head`: the weights summed per identity and representation, then as many stored copies
+/// deleted or inserted (a unique identity whose representation changed: updated in place).
+fn apply_signed(plan: &Plan, frame: &Frame<'_>, head: &str, delta: &[String]) -> String {
+    let Frame {
+        storage,
+        class,
+        go,
+        row,
+        ..
+    } = *frame;
+    let names: Vec<String> = plan.outputs().into_iter().map(|o| o.name).collect();
+    let cols: Vec<String> = names.iter().map(|n| quote_ident(n)).collect();
+    let id = quote_ident(ROW_ID);
+    let matches = |t: &str, s: &str| rowid_registry::sql::match_predicate(class, t, s);
     let rep = |t: &str| -> String {
         let c: Vec<String> = cols.iter().map(|c| format!("{t}.{c}")).collect();
         format!("ROW({})::pg_catalog.text", c.join(", "))
@@ -659,7 +685,7 @@ fn apply(plan: &Plan, frame: &Frame<'_>) -> Result<String, NotDifferential> {
         // never analyzed), quadratic in the number of changes.
         let moved = "n.__pgt_reps = 2 AND n.__pgt_lo = -1 AND n.__pgt_hi = 1";
         let set: Vec<String> = cols.iter().map(|c| format!("{c} = p.{c}")).collect();
-        return Ok(format!(
+        return format!(
             "{head}__pgt_delta AS (SELECT d.*, {drep} AS __pgt_rep FROM ({delta}) AS d WHERE {go}), \
              __pgt_net AS (SELECT DISTINCT ON (d.{id}, d.__pgt_rep) d.*, \
                sum(d.\"__pgt_w\") OVER (PARTITION BY d.{id}, d.__pgt_rep) AS __pgt_n \
@@ -687,9 +713,9 @@ fn apply(plan: &Plan, frame: &Frame<'_>) -> Result<String, NotDifferential> {
             set = set.join(", "),
             m = matches("s", "n"),
             mp = matches("s", "p"),
-        ));
+        );
     }
-    Ok(format!(
+    format!(
         "{head}__pgt_delta AS (SELECT d.*, {drep} AS __pgt_rep FROM ({delta}) AS d WHERE {go}), \
          __pgt_net AS (SELECT DISTINCT ON (d.{id}, d.__pgt_rep) d.*, \
            sum(d.\"__pgt_w\") OVER (PARTITION BY d.{id}, d.__pgt_rep) AS __pgt_n \
@@ -709,7 +735,7 @@ fn apply(plan: &Plan, frame: &Frame<'_>) -> Result<String, NotDifferential> {
         delta = delta.join(" UNION ALL "),
         ncols = net_cols.join(", "),
         m2 = matches("s2", "n"),
-    ))
+    )
 }
 
 /// The operators whose rows are recomputed where a change touches them (`DISTINCT`, set
@@ -886,15 +912,20 @@ pub fn immediate_statement(
 /// The `FROM` items of the one `SELECT` level a plan with a delta rule is (at most
 /// [`MAX_JOIN_INPUTS`]), or the operator that has none.
 fn from_items(plan: &Plan) -> Result<Vec<&Plan>, NotDifferential> {
-    // Outer joins have no delta rule yet, at any depth (a subquery's included).
-    let mut outer = None;
+    // Outer joins have no delta rule yet, at any depth (a subquery's included); windows
+    // have one at the top level only.
+    let mut refused = None;
     crate::identity::walk(plan, &mut |p| {
-        if outer.is_none() && matches!(p, Plan::OuterJoin { .. }) {
-            outer = Some(name(p));
+        if refused.is_none() {
+            if matches!(p, Plan::OuterJoin { .. }) {
+                refused = Some(format!("a {}", name(p)));
+            } else if matches!(p, Plan::Window { .. }) && !std::ptr::eq(p, plan) {
+                refused = Some("a Window inside a subquery".to_string());
+            }
         }
     });
-    if let Some(outer) = outer {
-        return Err(NotDifferential(format!("a {outer}")));
+    if let Some(refused) = refused {
+        return Err(NotDifferential(refused));
     }
     let items = match plan {
         Plan::Distinct { input } if !is_aggregate(input) => level_items(input)?,
@@ -942,6 +973,7 @@ fn level_items(plan: &Plan) -> Result<Vec<&Plan>, NotDifferential> {
         Plan::Scan { .. } | Plan::Subquery { .. } => Ok(vec![plan]),
         Plan::Join { inputs, .. } => Ok(inputs.iter().collect()),
         Plan::Project { input, .. }
+        | Plan::Window { input, .. }
         | Plan::Filter { input, .. }
         | Plan::Aggregate { input, .. } => level_items(input),
         other => Err(NotDifferential(format!("a {}", name(other)))),

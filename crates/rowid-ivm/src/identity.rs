@@ -104,6 +104,23 @@ pub fn identity(plan: &Plan) -> Identity {
                 ],
             }
         }
+        // The partition's values, then the input row's identity: one output row per input
+        // row, and a partition's rows one range of the identity order.
+        Plan::Window {
+            input,
+            partition_by,
+            ..
+        } => {
+            let child = identity(input);
+            let mut fields: Vec<Field> = partition_by.iter().cloned().map(Field::Value).collect();
+            let unique = child.unique;
+            fields.push(Field::Child(Box::new(child)));
+            Identity {
+                domain: Domain::WindowKey,
+                fields,
+                unique,
+            }
+        }
         Plan::Aggregate { group_by, .. } if group_by.is_empty() => Identity {
             domain: Domain::Synthetic,
             fields: vec![Field::Discriminator(SCALAR_AGGREGATE_SINGLETON)],
@@ -144,7 +161,9 @@ pub fn presence(plan: &Plan) -> Expr {
         Plan::Subquery { alias, .. } => {
             format!("{}.\"__pgt_row_id\" IS NOT NULL", quote_ident(alias))
         }
-        Plan::Filter { input, .. } | Plan::Project { input, .. } => return presence(input),
+        Plan::Filter { input, .. } | Plan::Project { input, .. } | Plan::Window { input, .. } => {
+            return presence(input);
+        }
         Plan::Join { inputs, .. } => match inputs.first() {
             Some(first) => return presence(first),
             None => "false".to_string(),
@@ -248,6 +267,7 @@ pub(crate) fn walk<'a>(plan: &'a Plan, f: &mut impl FnMut(&'a Plan)) {
         Plan::Scan { .. } => {}
         Plan::Filter { input, .. }
         | Plan::Project { input, .. }
+        | Plan::Window { input, .. }
         | Plan::Subquery { input, .. }
         | Plan::Aggregate { input, .. }
         | Plan::Distinct { input } => walk(input, f),
@@ -269,6 +289,7 @@ pub fn name(plan: &Plan) -> &'static str {
         Plan::Subquery { .. } => "Subquery",
         Plan::Filter { .. } => "Filter",
         Plan::Project { .. } => "Project",
+        Plan::Window { .. } => "Window",
         Plan::Join { .. } => "Join",
         Plan::OuterJoin {
             kind: OuterKind::Left,

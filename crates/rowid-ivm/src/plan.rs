@@ -221,6 +221,16 @@ pub enum Plan {
         /// The join condition (`ON`; `USING` and `NATURAL` as the equalities they mean).
         condition: Expr,
     },
+    /// Window functions over the input's rows (the target list of a level with `OVER`): one
+    /// output row per input row, every window over the same `PARTITION BY` list.
+    Window {
+        /// The input.
+        input: Box<Plan>,
+        /// The `PARTITION BY` expressions, in written order (empty: one partition).
+        partition_by: Vec<Expr>,
+        /// The output columns, window calls with their `OVER (...)` among them.
+        columns: Vec<Output>,
+    },
     /// Groups and their aggregates; without `GROUP BY` exactly one row.
     Aggregate {
         /// The input.
@@ -289,6 +299,7 @@ impl Plan {
         match self {
             Plan::Scan { columns, .. }
             | Plan::Project { columns, .. }
+            | Plan::Window { columns, .. }
             | Plan::Aggregate { columns, .. } => columns.clone(),
             Plan::Subquery {
                 alias,

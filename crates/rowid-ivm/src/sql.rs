@@ -142,7 +142,7 @@ struct Level<'a> {
 fn split(plan: &Plan) -> Result<Level<'_>, Unrenderable> {
     let mut p = plan;
     let mut targets = None;
-    if let Plan::Project { input, columns } = p {
+    if let Plan::Project { input, columns } | Plan::Window { input, columns, .. } = p {
         targets = Some(columns.as_slice());
         p = input;
     }
@@ -322,6 +322,18 @@ pub fn level_identity(plan: &Plan) -> Result<String, Unrenderable> {
             Ok(format!(
                 "pgtrickle.encode_row_id_v2('JOIN_KEY', ROW({}))",
                 children.join(", ")
+            ))
+        }
+        Plan::Window {
+            input,
+            partition_by,
+            ..
+        } => {
+            let mut fields: Vec<String> = partition_by.iter().map(|e| e.sql.clone()).collect();
+            fields.push(format!("({})::pgtrickle.row_id", level_identity(input)?));
+            Ok(format!(
+                "pgtrickle.encode_row_id_v2('WINDOW_KEY', ROW({}))",
+                fields.join(", ")
             ))
         }
         Plan::OuterJoin {

@@ -297,3 +297,53 @@ proptest! {
         }
     }
 }
+
+/// The window rule finds a partition's stored rows as one range of the identity order
+/// (src/delta/window.rs): every identity of the partition `p` starts with the identity of
+/// `p` and a NULL child less its last three bytes (the NULL child and `TUPLE_END`), and an
+/// identity of any other partition is outside `[prefix, prefix || FF)`.
+#[test]
+fn a_window_partition_is_one_range_of_the_identity_order() {
+    let window = Plan::Window {
+        input: Box::new(keyed("x")),
+        partition_by: vec![rowid_ivm::plan::Expr::new("x.v", "bigint")],
+        columns: vec![out("k", "x.k")],
+    };
+    let id = identity(&window);
+    let values = [
+        None,
+        Some(i64::MIN),
+        Some(-1),
+        Some(0),
+        Some(1),
+        Some(255),
+        Some(i64::MAX),
+    ];
+    let prefix = |v: Option<i64>| {
+        // The partition's identity with a NULL child: the model row holds no child key.
+        let mut null_child = id.clone();
+        null_child.fields[1] = rowid_ivm::identity::Field::NullableChild {
+            child: Box::new(identity(&keyed("x"))),
+            present: cond("absent"),
+        };
+        let row: Row = [("x.v".to_string(), v)].into();
+        let bytes = encode(&null_child, &row);
+        assert_eq!(&bytes[bytes.len() - 3..], &[0x40, 0x00, 0xFF]);
+        bytes[..bytes.len() - 3].to_vec()
+    };
+    for p in values {
+        let lo = prefix(p);
+        let mut hi = lo.clone();
+        hi.push(0xFF);
+        for q in values {
+            for k in [i64::MIN, -7, 0, 1, 0x00FF, i64::MAX] {
+                let row: Row = [("x.v".to_string(), q), ("x.k".to_string(), Some(k))].into();
+                let bytes = encode(&id, &row);
+                validate(&bytes).expect("a valid identity");
+                let inside = bytes >= lo && bytes < hi;
+                assert_eq!(inside, p == q, "partition {p:?}, row of {q:?}, key {k}");
+                assert_eq!(bytes.starts_with(&lo), p == q);
+            }
+        }
+    }
+}

@@ -116,8 +116,23 @@ fn the_full_refresh_sql_of_every_operator() {
         outer(OuterKind::Right, keyless("z"), keyed("x"), "z.a = x.v"),
         &[("a", "z.a")],
     );
+    let windowed = Plan::Window {
+        input: Box::new(Plan::Filter {
+            input: Box::new(keyed("x")),
+            predicate: cond("x.v > 0"),
+        }),
+        partition_by: vec![cond("x.v")],
+        columns: vec![
+            out("k", "x.k"),
+            out(
+                "r",
+                "rank() OVER (PARTITION BY x.v ORDER BY x.k ASC NULLS LAST)",
+            ),
+        ],
+    };
     let cases = [
         ("filter and projection", filtered),
+        ("window", windowed),
         ("outer joins nested, under an inner join", outer_joined),
         ("right join of a keyless source", right_joined),
         ("join of three, one keyless", joined),
@@ -601,6 +616,39 @@ fn the_additive_aggregate_rule_keeps_hidden_columns_and_adds_the_change() {
             "{what}:\n  storage: {}\n  delta: {}\n",
             storage_query(plan).unwrap(),
             delta_statement(plan, "\"public\".\"st\"", *class, &[buffer("x")]).unwrap()
+        )
+    })
+    .collect();
+    insta::assert_snapshot!(text);
+}
+
+#[test]
+fn the_window_rule_recomputes_touched_partitions_and_reads_their_stored_range() {
+    use rowid_ivm::delta::delta_statement;
+    use rowid_registry::IndexClass;
+    let windowed = |partition_by: Vec<rowid_ivm::plan::Expr>| Plan::Window {
+        input: Box::new(keyed("x")),
+        partition_by,
+        columns: vec![
+            out("k", "x.k"),
+            out("n", "count(*) OVER (PARTITION BY x.v)"),
+        ],
+    };
+    let text: String = [
+        ("partitioned by x.v", windowed(vec![cond("x.v")])),
+        ("one partition", windowed(vec![])),
+    ]
+    .iter()
+    .map(|(what, plan)| {
+        format!(
+            "{what}:\n  {}\n",
+            delta_statement(
+                plan,
+                "\"public\".\"st\"",
+                IndexClass::DirectUnique,
+                &[buffer("x")]
+            )
+            .unwrap()
         )
     })
     .collect();

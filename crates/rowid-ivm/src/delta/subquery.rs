@@ -64,6 +64,7 @@ pub(super) fn reads_differenced(plan: &Plan) -> bool {
         Plan::Scan { .. } => false,
         Plan::Subquery { input, .. } => !is_linear(input) || reads_differenced(input),
         Plan::Project { input, .. }
+        | Plan::Window { input, .. }
         | Plan::Filter { input, .. }
         | Plan::Aggregate { input, .. }
         | Plan::Distinct { input } => reads_differenced(input),
@@ -166,6 +167,7 @@ pub(super) fn add_subqueries<'a>(
             Ok(())
         }
         Plan::Project { input, .. }
+        | Plan::Window { input, .. }
         | Plan::Filter { input, .. }
         | Plan::Aggregate { input, .. }
         | Plan::Distinct { input } => add_subqueries(input, changeable, parts),
