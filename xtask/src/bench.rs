@@ -15,7 +15,9 @@
 //! 11. stream tables: DIFFERENTIAL refresh against `REFRESH MATERIALIZED VIEW`, IMMEDIATE
 //!     against a hand-written statement trigger (`bench_stream`);
 //! 12. the scheduler: its CPU with 100 idle stream tables against none, and a write's way to
-//!     the third level of a scheduled graph (`bench_scheduler`).
+//!     the third level of a scheduled graph (`bench_scheduler`);
+//! 13. window functions: DIFFERENTIAL refresh after 1% of the rows changed in a share of the
+//!     partitions, against `REFRESH MATERIALIZED VIEW` (`bench_window`).
 //!
 //! `--quick` runs everything at small sizes (criterion in test mode, 10^4 rows) as a CI smoke
 //! test: it fails when a benchmark is broken, never because of a ratio.
@@ -641,7 +643,7 @@ fn wal_capture(cluster: &Cluster, sizes: &Sizes, report: &mut String) -> Result<
 
 /// Runs the benchmarks (`only`: one part, `codec`, `sql` or `wal`).
 pub fn run(quick: bool, only: Option<&str>) -> Result<(), String> {
-    const PARTS: [&str; 13] = [
+    const PARTS: [&str; 14] = [
         "codec",
         "sql",
         "per-row",
@@ -655,6 +657,7 @@ pub fn run(quick: bool, only: Option<&str>) -> Result<(), String> {
         "ddl",
         "stream",
         "scheduler",
+        "window",
     ];
     if let Some(part) = only
         && !PARTS.contains(&part)
@@ -701,6 +704,7 @@ pub fn run(quick: bool, only: Option<&str>) -> Result<(), String> {
         "ddl",
         "stream",
         "scheduler",
+        "window",
     ]
     .iter()
     .any(|p| wanted(p))
@@ -799,6 +803,32 @@ pub fn run(quick: bool, only: Option<&str>) -> Result<(), String> {
             }
         };
         crate::bench_stream::stream(&cluster, &work, &mut report)?;
+    }
+    if wanted("window") {
+        let layouts = if quick {
+            vec![crate::bench_window::Work {
+                rows: 10_000,
+                partitions: 1_000,
+                touched: 10,
+                rounds: 1,
+            }]
+        } else {
+            vec![
+                crate::bench_window::Work {
+                    rows: 1_000_000,
+                    partitions: 100_000,
+                    touched: 1_000,
+                    rounds: 5,
+                },
+                crate::bench_window::Work {
+                    rows: 1_000_000,
+                    partitions: 10_000,
+                    touched: 1_000,
+                    rounds: 5,
+                },
+            ]
+        };
+        crate::bench_window::window(&cluster, &layouts, &mut report)?;
     }
     if wanted("scheduler") {
         // Restarts the cluster with the library preloaded (it stays so for what follows).

@@ -33,7 +33,7 @@ pub struct Work {
     pub rounds: u32,
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
+pub(crate) fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
 }
@@ -74,7 +74,7 @@ fn timed(cluster: &Cluster, db: &str, sql: &str) -> Result<f64, String> {
 /// Runs `script` (with `\timing on` and `\echo timed KEY` before each timed statement) in
 /// one psql session of `db`; each key with the milliseconds psql timed for the statement
 /// after it, in order.
-fn session_timings(
+pub(crate) fn session_timings(
     cluster: &Cluster,
     db: &str,
     script: &str,
@@ -111,7 +111,7 @@ fn parse_timings(out: &str) -> Vec<(String, f64)> {
 }
 
 /// Fails unless the stream table `table` (columns `columns`) equals `query` in `db`.
-fn equal(
+pub(crate) fn equal(
     cluster: &Cluster,
     db: &str,
     table: &str,

@@ -21,6 +21,7 @@ mod bench_nats;
 mod bench_replica;
 mod bench_scheduler;
 mod bench_stream;
+mod bench_window;
 mod demo;
 mod fuzz;
 mod package;

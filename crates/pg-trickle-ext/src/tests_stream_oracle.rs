@@ -297,8 +297,9 @@ const ORACLE: &[(&str, &str, &str, &str)] = &[
          FROM o_bag",
         "FDI",
     ),
-    // Outer joins (issue 35), FULL only (DIFFERENTIAL and IMMEDIATE refuse them by name):
-    // the side a row has no match on is a NULL child of its JOIN_KEY (spec §2). Whether a
+    // Outer joins (issue 35): the side a row has no match on is a NULL child of its JOIN_KEY
+    // (spec §2). DIFFERENTIAL and IMMEDIATE where the outer join of two tables is the level's
+    // only FROM item (an IMMEDIATE one needs a bounded key), FULL elsewhere. Whether a
     // side is there is derived here from its key, or from a marker column (a keyless row of
     // NULLs, matched, is a child, not NULL), never from the implementation's `ctid`.
     (
@@ -311,7 +312,7 @@ const ORACLE: &[(&str, &str, &str, &str)] = &[
                    END)::pgtrickle.row_id)),
                 i.id, i.g, t.code
          FROM o_int i LEFT JOIN o_text t ON t.g = i.g",
-        "F",
+        "FD",
     ),
     (
         "o_ojb",
@@ -324,7 +325,7 @@ const ORACLE: &[(&str, &str, &str, &str)] = &[
                 i.id, b.y
          FROM o_int i LEFT JOIN (SELECT x, y, true AS here FROM o_bag) b
            ON b.x IS NOT DISTINCT FROM i.g",
-        "F",
+        "FDI",
     ),
     (
         "o_ojr",
@@ -336,7 +337,7 @@ const ORACLE: &[(&str, &str, &str, &str)] = &[
                   pgtrickle.encode_row_id_v2('KEYLESS_ROW', ROW(b.x, b.y))::pgtrickle.row_id)),
                 i.id, b.x, b.y
          FROM o_bag b LEFT JOIN o_int i ON b.x = i.g AND i.v > 5",
-        "F",
+        "FDI",
     ),
     (
         "o_ojf",
@@ -350,7 +351,33 @@ const ORACLE: &[(&str, &str, &str, &str)] = &[
                    END)::pgtrickle.row_id)),
                 i.id, t.code, coalesce(i.g, t.g)
          FROM o_int i FULL JOIN o_text t ON t.g = i.g WHERE i.id IS NULL OR i.id < 50",
-        "F",
+        "FD",
+    ),
+    (
+        "o_ojk",
+        "SELECT i.id, i.g, u.u FROM o_int i LEFT JOIN o_uuid u ON u.v = i.g",
+        "SELECT pgtrickle.encode_row_id_v2('JOIN_KEY', ROW(
+                  pgtrickle.encode_row_id_v2('SCAN_KEY', ROW(i.id))::pgtrickle.row_id,
+                  (CASE WHEN u.u IS NOT NULL
+                        THEN pgtrickle.encode_row_id_v2('SCAN_KEY', ROW(u.u))
+                   END)::pgtrickle.row_id)),
+                i.id, i.g, u.u
+         FROM o_int i LEFT JOIN o_uuid u ON u.v = i.g",
+        "FDI",
+    ),
+    (
+        "o_ojfe",
+        "SELECT i.id, e.e, e.v FROM o_int i FULL JOIN o_enum e ON e.v = i.id",
+        "SELECT pgtrickle.encode_row_id_v2('JOIN_KEY', ROW(
+                  (CASE WHEN i.id IS NOT NULL
+                        THEN pgtrickle.encode_row_id_v2('SCAN_KEY', ROW(i.id))
+                   END)::pgtrickle.row_id,
+                  (CASE WHEN e.e IS NOT NULL
+                        THEN pgtrickle.encode_row_id_v2('SCAN_KEY', ROW(e.e))
+                   END)::pgtrickle.row_id)),
+                i.id, e.e, e.v
+         FROM o_int i FULL JOIN o_enum e ON e.v = i.id",
+        "FDI",
     ),
     (
         "o_oja",
@@ -478,7 +505,7 @@ const ORACLE: &[(&str, &str, &str, &str)] = &[
          FROM o_text t LEFT JOIN (SELECT i.g, count(*) AS n, true AS here
                                   FROM o_int i JOIN o_uuid u ON u.v = i.g GROUP BY i.g) l
            ON l.g = t.g",
-        "F",
+        "FD",
     ),
     (
         "o_wup",

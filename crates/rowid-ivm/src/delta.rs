@@ -43,6 +43,8 @@
 //! Anything else is [`NotDifferential`], by operator name.
 
 mod aggregate;
+mod outer;
+mod ranges;
 mod subquery;
 mod window;
 
@@ -603,6 +605,9 @@ fn apply(plan: &Plan, frame: &Frame<'_>) -> Result<String, NotDifferential> {
     if let Some(statement) = window::statement(plan, frame)? {
         return Ok(statement);
     }
+    if let Some(statement) = outer::statement(plan, frame)? {
+        return Ok(statement);
+    }
     let mut recomputed = recomputation(plan, &names, changeable, &|_| None)?;
     if recomputed.is_none() && reads_differenced(plan) {
         // A linear level reading a subquery that aggregates or deduplicates: the identities
@@ -912,13 +917,17 @@ pub fn immediate_statement(
 /// The `FROM` items of the one `SELECT` level a plan with a delta rule is (at most
 /// [`MAX_JOIN_INPUTS`]), or the operator that has none.
 fn from_items(plan: &Plan) -> Result<Vec<&Plan>, NotDifferential> {
-    // Outer joins have no delta rule yet, at any depth (a subquery's included); windows
-    // have one at the top level only.
+    // An outer join has a delta rule as a level's only FROM item, over two scans; a window at
+    // the top level only.
+    let outer_level = outer::applies(plan);
     let mut refused = None;
     crate::identity::walk(plan, &mut |p| {
         if refused.is_none() {
-            if matches!(p, Plan::OuterJoin { .. }) {
-                refused = Some(format!("a {}", name(p)));
+            if matches!(p, Plan::OuterJoin { .. }) && !outer_level {
+                refused = Some(format!(
+                    "a {} other than a level's only FROM item over two tables",
+                    name(p)
+                ));
             } else if matches!(p, Plan::Window { .. }) && !std::ptr::eq(p, plan) {
                 refused = Some("a Window inside a subquery".to_string());
             }
@@ -972,6 +981,8 @@ fn level_items(plan: &Plan) -> Result<Vec<&Plan>, NotDifferential> {
     match plan {
         Plan::Scan { .. } | Plan::Subquery { .. } => Ok(vec![plan]),
         Plan::Join { inputs, .. } => Ok(inputs.iter().collect()),
+        // Its two sides (the outer rule reads them; `from_items` refused any other shape).
+        Plan::OuterJoin { left, right, .. } => Ok(vec![left, right]),
         Plan::Project { input, .. }
         | Plan::Window { input, .. }
         | Plan::Filter { input, .. }

@@ -390,15 +390,18 @@ fn operators_without_a_delta_rule_are_named() {
         err.to_string(),
         "DIFFERENTIAL refresh of a join of 7 tables (at most 6) is not built yet"
     );
-    // An outer join has none yet, at any depth.
-    for (plan, named) in [
-        (
-            project(
-                outer(OuterKind::Left, keyed("a"), keyed("b"), "a.k = b.k"),
-                &[("k", "a.k")],
-            ),
-            "LeftJoin",
+    // An outer join has one as a level's only FROM item over two scans; none elsewhere.
+    delta_statement(
+        &project(
+            outer(OuterKind::Left, keyed("a"), keyed("b"), "a.k = b.k"),
+            &[("k", "a.k")],
         ),
+        "st",
+        IndexClass::DirectUnique,
+        &buffers[..2],
+    )
+    .unwrap();
+    for (plan, named) in [
         (
             project(
                 Plan::Subquery {
@@ -413,12 +416,28 @@ fn operators_without_a_delta_rule_are_named() {
             ),
             "FullJoin",
         ),
+        (
+            project(
+                Plan::inner_join(
+                    vec![
+                        outer(OuterKind::Right, keyed("a"), keyed("b"), "a.k = b.k"),
+                        keyed("c"),
+                    ],
+                    Some(cond("c.k = b.k")),
+                ),
+                &[("k", "b.k")],
+            ),
+            "RightJoin",
+        ),
     ] {
         let err =
-            delta_statement(&plan, "st", IndexClass::DirectUnique, &buffers[..2]).unwrap_err();
+            delta_statement(&plan, "st", IndexClass::DirectUnique, &buffers[..3]).unwrap_err();
         assert_eq!(
             err.to_string(),
-            format!("DIFFERENTIAL refresh of a {named} is not built yet")
+            format!(
+                "DIFFERENTIAL refresh of a {named} other than a level's only FROM item over \
+                 two tables is not built yet"
+            )
         );
     }
     // A subquery that aggregates has a delta rule (its rows now less its rows before the

@@ -87,8 +87,10 @@ pub(super) fn add_subqueries<'a>(
 ) -> Result<(), NotDifferential> {
     match plan {
         Plan::Scan { .. } => Ok(()),
-        // No delta rule: `from_items` refuses it before this is reached.
-        Plan::OuterJoin { .. } => Err(NotDifferential(format!("a {}", name(plan)))),
+        Plan::OuterJoin { left, right, .. } => {
+            add_subqueries(left, changeable, parts)?;
+            add_subqueries(right, changeable, parts)
+        }
         Plan::Subquery {
             alias,
             columns,

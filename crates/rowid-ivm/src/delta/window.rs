@@ -3,20 +3,13 @@
 //! before; both are applied as signed rows, so only the rows whose values changed are
 //! written.
 //!
-//! A window's identity is `WINDOW_KEY(partition values, input row)` (§2): every stored row
-//! of one partition has the same identity prefix (the header and the partition's fields,
-//! wire-format.md §3 and §4), so a partition's stored rows are one range of the identity
-//! index, found without decoding a stored identity.
-
-use rowid_registry::sql::quote_ident;
+//! A window's identity is `WINDOW_KEY(partition values, input row)` (§2), so a partition's
+//! stored rows are one range of the identity index (`ranges`), found without decoding a
+//! stored identity.
 
 use super::{Frame, NotDifferential, apply_signed, changed_in, no_change, term};
 use crate::plan::Plan;
-use crate::sql::{ROW_ID, level_where};
-
-/// The bytes that end an identity whose last field is a NULL child: its tag (`40`), the
-/// NULL state (`00`) and `TUPLE_END` (`FF`) (wire-format.md §3.1, §4, §6.1).
-const NULL_CHILD_AND_END: usize = 3;
+use crate::sql::level_where;
 
 /// The DIFFERENTIAL (or IMMEDIATE) statement of a window level, or `None` for any other
 /// operator.
@@ -33,7 +26,6 @@ pub(super) fn statement(plan: &Plan, frame: &Frame<'_>) -> Result<Option<String>
         ..
     } = *frame;
     let unrenderable = |e: crate::sql::Unrenderable| NotDifferential(e.0);
-    let id = quote_ident(ROW_ID);
     let parts: Vec<String> = (1..=partition_by.len())
         .map(|i| format!("__pgt_p{i}"))
         .collect();
@@ -64,15 +56,10 @@ pub(super) fn statement(plan: &Plan, frame: &Frame<'_>) -> Result<Option<String>
     // Each touched partition's identity range: its prefix (the identity of the partition's
     // values and a NULL child, without the NULL child and TUPLE_END) up to that prefix and
     // `FF`, which no field tag reaches.
-    let mut prefix_fields = t_parts.clone();
-    prefix_fields.push("NULL::pgtrickle.row_id".to_string());
     let touched = format!(
-        "__pgt_tp AS (SELECT DISTINCT {selected} FROM ({}) AS t WHERE {go}), \
-         __pgt_tr AS (SELECT x.lo, x.lo OPERATOR(pg_catalog.||) pg_catalog.decode('ff', 'hex') AS hi \
-           FROM (SELECT pg_catalog.substr(e.b, 1, pg_catalog.length(e.b) - {NULL_CHILD_AND_END}) AS lo \
-             FROM (SELECT pgtrickle.encode_row_id_v2('WINDOW_KEY', ROW({})) AS b FROM __pgt_tp AS t) AS e) AS x), ",
+        "__pgt_tp AS (SELECT DISTINCT {selected} FROM ({}) AS t WHERE {go}), {}",
         terms.join(" UNION ALL "),
-        prefix_fields.join(", "),
+        super::ranges::ranges("__pgt_tp", "WINDOW_KEY", &t_parts),
     );
     // The touched partitions' rows now: a partition without NULLs by equality (a semi-join
     // the server can drive by an index), one with a NULL by IS NOT DISTINCT FROM.
@@ -118,15 +105,7 @@ pub(super) fn statement(plan: &Plan, frame: &Frame<'_>) -> Result<Option<String>
         );
     }
     // Their stored rows, each weighing -1.
-    let stored: Vec<String> = names
-        .iter()
-        .map(|n| format!("s.{}", quote_ident(n)))
-        .collect();
-    delta.push(format!(
-        "SELECT s.{id}, {}, -1 AS \"__pgt_w\" FROM {storage} AS s JOIN __pgt_tr AS r \
-           ON s.{id} OPERATOR(pg_catalog.>=) r.lo AND s.{id} OPERATOR(pg_catalog.<) r.hi",
-        stored.join(", ")
-    ));
+    delta.push(super::ranges::stored_in_ranges(storage, &names));
     Ok(Some(apply_signed(
         plan,
         frame,
