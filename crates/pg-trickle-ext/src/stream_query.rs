@@ -347,6 +347,16 @@ impl Reader {
                 let condition =
                     (!join.quals.is_null()).then(|| self.expr(scope, join.quals, "boolean"));
                 if let Some(kind) = kind {
+                    // Nothing tells a function's row of NULLs from no row (spec §2).
+                    let mut function = false;
+                    for side in [&left, &right] {
+                        rowid_ivm::identity::walk(side, &mut |p| {
+                            function |= matches!(p, Plan::Function { .. });
+                        });
+                    }
+                    if function {
+                        self.refuse("a function in FROM inside an outer join", place);
+                    }
                     return Plan::OuterJoin {
                         kind,
                         left: Box::new(left),
@@ -366,7 +376,8 @@ impl Reader {
         let at = format!("{place}, FROM item {}", quote_ident(&alias));
         // SAFETY: a range table entry of this level.
         let entry = unsafe { &*rte };
-        if entry.lateral {
+        // A function in FROM reading the items before it is LATERAL by itself.
+        if entry.lateral && entry.rtekind != pg_sys::RTEKind::RTE_FUNCTION {
             self.refuse("LATERAL", &at);
         }
         match entry.rtekind {
@@ -397,10 +408,77 @@ impl Reader {
                     input: Box::new(inner),
                 }
             }
-            pg_sys::RTEKind::RTE_FUNCTION => self.refuse("a function in FROM", &at),
+            pg_sys::RTEKind::RTE_FUNCTION => self.function(scope, entry, &alias, &at),
             pg_sys::RTEKind::RTE_VALUES => self.refuse("VALUES in FROM", &at),
             pg_sys::RTEKind::RTE_TABLEFUNC => self.refuse("XMLTABLE or JSON_TABLE", &at),
             _ => self.refuse("a FROM item of this kind", &at),
+        }
+    }
+
+    /// A set-returning function in `FROM` returning one column (a base type, not a row),
+    /// `WITH ORDINALITY` or not; its columns are identity fields of its rows (spec §2).
+    fn function(
+        &mut self,
+        scope: &Scope,
+        entry: &pg_sys::RangeTblEntry,
+        alias: &str,
+        at: &str,
+    ) -> Plan {
+        // SAFETY: the function list of an analyzed RTE_FUNCTION entry: RangeTblFunction nodes.
+        let functions: Vec<*mut pg_sys::RangeTblFunction> = unsafe {
+            pgrx::PgList::<pg_sys::RangeTblFunction>::from_pg(entry.functions)
+                .iter_ptr()
+                .collect()
+        };
+        let [function] = functions.as_slice() else {
+            self.refuse("ROWS FROM with several functions", at);
+        };
+        // SAFETY: a RangeTblFunction of the entry; its expression a node of the analysis.
+        let (node, colcount, coldefs) = unsafe {
+            (
+                (**function).funcexpr,
+                (**function).funccolcount,
+                !(**function).funccolnames.is_null(),
+            )
+        };
+        // SAFETY: the function's expression.
+        let (typid, collid) = unsafe { (pg_sys::exprType(node), pg_sys::exprCollation(node)) };
+        // SAFETY: a type OID the analysis resolved.
+        let composite = unsafe { pg_sys::type_is_rowtype(typid) };
+        if coldefs || colcount != 1 || composite {
+            self.refuse("a function in FROM returning rows of several columns", at);
+        }
+        let call = self.expr(scope, node, "");
+        let names = self.colnames(entry);
+        let a = quote_ident(alias);
+        let mut columns = Vec::with_capacity(names.len());
+        for (i, name) in names.iter().enumerate() {
+            let ordinality = entry.funcordinality && i + 1 == names.len();
+            let spec = FieldSpec {
+                expr: String::new(),
+                ty: type_ref(
+                    if ordinality { pg_sys::INT8OID } else { typid },
+                    &encoder_collation,
+                ),
+                typmod: -1,
+                collation: if ordinality {
+                    None
+                } else {
+                    encoder_collation(collid)
+                },
+                opclass: OpClass::Default,
+            };
+            let expr = self.field(&format!("{a}.{}", quote_ident(name)), &spec);
+            columns.push(Output {
+                name: name.clone(),
+                expr,
+            });
+        }
+        Plan::Function {
+            alias: alias.to_string(),
+            call,
+            ordinality: entry.funcordinality,
+            columns,
         }
     }
 

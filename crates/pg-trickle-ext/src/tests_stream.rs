@@ -338,7 +338,9 @@ fn stream_unsupported_queries_are_refused_by_name_before_anything_exists() {
         ("SELECT id, id FROM st_orders", "FULL", "two output columns"),
         ("WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r WHERE n < 3) SELECT n FROM r", "FULL", "WITH RECURSIVE"),
         ("SELECT id FROM st_orders; SELECT 1", "FULL", "one statement"),
-        ("SELECT g FROM generate_series(1, 3) g", "FULL", "a function in FROM"),
+        ("SELECT o.id, e FROM st_orders o LEFT JOIN LATERAL unnest(ARRAY[o.id]) e ON true", "FULL", "a function in FROM inside an outer join"),
+        ("SELECT k, v FROM jsonb_each('{}'::jsonb) AS e(k, v)", "FULL", "a function in FROM returning rows of several columns"),
+        ("SELECT o.id, s.x FROM st_orders o, LATERAL (SELECT o.id AS x) s", "FULL", "LATERAL"),
     ];
     for (query, mode, expected) in cases {
         let err = error_of(

@@ -446,6 +446,42 @@ const ORACLE: &[(&str, &str, &str, &str)] = &[
                FROM o_int) s WHERE s.rn <= 2",
         "F",
     ),
+    // Set-returning functions in FROM (issue 35), LATERAL over the rows before them: each row
+    // a JOIN_KEY of the source row and the function's row, whose identity is KEYLESS_ROW of
+    // its columns (unique with the ordinality; without it equal elements of one call share
+    // it). Linear: every mode.
+    (
+        "o_fo",
+        "SELECT i.id, e.x, e.n
+         FROM o_int i, unnest(ARRAY[i.g, i.g + 1, i.g]) WITH ORDINALITY AS e(x, n)",
+        "SELECT pgtrickle.encode_row_id_v2('JOIN_KEY', ROW(
+                  pgtrickle.encode_row_id_v2('SCAN_KEY', ROW(i.id))::pgtrickle.row_id,
+                  pgtrickle.encode_row_id_v2('KEYLESS_ROW', ROW(e.x, e.n))::pgtrickle.row_id)),
+                i.id, e.x, e.n
+         FROM o_int i, unnest(ARRAY[i.g, i.g + 1, i.g]) WITH ORDINALITY AS e(x, n)",
+        "FDI",
+    ),
+    (
+        "o_fm",
+        "SELECT i.id, e.x FROM o_int i, unnest(ARRAY[i.g, i.g, i.g + 1]) AS e(x)",
+        "SELECT pgtrickle.encode_row_id_v2('JOIN_KEY', ROW(
+                  pgtrickle.encode_row_id_v2('SCAN_KEY', ROW(i.id))::pgtrickle.row_id,
+                  pgtrickle.encode_row_id_v2('KEYLESS_ROW', ROW(e.x))::pgtrickle.row_id)),
+                i.id, e.x
+         FROM o_int i, unnest(ARRAY[i.g, i.g, i.g + 1]) AS e(x)",
+        "FDI",
+    ),
+    (
+        "o_fj",
+        "SELECT b.x, v FROM o_bag b
+           CROSS JOIN LATERAL jsonb_array_elements(jsonb_build_array(b.x, b.y, b.x)) AS v",
+        "SELECT pgtrickle.encode_row_id_v2('JOIN_KEY', ROW(
+                  pgtrickle.encode_row_id_v2('KEYLESS_ROW', ROW(b.x, b.y))::pgtrickle.row_id,
+                  pgtrickle.encode_row_id_v2('KEYLESS_ROW', ROW(v))::pgtrickle.row_id)),
+                b.x, v
+         FROM o_bag b CROSS JOIN LATERAL jsonb_array_elements(jsonb_build_array(b.x, b.y, b.x)) AS v",
+        "FDI",
+    ),
     // Stream tables over stream tables (issue 35): `{up}` is the upstream kept in another
     // mode (`oracle_query`): FULL over IMMEDIATE, DIFFERENTIAL over FULL, IMMEDIATE over
     // IMMEDIATE. A join, an aggregate over it, a filter and a join over that, and an

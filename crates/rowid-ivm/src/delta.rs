@@ -385,6 +385,7 @@ fn item_key(item: &Plan) -> Option<(&str, String)> {
 fn all_scans(plan: &Plan) -> Vec<&Plan> {
     match plan {
         Plan::Scan { .. } => vec![plan],
+        Plan::Function { .. } => vec![],
         Plan::Subquery { input, .. }
         | Plan::Project { input, .. }
         | Plan::Window { input, .. }
@@ -979,7 +980,8 @@ fn from_items(plan: &Plan) -> Result<Vec<&Plan>, NotDifferential> {
 
 fn level_items(plan: &Plan) -> Result<Vec<&Plan>, NotDifferential> {
     match plan {
-        Plan::Scan { .. } | Plan::Subquery { .. } => Ok(vec![plan]),
+        // A function's rows change with the items it reads, never by themselves.
+        Plan::Scan { .. } | Plan::Subquery { .. } | Plan::Function { .. } => Ok(vec![plan]),
         Plan::Join { inputs, .. } => Ok(inputs.iter().collect()),
         // Its two sides (the outer rule reads them; `from_items` refused any other shape).
         Plan::OuterJoin { left, right, .. } => Ok(vec![left, right]),

@@ -64,6 +64,20 @@ pub fn identity(plan: &Plan) -> Identity {
                 unique: stored.unique,
             },
         },
+        // Its rows' values, as a keyless source's: equal rows of one call share it, unless
+        // the ordinality numbers them.
+        Plan::Function {
+            columns,
+            ordinality,
+            ..
+        } => Identity {
+            domain: Domain::KeylessRow,
+            fields: columns
+                .iter()
+                .map(|c| Field::Value(c.expr.clone()))
+                .collect(),
+            unique: *ordinality,
+        },
         // Pass-through: the input's identity, byte for byte.
         Plan::Filter { input, .. } | Plan::Project { input, .. } | Plan::Subquery { input, .. } => {
             identity(input)
@@ -158,6 +172,16 @@ pub fn identity(plan: &Plan) -> Identity {
 pub fn presence(plan: &Plan) -> Expr {
     let sql = match plan {
         Plan::Scan { alias, .. } => format!("{}.ctid IS NOT NULL", quote_ident(alias)),
+        // A function's row is there when its ordinality is; without one nothing tells a row
+        // of NULLs from none, and the reader refuses a function inside an outer join.
+        Plan::Function {
+            ordinality,
+            columns,
+            ..
+        } => match columns.last() {
+            Some(n) if *ordinality => format!("{} IS NOT NULL", n.expr.sql),
+            _ => "true".to_string(),
+        },
         Plan::Subquery { alias, .. } => {
             format!("{}.\"__pgt_row_id\" IS NOT NULL", quote_ident(alias))
         }
@@ -261,10 +285,10 @@ pub fn multiset_operators(plan: &Plan) -> Vec<&'static str> {
 }
 
 /// Calls `f` on `plan` and every operator under it, parents first.
-pub(crate) fn walk<'a>(plan: &'a Plan, f: &mut impl FnMut(&'a Plan)) {
+pub fn walk<'a>(plan: &'a Plan, f: &mut impl FnMut(&'a Plan)) {
     f(plan);
     match plan {
-        Plan::Scan { .. } => {}
+        Plan::Scan { .. } | Plan::Function { .. } => {}
         Plan::Filter { input, .. }
         | Plan::Project { input, .. }
         | Plan::Window { input, .. }
@@ -286,6 +310,7 @@ pub(crate) fn walk<'a>(plan: &'a Plan, f: &mut impl FnMut(&'a Plan)) {
 pub fn name(plan: &Plan) -> &'static str {
     match plan {
         Plan::Scan { .. } => "Scan",
+        Plan::Function { .. } => "Function",
         Plan::Subquery { .. } => "Subquery",
         Plan::Filter { .. } => "Filter",
         Plan::Project { .. } => "Project",

@@ -187,6 +187,18 @@ pub enum Plan {
         /// Its query.
         input: Box<Plan>,
     },
+    /// A set-returning function in `FROM` (`unnest`, `jsonb_array_elements`, ...), `LATERAL`
+    /// over the items before it when its arguments read them: its rows for each row of those.
+    Function {
+        /// Its name in the query.
+        alias: String,
+        /// The call, as the server deparsed it.
+        call: Expr,
+        /// `WITH ORDINALITY`: its last column numbers its rows from 1.
+        ordinality: bool,
+        /// Its columns (the query's references to them), the ordinality last.
+        columns: Vec<Output>,
+    },
     /// The input rows a predicate keeps (`WHERE`, `HAVING`).
     Filter {
         /// The input.
@@ -298,6 +310,7 @@ impl Plan {
     pub fn outputs(&self) -> Vec<Output> {
         match self {
             Plan::Scan { columns, .. }
+            | Plan::Function { columns, .. }
             | Plan::Project { columns, .. }
             | Plan::Window { columns, .. }
             | Plan::Aggregate { columns, .. } => columns.clone(),

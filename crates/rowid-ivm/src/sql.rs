@@ -181,7 +181,10 @@ fn split(plan: &Plan) -> Result<Level<'_>, Unrenderable> {
             predicates.extend(condition.iter());
             inputs.iter().collect()
         }
-        Plan::Scan { .. } | Plan::Subquery { .. } | Plan::OuterJoin { .. } => vec![p],
+        Plan::Scan { .. }
+        | Plan::Subquery { .. }
+        | Plan::Function { .. }
+        | Plan::OuterJoin { .. } => vec![p],
         other => {
             return Err(Unrenderable(format!(
                 "a {} in FROM",
@@ -272,6 +275,22 @@ fn from_item(item: &Plan) -> Result<String, Unrenderable> {
             render(input, columns)?,
             quote_ident(alias)
         )),
+        // Implicitly LATERAL: its arguments may read the items before it.
+        Plan::Function {
+            alias,
+            call,
+            ordinality,
+            columns,
+        } => {
+            let names: Vec<String> = columns.iter().map(|c| quote_ident(&c.name)).collect();
+            Ok(format!(
+                "{}{} AS {}({})",
+                call.sql,
+                if *ordinality { " WITH ORDINALITY" } else { "" },
+                quote_ident(alias),
+                names.join(", ")
+            ))
+        }
         Plan::Join { inputs, condition } => {
             let items = inputs
                 .iter()
@@ -309,7 +328,7 @@ fn from_item(item: &Plan) -> Result<String, Unrenderable> {
 /// expressions.
 pub fn level_identity(plan: &Plan) -> Result<String, Unrenderable> {
     match plan {
-        Plan::Scan { .. } => Ok(identity_sql(&identity(plan))),
+        Plan::Scan { .. } | Plan::Function { .. } => Ok(identity_sql(&identity(plan))),
         Plan::Subquery { alias, .. } => {
             Ok(format!("{}.{}", quote_ident(alias), quote_ident(ROW_ID)))
         }

@@ -130,8 +130,24 @@ fn the_full_refresh_sql_of_every_operator() {
             ),
         ],
     };
+    let unnested = project(
+        Plan::inner_join(
+            vec![
+                keyed("x"),
+                Plan::Function {
+                    alias: "e".into(),
+                    call: cond("pg_catalog.unnest(x.arr)"),
+                    ordinality: true,
+                    columns: vec![out("x", "e.x"), out("n", "e.n")],
+                },
+            ],
+            None,
+        ),
+        &[("k", "x.k"), ("x", "e.x")],
+    );
     let cases = [
         ("filter and projection", filtered),
+        ("a set-returning function, with its ordinality", unnested),
         ("window", windowed),
         ("outer joins nested, under an inner join", outer_joined),
         ("right join of a keyless source", right_joined),

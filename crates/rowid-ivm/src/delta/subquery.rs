@@ -61,7 +61,7 @@ pub(super) fn scan_before(scan: &Plan, images: &str, columns: &[String]) -> Stri
 /// representation.
 pub(super) fn reads_differenced(plan: &Plan) -> bool {
     match plan {
-        Plan::Scan { .. } => false,
+        Plan::Scan { .. } | Plan::Function { .. } => false,
         Plan::Subquery { input, .. } => !is_linear(input) || reads_differenced(input),
         Plan::Project { input, .. }
         | Plan::Window { input, .. }
@@ -86,7 +86,7 @@ pub(super) fn add_subqueries<'a>(
     parts: &mut Vec<String>,
 ) -> Result<(), NotDifferential> {
     match plan {
-        Plan::Scan { .. } => Ok(()),
+        Plan::Scan { .. } | Plan::Function { .. } => Ok(()),
         Plan::OuterJoin { left, right, .. } => {
             add_subqueries(left, changeable, parts)?;
             add_subqueries(right, changeable, parts)
