@@ -123,6 +123,42 @@ pub fn dependents_deepest_first(relid: pg_sys::Oid) -> Vec<pg_sys::Oid> {
     )
 }
 
+/// Refuses an IMMEDIATE stream table reading `sources` when one of them is also read through
+/// an IMMEDIATE stream table among them (directly or through a chain of IMMEDIATE ones): one
+/// statement on it changes both, and the triggers of the two fire in an order no delta rule
+/// can rely on (the one reading the upstream's rows after the upstream applied the same
+/// statement would apply it twice, spec/stream-tables.md §5.3).
+pub fn refuse_immediate_overlap(function: &str, sources: &[pg_sys::Oid]) {
+    let overlap: Option<String> = spi::one(
+        "WITH RECURSIVE reach(relid, via) AS ( \
+           SELECT t.pgt_relid, t.pgt_relid FROM pgtrickle.pgt_stream_tables t \
+           WHERE t.pgt_relid OPERATOR(pg_catalog.=) ANY ($1::pg_catalog.oid[]) \
+             AND t.refresh_mode OPERATOR(pg_catalog.=) 'IMMEDIATE' \
+           UNION \
+           SELECT s, r.via FROM reach r JOIN pgtrickle.pgt_stream_tables t \
+             ON t.pgt_relid OPERATOR(pg_catalog.=) r.relid \
+             AND t.refresh_mode OPERATOR(pg_catalog.=) 'IMMEDIATE' \
+           CROSS JOIN LATERAL pg_catalog.unnest(t.sources) AS s) \
+         SELECT pg_catalog.format('%s both directly and through the IMMEDIATE stream table %s', \
+                  relid::pg_catalog.regclass, via::pg_catalog.regclass) \
+         FROM reach WHERE relid OPERATOR(pg_catalog.=) ANY ($1::pg_catalog.oid[]) \
+           AND relid OPERATOR(pg_catalog.<>) via \
+         ORDER BY relid, via LIMIT 1",
+        &[DatumWithOid::from(sources.to_vec())],
+    );
+    if let Some(overlap) = overlap {
+        errors::refused(
+            function,
+            "0A000",
+            &format!(
+                "IMMEDIATE maintenance of a query reading {overlap} is not built yet: one \
+                 statement changes both; use refresh_mode => 'DIFFERENTIAL', or keep the \
+                 upstream in another mode"
+            ),
+        );
+    }
+}
+
 /// Refuses a definition of the stream table `relid` (`name`) that reads `sources` when it
 /// would read itself, directly or through the stream tables it reads: the graph stays a DAG.
 pub fn refuse_cycle(function: &str, relid: pg_sys::Oid, name: &str, sources: &[pg_sys::Oid]) {

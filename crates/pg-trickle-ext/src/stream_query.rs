@@ -50,6 +50,7 @@ pub fn read(function: &'static str, query: &str, time_zone: &str) -> ReadQuery {
         fields: HashMap::new(),
         sources: Vec::new(),
         levels: Vec::new(),
+        sublinks_allowed: false,
     };
     // SAFETY: parse analysis of a NUL-terminated text in the current memory context; the
     // returned trees live until the context ends, past this function's use of them.
@@ -92,6 +93,9 @@ struct Reader {
     /// last: where a CTE `ctelevelsup` levels up is defined (a CTE's query is read as a
     /// level inside the one that defines it).
     levels: Vec<*mut pg_sys::Query>,
+    /// Whether the expression being deparsed may hold subqueries (a level's `WHERE`, read
+    /// as a semi-join); anywhere else one is refused.
+    sublinks_allowed: bool,
 }
 
 /// The deparse names of one query level's range table, and the context to deparse in.
@@ -125,14 +129,10 @@ impl Reader {
         if query.commandType != pg_sys::CmdType::CMD_SELECT || !query.utilityStmt.is_null() {
             self.refuse("a statement other than SELECT", place);
         }
-        let checks: [(bool, &str); 10] = [
+        let checks: [(bool, &str); 9] = [
             (
                 query.hasTargetSRFs,
                 "a set-returning function in the select list",
-            ),
-            (
-                query.hasSubLinks,
-                "a subquery in an expression (EXISTS, IN, scalar subquery)",
             ),
             (query.hasDistinctOn, "DISTINCT ON"),
             (query.hasRecursive, "WITH RECURSIVE"),
@@ -170,9 +170,23 @@ impl Reader {
         // SAFETY: the jointree of an analyzed SELECT is a FromExpr.
         let where_ = unsafe { (*query.jointree).quals };
         if !where_.is_null() {
-            plan = Plan::Filter {
-                input: Box::new(plan),
-                predicate: self.expr(&scope, where_, "boolean"),
+            // SAFETY: an expression tree of the analysis.
+            plan = if unsafe { pg_sys::checkExprHasSubLink(where_) } {
+                // A semi-join (or anti-join): the tables its subqueries read are sources.
+                let reads = self.subquery_reads(where_, place);
+                self.sublinks_allowed = true;
+                let predicate = self.expr(&scope, where_, "boolean");
+                self.sublinks_allowed = false;
+                Plan::SemiJoin {
+                    input: Box::new(plan),
+                    predicate,
+                    reads,
+                }
+            } else {
+                Plan::Filter {
+                    input: Box::new(plan),
+                    predicate: self.expr(&scope, where_, "boolean"),
+                }
             };
         }
         let targets = self.targets(&scope, place);
@@ -515,10 +529,37 @@ impl Reader {
         self.refuse("a CTE that is not defined", at)
     }
 
-    fn scan(&mut self, entry: &pg_sys::RangeTblEntry, alias: &str, at: &str) -> Plan {
-        if !entry.tablesample.is_null() {
-            self.refuse("TABLESAMPLE", at);
+    /// The tables a `WHERE`'s subqueries read, at any depth, each once, schema-qualified and
+    /// quoted: registered as sources under the checks a scan's table passes.
+    fn subquery_reads(&mut self, where_: *mut pg_sys::Node, place: &str) -> Vec<String> {
+        let at = format!("{place}, a subquery in WHERE");
+        let mut found = SubqueryTables::default();
+        // SAFETY: a walk of an analyzed expression tree; the walker only records.
+        unsafe {
+            subquery_tables(where_, std::ptr::from_mut(&mut found).cast());
         }
+        if let Some(what) = found.refused {
+            self.refuse(what, &at);
+        }
+        let mut reads: Vec<String> = Vec::new();
+        for rte in found.relations {
+            // SAFETY: a range table entry the walk found.
+            let entry = unsafe { &*rte };
+            if !entry.tablesample.is_null() {
+                self.refuse("TABLESAMPLE", &at);
+            }
+            let (_, relation) = self.source(entry, &at);
+            if !reads.contains(&relation) {
+                reads.push(relation);
+            }
+        }
+        reads
+    }
+
+    /// A table read as a source: a plain table (or a stream table, whose identity version the
+    /// running library must read), registered among the sources; its OID and its name,
+    /// schema-qualified and quoted.
+    fn source(&mut self, entry: &pg_sys::RangeTblEntry, at: &str) -> (pg_sys::Oid, String) {
         let relid = entry.relid;
         let kind = entry.relkind as u8;
         if kind != b'r' {
@@ -537,11 +578,22 @@ impl Reader {
         if !self.sources.contains(&relid) {
             self.sources.push(relid);
         }
+        if let Some(upstream) = crate::stream_graph::upstream(relid) {
+            crate::stream_graph::check_versions(self.function, &upstream);
+        }
         let relation = format!(
             "{}.{}",
             quote_ident(&facts.namespace),
             quote_ident(&facts.relname)
         );
+        (relid, relation)
+    }
+
+    fn scan(&mut self, entry: &pg_sys::RangeTblEntry, alias: &str, at: &str) -> Plan {
+        if !entry.tablesample.is_null() {
+            self.refuse("TABLESAMPLE", at);
+        }
+        let (relid, relation) = self.source(entry, at);
         let a = quote_ident(alias);
         let ctx = server_context();
         let columns: Vec<FieldSpec> = all_columns(relid);
@@ -554,7 +606,6 @@ impl Reader {
             .collect();
         if let Some(upstream) = crate::stream_graph::upstream(relid) {
             // Another stream table: its rows keep the identity it stores (§7).
-            crate::stream_graph::check_versions(self.function, &upstream);
             let Some(domain) = rowid_codec::Domain::from_name(&upstream.domain) else {
                 self.refuse("a stream table whose catalog names an unknown domain", at);
             };
@@ -640,6 +691,14 @@ impl Reader {
     }
 
     fn deparse(&self, scope: &Scope, node: *mut pg_sys::Node) -> String {
+        // SAFETY: an expression tree of the analysis.
+        if !self.sublinks_allowed && unsafe { pg_sys::checkExprHasSubLink(node) } {
+            self.refuse(
+                "a subquery in an expression other than a WHERE (the select list, HAVING, \
+                 JOIN ... ON, a function in FROM)",
+                "the query",
+            );
+        }
         // SAFETY: an expression of this level, its join alias variables (and on 18 its
         // grouped expressions) replaced by what they stand for (the deparse context has no
         // join or group scopes), deparsed in the context
@@ -1057,5 +1116,54 @@ unsafe fn string_node(node: *mut pg_sys::Node) -> String {
     unsafe {
         let s = &*node.cast::<pg_sys::String>();
         CStr::from_ptr(s.sval).to_string_lossy().into_owned()
+    }
+}
+
+/// What a walk of a `WHERE`'s subqueries found: the range table entries of the tables they
+/// read, and the first thing in them a stream table cannot keep.
+#[derive(Default)]
+struct SubqueryTables {
+    relations: Vec<*mut pg_sys::RangeTblEntry>,
+    refused: Option<&'static str>,
+}
+
+/// A tree walker (`expression_tree_walker`, `query_tree_walker`) recording, into the
+/// [`SubqueryTables`] `context` points to, the tables of every query under `node`: the
+/// subqueries of the expression, theirs, their `FROM` subqueries and their CTEs. It only
+/// records (nothing here may raise an error through the server's walker frames).
+///
+/// # Safety
+///
+/// `node` is an analyzed tree (or NULL); `context` points to a live [`SubqueryTables`].
+unsafe extern "C-unwind" fn subquery_tables(
+    node: *mut pg_sys::Node,
+    context: *mut std::ffi::c_void,
+) -> bool {
+    if node.is_null() {
+        return false;
+    }
+    // SAFETY: the caller's contract.
+    unsafe {
+        if pgrx::is_a(node, pg_sys::NodeTag::T_Query) {
+            let query = node.cast::<pg_sys::Query>();
+            let found = &mut *context.cast::<SubqueryTables>();
+            if !(*query).rowMarks.is_null() {
+                found.refused.get_or_insert("FOR UPDATE / FOR SHARE");
+            }
+            for rte in pgrx::PgList::<pg_sys::RangeTblEntry>::from_pg((*query).rtable).iter_ptr() {
+                match (*rte).rtekind {
+                    pg_sys::RTEKind::RTE_RELATION => found.relations.push(rte),
+                    // Its query is the enclosing level's, which only that level reads.
+                    pg_sys::RTEKind::RTE_CTE if (*rte).ctelevelsup > 0 => {
+                        found
+                            .refused
+                            .get_or_insert("a CTE of an enclosing query read in a subquery");
+                    }
+                    _ => {}
+                }
+            }
+            return pg_sys::query_tree_walker(query, Some(subquery_tables), context, 0);
+        }
+        pg_sys::expression_tree_walker(node, Some(subquery_tables), context)
     }
 }

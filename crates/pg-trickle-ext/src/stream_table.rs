@@ -293,6 +293,7 @@ pub fn create(
     // IMMEDIATE: one statement per source and event, rendered before anything exists.
     let mut immediate = Vec::new();
     if mode == Mode::Immediate {
+        crate::stream_graph::refuse_immediate_overlap(CREATE, &def.read.sources);
         for source in unique(&def.read.sources) {
             let relation = crate::catalog::relation_facts(source)
                 .map(|f| format!("{}.{}", quote_ident(&f.namespace), quote_ident(&f.relname)))

@@ -482,6 +482,51 @@ const ORACLE: &[(&str, &str, &str, &str)] = &[
          FROM o_bag b CROSS JOIN LATERAL jsonb_array_elements(jsonb_build_array(b.x, b.y, b.x)) AS v",
         "FDI",
     ),
+    // Subqueries in WHERE (issue 35): a semi-join or anti-join keeps each row of its FROM once
+    // or not at all, with its identity. A change to a table a subquery reads recomputes the
+    // level (a NOT IN meeting a NULL drops every row); any other change is linear.
+    (
+        "o_sx",
+        "SELECT id, v FROM o_int i
+         WHERE EXISTS (SELECT FROM o_text t WHERE t.g = i.g AND t.code <> 'c3') AND id < 50",
+        "SELECT pgtrickle.encode_row_id_v2('SCAN_KEY', ROW(id)), id, v FROM o_int i
+         WHERE EXISTS (SELECT FROM o_text t WHERE t.g = i.g AND t.code <> 'c3') AND id < 50",
+        "FDI",
+    ),
+    (
+        "o_sni",
+        "SELECT x, y FROM o_bag WHERE x NOT IN (SELECT g FROM o_int WHERE id < 20)",
+        "SELECT pgtrickle.encode_row_id_v2('KEYLESS_ROW', ROW(x, y)), x, y FROM o_bag
+         WHERE x NOT IN (SELECT g FROM o_int WHERE id < 20)",
+        "FDI",
+    ),
+    (
+        "o_sin",
+        "SELECT i.id, t.code FROM o_int i JOIN o_text t ON t.g = i.g
+         WHERE i.id IN (SELECT u.v FROM o_uuid u) OR NOT EXISTS (SELECT FROM o_bag b WHERE b.x = i.g)",
+        "SELECT pgtrickle.encode_row_id_v2('JOIN_KEY', ROW(
+                  pgtrickle.encode_row_id_v2('SCAN_KEY', ROW(i.id))::pgtrickle.row_id,
+                  pgtrickle.encode_row_id_v2('SCAN_KEY', ROW(t.code))::pgtrickle.row_id)),
+                i.id, t.code
+         FROM o_int i JOIN o_text t ON t.g = i.g
+         WHERE i.id IN (SELECT u.v FROM o_uuid u) OR NOT EXISTS (SELECT FROM o_bag b WHERE b.x = i.g)",
+        "FD",
+    ),
+    (
+        "o_ssc",
+        "SELECT id, g FROM o_int WHERE g >= (SELECT avg(x) FROM o_bag)",
+        "SELECT pgtrickle.encode_row_id_v2('SCAN_KEY', ROW(id)), id, g FROM o_int
+         WHERE g >= (SELECT avg(x) FROM o_bag)",
+        "FDI",
+    ),
+    (
+        "o_sxa",
+        "SELECT g, count(*) AS n FROM o_int i
+         WHERE NOT EXISTS (SELECT FROM o_uuid u WHERE u.v = i.id) GROUP BY g",
+        "SELECT pgtrickle.encode_row_id_v2('GROUP_KEY', ROW(g)), g, count(*) FROM o_int i
+         WHERE NOT EXISTS (SELECT FROM o_uuid u WHERE u.v = i.id) GROUP BY g",
+        "F",
+    ),
     // Stream tables over stream tables (issue 35): `{up}` is the upstream kept in another
     // mode (`oracle_query`): FULL over IMMEDIATE, DIFFERENTIAL over FULL, IMMEDIATE over
     // IMMEDIATE. A join, an aggregate over it, a filter and a join over that, and an
@@ -542,6 +587,14 @@ const ORACLE: &[(&str, &str, &str, &str)] = &[
                                   FROM o_int i JOIN o_uuid u ON u.v = i.g GROUP BY i.g) l
            ON l.g = t.g",
         "FD",
+    ),
+    (
+        "o_sup",
+        "SELECT e, v FROM o_enum WHERE v IN (SELECT g FROM o_lg_{up} WHERE n > 1)",
+        "SELECT pgtrickle.encode_row_id_v2('SCAN_KEY', ROW(e)), e, v FROM o_enum
+         WHERE v IN (SELECT i.g FROM o_int i JOIN o_uuid u ON u.v = i.g
+                     GROUP BY i.g HAVING count(*) > 1)",
+        "FDI",
     ),
     (
         "o_wup",

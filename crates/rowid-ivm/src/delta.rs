@@ -38,13 +38,19 @@
 //!   or deduplicating; the level reading one is then applied by identity).
 //!
 //! - **windows** (`window`): the partitions the change touches recomputed, their stored rows
-//!   read by identity range, both applied as signed rows.
+//!   read by identity range, both applied as signed rows;
+//! - **outer joins** (`outer`): the rows whose sides the change touches recomputed, their
+//!   stored rows read by identity (range), both applied as signed rows;
+//! - **semi-joins** (`semi`, a `WHERE` with subqueries): linear while the tables the
+//!   subqueries read are unchanged, else the level's rows now and its stored rows applied as
+//!   signed rows.
 //!
 //! Anything else is [`NotDifferential`], by operator name.
 
 mod aggregate;
 mod outer;
 mod ranges;
+mod semi;
 mod subquery;
 mod window;
 
@@ -299,19 +305,7 @@ pub fn delta_statement(
         else {
             continue;
         };
-        let source = sources
-            .iter()
-            .find(|s| &s.relation == relation)
-            .ok_or_else(|| {
-                NotDifferential(format!("a source without a change buffer ({relation})"))
-            })?;
-        let k = match buffers.iter().position(|b| b.buffer == source.buffer) {
-            Some(k) => k,
-            None => {
-                buffers.push(source.clone());
-                buffers.len() - 1
-            }
-        };
+        let (source, k) = read_buffer(sources, &mut buffers, relation)?;
         if !changeable
             .iter()
             .any(|c| c.alias == alias.as_str() && c.relation == *relation)
@@ -326,6 +320,18 @@ pub fn delta_statement(
             });
         }
     }
+    // The buffers of the tables a `WHERE`'s subqueries read: whether they changed decides the
+    // semi-join rule's case, and their rows are consumed with the others'.
+    let mut reads_changed = Vec::new();
+    for relation in semi::top_level(plan).map(|(_, r)| r).unwrap_or_default() {
+        let (_, k) = read_buffer(sources, &mut buffers, relation)?;
+        reads_changed.push(format!("EXISTS (SELECT FROM {})", window_name(k)));
+    }
+    let reads_changed = if reads_changed.is_empty() {
+        "false".to_string()
+    } else {
+        format!("({})", reads_changed.join(" OR "))
+    };
     let mut parts = Vec::new();
     add_subqueries(plan, &mut changeable, &mut parts)?;
     let blocked = blocked(&buffers);
@@ -349,8 +355,30 @@ pub fn delta_statement(
             ),
             go: &format!("NOT {BLOCKED}"),
             row: &result_row(&buffers, BLOCKED, changed),
+            reads_changed: &reads_changed,
         },
     )
+}
+
+/// The buffer of `relation` among `sources`, and its number among the `buffers` a statement
+/// reads (added there, once, if it is not yet).
+fn read_buffer<'s>(
+    sources: &'s [SourceBuffer],
+    buffers: &mut Vec<SourceBuffer>,
+    relation: &str,
+) -> Result<(&'s SourceBuffer, usize), NotDifferential> {
+    let source = sources
+        .iter()
+        .find(|s| s.relation == relation)
+        .ok_or_else(|| NotDifferential(format!("a source without a change buffer ({relation})")))?;
+    let k = match buffers.iter().position(|b| b.buffer == source.buffer) {
+        Some(k) => k,
+        None => {
+            buffers.push(source.clone());
+            buffers.len() - 1
+        }
+    };
+    Ok((source, k))
 }
 
 /// A `FROM` item whose rows changed: its name and relation, the SQL of its signed row
@@ -390,6 +418,7 @@ fn all_scans(plan: &Plan) -> Vec<&Plan> {
         | Plan::Project { input, .. }
         | Plan::Window { input, .. }
         | Plan::Filter { input, .. }
+        | Plan::SemiJoin { input, .. }
         | Plan::Aggregate { input, .. }
         | Plan::Distinct { input } => all_scans(input),
         Plan::Join { inputs, .. } => inputs.iter().flat_map(all_scans).collect(),
@@ -585,6 +614,9 @@ struct Frame<'a> {
     head: &'a str,
     go: &'a str,
     row: &'a str,
+    /// Whether a table a `WHERE`'s subqueries read changed (a `boolean` SQL expression,
+    /// `true` or `false` where that is known when the statement is made; [`semi`]).
+    reads_changed: &'a str,
 }
 
 /// The statement applying the change of `plan` in `frame`.
@@ -596,6 +628,7 @@ fn apply(plan: &Plan, frame: &Frame<'_>) -> Result<String, NotDifferential> {
         head,
         go,
         row,
+        ..
     } = *frame;
     let names: Vec<String> = plan.outputs().into_iter().map(|o| o.name).collect();
     let id = quote_ident(ROW_ID);
@@ -607,6 +640,9 @@ fn apply(plan: &Plan, frame: &Frame<'_>) -> Result<String, NotDifferential> {
         return Ok(statement);
     }
     if let Some(statement) = outer::statement(plan, frame)? {
+        return Ok(statement);
+    }
+    if let Some(statement) = semi::statement(plan, frame)? {
         return Ok(statement);
     }
     let mut recomputed = recomputation(plan, &names, changeable, &|_| None)?;
@@ -896,6 +932,10 @@ pub fn immediate_statement(
     }
     let mut subqueries = Vec::new();
     add_subqueries(plan, &mut changeable, &mut subqueries)?;
+    let reads_changed = match semi::top_level(plan) {
+        Some((_, reads)) if reads.iter().any(|r| r == relation) => "true",
+        _ => "false",
+    };
     apply(
         plan,
         &Frame {
@@ -911,6 +951,7 @@ pub fn immediate_statement(
             ),
             go: "true",
             row: "SELECT ((SELECT count(*) FROM __pgt_gone) + (SELECT count(*) FROM __pgt_new))::pg_catalog.int8",
+            reads_changed,
         },
     )
 }
@@ -934,7 +975,7 @@ fn from_items(plan: &Plan) -> Result<Vec<&Plan>, NotDifferential> {
             }
         }
     });
-    if let Some(refused) = refused {
+    if let Some(refused) = refused.or_else(|| semi::refusal(plan)) {
         return Err(NotDifferential(refused));
     }
     let items = match plan {
@@ -988,6 +1029,7 @@ fn level_items(plan: &Plan) -> Result<Vec<&Plan>, NotDifferential> {
         Plan::Project { input, .. }
         | Plan::Window { input, .. }
         | Plan::Filter { input, .. }
+        | Plan::SemiJoin { input, .. }
         | Plan::Aggregate { input, .. } => level_items(input),
         other => Err(NotDifferential(format!("a {}", name(other)))),
     }

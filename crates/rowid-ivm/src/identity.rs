@@ -79,9 +79,10 @@ pub fn identity(plan: &Plan) -> Identity {
             unique: *ordinality,
         },
         // Pass-through: the input's identity, byte for byte.
-        Plan::Filter { input, .. } | Plan::Project { input, .. } | Plan::Subquery { input, .. } => {
-            identity(input)
-        }
+        Plan::Filter { input, .. }
+        | Plan::SemiJoin { input, .. }
+        | Plan::Project { input, .. }
+        | Plan::Subquery { input, .. } => identity(input),
         Plan::Join { inputs, .. } => {
             let children: Vec<Identity> = inputs.iter().map(identity).collect();
             Identity {
@@ -185,7 +186,10 @@ pub fn presence(plan: &Plan) -> Expr {
         Plan::Subquery { alias, .. } => {
             format!("{}.\"__pgt_row_id\" IS NOT NULL", quote_ident(alias))
         }
-        Plan::Filter { input, .. } | Plan::Project { input, .. } | Plan::Window { input, .. } => {
+        Plan::Filter { input, .. }
+        | Plan::SemiJoin { input, .. }
+        | Plan::Project { input, .. }
+        | Plan::Window { input, .. } => {
             return presence(input);
         }
         Plan::Join { inputs, .. } => match inputs.first() {
@@ -290,6 +294,7 @@ pub fn walk<'a>(plan: &'a Plan, f: &mut impl FnMut(&'a Plan)) {
     match plan {
         Plan::Scan { .. } | Plan::Function { .. } => {}
         Plan::Filter { input, .. }
+        | Plan::SemiJoin { input, .. }
         | Plan::Project { input, .. }
         | Plan::Window { input, .. }
         | Plan::Subquery { input, .. }
@@ -313,6 +318,7 @@ pub fn name(plan: &Plan) -> &'static str {
         Plan::Function { .. } => "Function",
         Plan::Subquery { .. } => "Subquery",
         Plan::Filter { .. } => "Filter",
+        Plan::SemiJoin { .. } => "SemiJoin",
         Plan::Project { .. } => "Project",
         Plan::Window { .. } => "Window",
         Plan::Join { .. } => "Join",

@@ -206,6 +206,19 @@ pub enum Plan {
         /// The predicate.
         predicate: Expr,
     },
+    /// The input rows a `WHERE` holding subqueries keeps (`EXISTS`, `IN`, `NOT EXISTS`,
+    /// `NOT IN`, `= ANY`, `<> ALL`, a scalar subquery): a semi-join, or an anti-join, of the
+    /// input with what the subqueries read. Each input row is kept once or not at all, with
+    /// its identity (spec/stream-tables.md §2).
+    SemiJoin {
+        /// The input.
+        input: Box<Plan>,
+        /// The whole `WHERE`, its subqueries in it, as the server deparsed it.
+        predicate: Expr,
+        /// The tables the subqueries read, schema-qualified and quoted, each once: a change
+        /// to one of them can keep or drop any input row.
+        reads: Vec<String>,
+    },
     /// One output row per input row (the target list).
     Project {
         /// The input.
@@ -329,7 +342,9 @@ impl Plan {
                     ),
                 })
                 .collect(),
-            Plan::Filter { input, .. } | Plan::Distinct { input } => input.outputs(),
+            Plan::Filter { input, .. }
+            | Plan::SemiJoin { input, .. }
+            | Plan::Distinct { input } => input.outputs(),
             Plan::Join { inputs, .. } => inputs.iter().flat_map(Plan::outputs).collect(),
             Plan::OuterJoin { left, right, .. } => {
                 let mut out = left.outputs();

@@ -172,7 +172,12 @@ fn split(plan: &Plan) -> Result<Level<'_>, Unrenderable> {
         ))
     })?;
     let mut predicates = Vec::new();
-    while let Plan::Filter { input, predicate } = p {
+    // `WHERE`: a semi-join's predicate is a `WHERE` like any other, its subqueries in it.
+    while let Plan::Filter { input, predicate }
+    | Plan::SemiJoin {
+        input, predicate, ..
+    } = p
+    {
         predicates.push(predicate);
         p = input;
     }
@@ -332,7 +337,9 @@ pub fn level_identity(plan: &Plan) -> Result<String, Unrenderable> {
         Plan::Subquery { alias, .. } => {
             Ok(format!("{}.{}", quote_ident(alias), quote_ident(ROW_ID)))
         }
-        Plan::Filter { input, .. } | Plan::Project { input, .. } => level_identity(input),
+        Plan::Filter { input, .. } | Plan::SemiJoin { input, .. } | Plan::Project { input, .. } => {
+            level_identity(input)
+        }
         Plan::Join { inputs, .. } => {
             let mut children = Vec::with_capacity(inputs.len());
             for i in inputs {

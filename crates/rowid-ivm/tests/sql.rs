@@ -689,3 +689,114 @@ fn the_window_rule_recomputes_touched_partitions_and_reads_their_stored_range() 
     .collect();
     insta::assert_snapshot!(text);
 }
+
+/// A `WHERE` holding subqueries over `x`: `EXISTS` over `y`'s table.
+fn semi_joined(input: Plan) -> Plan {
+    Plan::SemiJoin {
+        input: Box::new(input),
+        predicate: cond("EXISTS (SELECT FROM public.y_t y WHERE y.a = x.k)"),
+        reads: vec!["public.y_t".into()],
+    }
+}
+
+#[test]
+fn the_semi_join_rule_is_linear_until_a_table_its_subqueries_read_changes() {
+    use rowid_ivm::delta::{delta_statement, immediate_statement};
+    use rowid_registry::IndexClass;
+    let plan = project(semi_joined(keyed("x")), &[("k", "x.k"), ("v", "x.v")]);
+    // Its rows are its input's, identity and all.
+    assert_eq!(identity(&plan), identity(&keyed("x")));
+    let full = full_query(&plan).unwrap();
+    assert!(
+        full.ends_with("WHERE (EXISTS (SELECT FROM public.y_t y WHERE y.a = x.k))"),
+        "{full}"
+    );
+    let differential = delta_statement(
+        &plan,
+        "\"public\".\"st\"",
+        IndexClass::DirectUnique,
+        &[buffer("x"), buffer("y")],
+    )
+    .unwrap();
+    // The subquery's table has no buffer: nothing would tell its changes.
+    assert_eq!(
+        delta_statement(&plan, "st", IndexClass::DirectUnique, &[buffer("x")])
+            .unwrap_err()
+            .to_string(),
+        "DIFFERENTIAL refresh of a source without a change buffer (public.y_t) is not built yet"
+    );
+    // IMMEDIATE: a statement on x is linear, one on y recomputes the level.
+    let on = |relation: &str| {
+        immediate_statement(
+            &plan,
+            "\"public\".\"st\"",
+            IndexClass::DirectUnique,
+            relation,
+            &["k".into(), "v".into()],
+            Some("__pgt_new"),
+            Some("__pgt_old"),
+        )
+        .unwrap()
+    };
+    let (on_x, on_y) = (on("public.x_t"), on("public.y_t"));
+    assert!(
+        !on_x.contains("FROM \"public\".\"st\" AS s WHERE"),
+        "{on_x}"
+    );
+    assert!(
+        on_y.contains("-1 AS \"__pgt_w\" FROM \"public\".\"st\" AS s)"),
+        "{on_y}"
+    );
+    assert!(!on_y.contains("FROM \"__pgt_new\" AS t"), "{on_y}");
+    assert!(on_x.contains("FROM \"__pgt_new\" AS t"), "{on_x}");
+    insta::assert_snapshot!(format!(
+        "DIFFERENTIAL:\n  {differential}\nIMMEDIATE on x:\n  {on_x}\nIMMEDIATE on y:\n  {on_y}\n"
+    ));
+    // Anywhere else, no rule: named.
+    let refusals = [
+        (
+            group_by_v(semi_joined(keyed("x")), "x"),
+            "a SemiJoin (a subquery in WHERE) other than in the top level",
+        ),
+        (
+            project(
+                Plan::Subquery {
+                    alias: "s".into(),
+                    columns: vec!["k".into()],
+                    input: Box::new(project(semi_joined(keyed("x")), &[("k", "x.k")])),
+                },
+                &[("k", "s.k")],
+            ),
+            "a SemiJoin (a subquery in WHERE) other than in the top level",
+        ),
+        (
+            project(
+                semi_joined(outer(OuterKind::Left, keyed("x"), keyed("z"), "x.k = z.k")),
+                &[("k", "x.k")],
+            ),
+            "a LeftJoin other than a level's only FROM item",
+        ),
+        (
+            project(
+                semi_joined(Plan::Subquery {
+                    alias: "x".into(),
+                    columns: vec!["k".into()],
+                    input: Box::new(project(keyed("z"), &[("k", "z.k")])),
+                }),
+                &[("k", "x.k")],
+            ),
+            "a SemiJoin (a subquery in WHERE) over a Subquery in FROM",
+        ),
+    ];
+    for (plan, named) in refusals {
+        let err = delta_statement(
+            &plan,
+            "st",
+            IndexClass::DirectUnique,
+            &[buffer("x"), buffer("y"), buffer("z")],
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains(named), "{err}");
+    }
+}

@@ -66,6 +66,7 @@ pub(super) fn reads_differenced(plan: &Plan) -> bool {
         Plan::Project { input, .. }
         | Plan::Window { input, .. }
         | Plan::Filter { input, .. }
+        | Plan::SemiJoin { input, .. }
         | Plan::Aggregate { input, .. }
         | Plan::Distinct { input } => reads_differenced(input),
         Plan::Join { inputs, .. } => inputs.iter().any(reads_differenced),
@@ -171,6 +172,7 @@ pub(super) fn add_subqueries<'a>(
         Plan::Project { input, .. }
         | Plan::Window { input, .. }
         | Plan::Filter { input, .. }
+        | Plan::SemiJoin { input, .. }
         | Plan::Aggregate { input, .. }
         | Plan::Distinct { input } => add_subqueries(input, changeable, parts),
         Plan::Join { inputs, .. } => inputs
