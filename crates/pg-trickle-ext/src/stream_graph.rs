@@ -123,40 +123,38 @@ pub fn dependents_deepest_first(relid: pg_sys::Oid) -> Vec<pg_sys::Oid> {
     )
 }
 
-/// Refuses an IMMEDIATE stream table reading `sources` when one of them is also read through
-/// an IMMEDIATE stream table among them (directly or through a chain of IMMEDIATE ones): one
-/// statement on it changes both, and the triggers of the two fire in an order no delta rule
-/// can rely on (the one reading the upstream's rows after the upstream applied the same
-/// statement would apply it twice, spec/stream-tables.md §5.3).
-pub fn refuse_immediate_overlap(function: &str, sources: &[pg_sys::Oid]) {
-    let overlap: Option<String> = spi::one(
-        "WITH RECURSIVE reach(relid, via) AS ( \
-           SELECT t.pgt_relid, t.pgt_relid FROM pgtrickle.pgt_stream_tables t \
-           WHERE t.pgt_relid OPERATOR(pg_catalog.=) ANY ($1::pg_catalog.oid[]) \
-             AND t.refresh_mode OPERATOR(pg_catalog.=) 'IMMEDIATE' \
-           UNION \
-           SELECT s, r.via FROM reach r JOIN pgtrickle.pgt_stream_tables t \
-             ON t.pgt_relid OPERATOR(pg_catalog.=) r.relid \
-             AND t.refresh_mode OPERATOR(pg_catalog.=) 'IMMEDIATE' \
-           CROSS JOIN LATERAL pg_catalog.unnest(t.sources) AS s) \
-         SELECT pg_catalog.format('%s both directly and through the IMMEDIATE stream table %s', \
-                  relid::pg_catalog.regclass, via::pg_catalog.regclass) \
-         FROM reach WHERE relid OPERATOR(pg_catalog.=) ANY ($1::pg_catalog.oid[]) \
-           AND relid OPERATOR(pg_catalog.<>) via \
-         ORDER BY relid, via LIMIT 1",
-        &[DatumWithOid::from(sources.to_vec())],
-    );
-    if let Some(overlap) = overlap {
-        errors::refused(
-            function,
-            "0A000",
-            &format!(
-                "IMMEDIATE maintenance of a query reading {overlap} is not built yet: one \
-                 statement changes both; use refresh_mode => 'DIFFERENTIAL', or keep the \
-                 upstream in another mode"
-            ),
-        );
-    }
+/// How many stream tables deep the stream table `relid` is: 1 over tables only, else one more
+/// than the deepest stream table it reads (`None`: not in the catalog). A reader is always
+/// deeper than what it reads, and a stream table's depth never changes while it exists (what
+/// it reads cannot be replaced or dropped under it, §7).
+pub fn depth(relid: pg_sys::Oid) -> Option<u32> {
+    spi::one::<i32>(
+        &format!(
+            "SELECT {}",
+            depth_sql(
+                "(SELECT t.sources FROM pgtrickle.pgt_stream_tables t \
+                  WHERE t.pgt_relid OPERATOR(pg_catalog.=) $1)"
+            )
+        ),
+        &[DatumWithOid::from(relid)],
+    )
+    .and_then(|d| u32::try_from(d).ok())
+}
+
+/// The SQL (an `int4` scalar subquery) of the [`depth`] of a stream table reading the
+/// relations of the `oid[]` expression `sources`.
+pub fn depth_sql(sources: &str) -> String {
+    format!(
+        "(WITH RECURSIVE up(relid, depth) AS ( \
+           SELECT s, 1 FROM pg_catalog.unnest({sources}) AS s \
+           UNION ALL \
+           SELECT s, up.depth OPERATOR(pg_catalog.+) 1 \
+           FROM up JOIN pgtrickle.pgt_stream_tables t \
+             ON t.pgt_relid OPERATOR(pg_catalog.=) up.relid \
+           CROSS JOIN LATERAL pg_catalog.unnest(t.sources) AS s \
+           WHERE up.depth OPERATOR(pg_catalog.<) 1000) \
+         SELECT pg_catalog.max(up.depth) FROM up)"
+    )
 }
 
 /// Refuses a definition of the stream table `relid` (`name`) that reads `sources` when it

@@ -20,9 +20,17 @@ use crate::{errors, spi};
 
 const FUNCTION: &str = "pgtrickle.maintain_stream_table";
 
-/// The name of the trigger of stream table `relid` for `event` (`i`, `u`, `d`, `t`).
-pub fn trigger_name(relid: pg_sys::Oid, event: char) -> String {
-    format!("pgtrickle_immediate_{}_{event}", u32::from(relid))
+/// The name of the trigger of stream table `relid`, `depth` stream tables deep
+/// ([`crate::stream_graph::depth`]), for `event` (`b`, `i`, `u`, `d`, `t`). PostgreSQL fires
+/// the triggers of one event on one table in name order; the rank `9999 - depth` in front
+/// makes a reader's triggers fire before those of the stream tables it reads, so a reader
+/// applies a statement before its upstreams apply it (spec/stream-tables.md §5.3).
+pub fn trigger_name(relid: pg_sys::Oid, depth: u32, event: char) -> String {
+    format!(
+        "pgtrickle_immediate_{:04}_{}_{event}",
+        9999 - depth.min(9999),
+        u32::from(relid)
+    )
 }
 
 crate::pg_function_info_v1!(pg_finfo_maintain_stream_table);
@@ -71,7 +79,49 @@ pub unsafe extern "C-unwind" fn maintain_stream_table(
         let relid = pg_sys::Oid::from(arg.parse::<u32>().unwrap_or(0));
         let name = std::ffi::CStr::from_ptr((*trigger).tgname).to_string_lossy();
         let source = (*(*td).tg_relation).rd_id;
-        if name != trigger_name(relid, op) {
+        // One catalog read per statement: the statements to run, what they were written for,
+        // and the depth the trigger's name ranks by.
+        let recorded: Option<(String, String, String, String, Vec<pg_sys::Oid>, i32)> = spi::rows(
+            &format!(
+                "SELECT i.statement, s.fill_sql, s.time_zone, s.source_shape, s.sources, {} \
+                 FROM pgtrickle.pgt_immediate i \
+                 JOIN pgtrickle.pgt_stream_tables s \
+                   ON s.pgt_relid OPERATOR(pg_catalog.=) i.pgt_relid \
+                 WHERE i.pgt_relid OPERATOR(pg_catalog.=) $1 \
+                   AND i.source OPERATOR(pg_catalog.=) $2 \
+                   AND (i.event OPERATOR(pg_catalog.=) $3 OR $3 OPERATOR(pg_catalog.=) ANY \
+                        ('{{t,b}}'::pg_catalog.text[])) \
+                 LIMIT 1",
+                crate::stream_graph::depth_sql("s.sources")
+            ),
+            &[
+                DatumWithOid::from(relid),
+                DatumWithOid::from(source),
+                DatumWithOid::from(op.to_string().as_str()),
+            ],
+            |r| {
+                Ok((
+                    r.get::<String>(1)?.unwrap_or_default(),
+                    r.get::<String>(2)?.unwrap_or_default(),
+                    r.get::<String>(3)?.unwrap_or_default(),
+                    r.get::<String>(4)?.unwrap_or_default(),
+                    r.get::<Vec<pg_sys::Oid>>(5)?.unwrap_or_default(),
+                    r.get::<i32>(6)?.unwrap_or(0),
+                ))
+            },
+        )
+        .pop();
+        let Some((delta, fill, time_zone, shape, sources, depth)) = recorded else {
+            errors::invalid_argument(
+                FUNCTION,
+                format!(
+                    "{} is not a source of an IMMEDIATE stream table with OID {}",
+                    crate::catalog::relation_name(source),
+                    u32::from(relid)
+                ),
+            );
+        };
+        if u32::try_from(depth).map_or(true, |depth| name != trigger_name(relid, depth, op)) {
             errors::invalid_argument(
                 FUNCTION,
                 format!(
@@ -87,42 +137,7 @@ pub unsafe extern "C-unwind" fn maintain_stream_table(
             'i' | 'u' | 'd' => crate::immediate_statements::close(relid, source),
             _ => op == 't',
         };
-        // One catalog read per statement: the statement to run and what it was written for.
-        let recorded: Option<(String, String, String, Vec<pg_sys::Oid>)> = spi::rows(
-            "SELECT CASE WHEN $4 THEN s.fill_sql ELSE i.statement END, \
-                    s.time_zone, s.source_shape, s.sources \
-             FROM pgtrickle.pgt_immediate i \
-             JOIN pgtrickle.pgt_stream_tables s ON s.pgt_relid OPERATOR(pg_catalog.=) i.pgt_relid \
-             WHERE i.pgt_relid OPERATOR(pg_catalog.=) $1 AND i.source OPERATOR(pg_catalog.=) $2 \
-               AND (i.event OPERATOR(pg_catalog.=) $3 OR $3 OPERATOR(pg_catalog.=) ANY \
-                    ('{t,b}'::pg_catalog.text[])) \
-             LIMIT 1",
-            &[
-                DatumWithOid::from(relid),
-                DatumWithOid::from(source),
-                DatumWithOid::from(op.to_string().as_str()),
-                DatumWithOid::from(recompute),
-            ],
-            |r| {
-                Ok((
-                    r.get::<String>(1)?.unwrap_or_default(),
-                    r.get::<String>(2)?.unwrap_or_default(),
-                    r.get::<String>(3)?.unwrap_or_default(),
-                    r.get::<Vec<pg_sys::Oid>>(4)?.unwrap_or_default(),
-                ))
-            },
-        )
-        .pop();
-        let Some((statement, time_zone, shape, sources)) = recorded else {
-            errors::invalid_argument(
-                FUNCTION,
-                format!(
-                    "{} is not a source of an IMMEDIATE stream table with OID {}",
-                    crate::catalog::relation_name(source),
-                    u32::from(relid)
-                ),
-            );
-        };
+        let statement = if recompute { fill } else { delta };
         if crate::catalog::source_shape(&sources) != shape {
             // Its statements were written for the sources' old definition: nothing is
             // applied with them (the write fails) until a refresh rebuilds it.

@@ -293,7 +293,6 @@ pub fn create(
     // IMMEDIATE: one statement per source and event, rendered before anything exists.
     let mut immediate = Vec::new();
     if mode == Mode::Immediate {
-        crate::stream_graph::refuse_immediate_overlap(CREATE, &def.read.sources);
         for source in unique(&def.read.sources) {
             let relation = crate::catalog::relation_facts(source)
                 .map(|f| format!("{}.{}", quote_ident(&f.namespace), quote_ident(&f.relname)))
@@ -424,7 +423,10 @@ fn unique(oids: &[pg_sys::Oid]) -> Vec<pg_sys::Oid> {
 /// (created as the caller, who needs the right to create triggers on it).
 fn create_immediate_triggers(relid: pg_sys::Oid, source: pg_sys::Oid) {
     let table = crate::catalog::relation_name(source);
-    let name = |e: char| quote_ident(&crate::stream_immediate::trigger_name(relid, e));
+    let Some(depth) = crate::stream_graph::depth(relid) else {
+        errors::invalid_argument(CREATE, format!("{relid:?} is not in the catalog"));
+    };
+    let name = |e: char| quote_ident(&crate::stream_immediate::trigger_name(relid, depth, e));
     let id = u32::from(relid);
     for (e, event, referencing) in [
         ('b', "BEFORE INSERT OR UPDATE OR DELETE", ""),
@@ -461,12 +463,22 @@ fn drop_immediate_triggers(relid: pg_sys::Oid) {
         if table.is_empty() {
             continue;
         }
-        for e in ['b', 'i', 'u', 'd', 't'] {
+        // By name on the source (whatever depth they were made at).
+        let names: Vec<String> = spi::rows(
+            "SELECT tgname::pg_catalog.text FROM pg_catalog.pg_trigger \
+             WHERE tgrelid OPERATOR(pg_catalog.=) $1 AND NOT tgisinternal \
+               AND tgname OPERATOR(pg_catalog.~) ('^pgtrickle_immediate_[0-9]{4}_' \
+                 OPERATOR(pg_catalog.||) $2::pg_catalog.text \
+                 OPERATOR(pg_catalog.||) '_[biudt]$')",
+            &[
+                DatumWithOid::from(source),
+                DatumWithOid::from(u32::from(relid) as i64),
+            ],
+            |r| Ok(r.get::<String>(1)?.unwrap_or_default()),
+        );
+        for name in names {
             spi::run(
-                &format!(
-                    "DROP TRIGGER IF EXISTS {} ON {table}",
-                    quote_ident(&crate::stream_immediate::trigger_name(relid, e))
-                ),
+                &format!("DROP TRIGGER IF EXISTS {} ON {table}", quote_ident(&name)),
                 &[],
             );
         }

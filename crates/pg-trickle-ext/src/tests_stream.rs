@@ -760,7 +760,7 @@ fn stream_immediate_refuses_unbounded_unique_identities_and_foreign_triggers() {
         .expect("oid")
         .expect("an oid");
     Spi::run(&format!(
-        "CREATE TRIGGER pgtrickle_immediate_{relid}_i AFTER INSERT ON st_other
+        "CREATE TRIGGER pgtrickle_immediate_9998_{relid}_i AFTER INSERT ON st_other
            REFERENCING NEW TABLE AS __pgt_new FOR EACH STATEMENT
            EXECUTE FUNCTION pgtrickle.maintain_stream_table('{relid}')"
     ))

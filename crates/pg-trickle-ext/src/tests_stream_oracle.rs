@@ -590,9 +590,9 @@ const ORACLE: &[(&str, &str, &str, &str)] = &[
     ),
     (
         "o_sup",
-        "SELECT e, v FROM o_enum WHERE v IN (SELECT g FROM o_lg_{up} WHERE n > 1)",
-        "SELECT pgtrickle.encode_row_id_v2('SCAN_KEY', ROW(e)), e, v FROM o_enum
-         WHERE v IN (SELECT i.g FROM o_int i JOIN o_uuid u ON u.v = i.g
+        "SELECT id, v FROM o_int WHERE g IN (SELECT g FROM o_lg_{up} WHERE n > 1)",
+        "SELECT pgtrickle.encode_row_id_v2('SCAN_KEY', ROW(id)), id, v FROM o_int
+         WHERE g IN (SELECT i.g FROM o_int i JOIN o_uuid u ON u.v = i.g
                      GROUP BY i.g HAVING count(*) > 1)",
         "FDI",
     ),
