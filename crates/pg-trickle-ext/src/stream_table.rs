@@ -463,11 +463,12 @@ fn drop_immediate_triggers(relid: pg_sys::Oid) {
         if table.is_empty() {
             continue;
         }
-        // By name on the source (whatever depth they were made at).
+        // By name on the source, whatever depth they were made at (and in the names of the
+        // builds before the depth ranked them, `pgtrickle_immediate_<oid>_<event>`).
         let names: Vec<String> = spi::rows(
             "SELECT tgname::pg_catalog.text FROM pg_catalog.pg_trigger \
              WHERE tgrelid OPERATOR(pg_catalog.=) $1 AND NOT tgisinternal \
-               AND tgname OPERATOR(pg_catalog.~) ('^pgtrickle_immediate_[0-9]{4}_' \
+               AND tgname OPERATOR(pg_catalog.~) ('^pgtrickle_immediate_([0-9]{4}_)?' \
                  OPERATOR(pg_catalog.||) $2::pg_catalog.text \
                  OPERATOR(pg_catalog.||) '_[biudt]$')",
             &[

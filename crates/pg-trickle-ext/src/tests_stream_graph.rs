@@ -260,6 +260,27 @@ fn stream_graph_immediate_readers_of_a_table_and_its_upstreams() {
             );
         }
     }
+    // A trigger in the names of the builds before the depth ranked them is dropped with its
+    // stream table, as the others are.
+    let relid = Spi::get_one::<i64>("SELECT 'gr_r1'::regclass::oid::int8")
+        .expect("oid")
+        .expect("an oid");
+    Spi::run(&format!(
+        "CREATE TRIGGER pgtrickle_immediate_{relid}_i AFTER INSERT ON st_orders
+           REFERENCING NEW TABLE AS __pgt_new FOR EACH STATEMENT
+           EXECUTE FUNCTION pgtrickle.maintain_stream_table('{relid}');
+         SELECT pgtrickle.drop_stream_table('gr_r1');"
+    ))
+    .expect("drop");
+    assert_eq!(
+        Spi::get_one::<i64>(&format!(
+            "SELECT count(*) FROM pg_trigger WHERE tgrelid = 'st_orders'::regclass
+               AND tgname LIKE 'pgtrickle\\_immediate\\_%{relid}\\__'"
+        ))
+        .expect("count"),
+        Some(0),
+        "gr_r1's triggers are gone"
+    );
 }
 
 /// The graph stays a DAG whose readers trust what they read: a stream table others read is
