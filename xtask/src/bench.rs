@@ -26,7 +26,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-use crate::bench_cdc::{cdc_command, rowid_cdc_binary, rss};
+use crate::bench_cdc::{CdcBuild, cdc_command, rowid_cdc_binary, rss};
 use crate::pg::{Cluster, Source};
 use crate::setup;
 use crate::shell::{cargo, exec, root, step, timed};
@@ -48,6 +48,8 @@ const FUNCTIONS: [&str; 9] = [
 struct Sizes {
     rows: u64,
     rounds: u32,
+    /// Which `rowid-cdc` build runs: the tested one in quick mode (nothing is judged).
+    cdc: CdcBuild,
 }
 
 /// The criterion median of `group/function` in ns.
@@ -388,7 +390,7 @@ fn wal_capture(cluster: &Cluster, sizes: &Sizes, report: &mut String) -> Result<
     step(&format!(
         "5. WAL capture throughput (one UPDATE of {n} rows)"
     ));
-    let binary = rowid_cdc_binary()?;
+    let binary = rowid_cdc_binary(sizes.cdc)?;
     let dir = root().join("target").join("bench").join("cdc");
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
@@ -677,11 +679,13 @@ pub fn run(quick: bool, only: Option<&str>) -> Result<(), String> {
         Sizes {
             rows: 10_000,
             rounds: 1,
+            cdc: CdcBuild::AsTested,
         }
     } else {
         Sizes {
             rows: 1_000_000,
             rounds: 5,
+            cdc: CdcBuild::Release,
         }
     };
     let mut report = format!(
@@ -760,7 +764,7 @@ pub fn run(quick: bool, only: Option<&str>) -> Result<(), String> {
                 keyless_changes: 10_000,
             }
         };
-        let binary = rowid_cdc_binary()?;
+        let binary = rowid_cdc_binary(sizes.cdc)?;
         crate::bench_replica::replica(&cluster, &binary, &work, &mut report)?;
     }
     if wanted("ddl") {
@@ -846,8 +850,8 @@ pub fn run(quick: bool, only: Option<&str>) -> Result<(), String> {
         crate::bench_scheduler::scheduler_bench(&cluster, &work, &mut report)?;
     }
     if wanted("nats") {
-        let binary = rowid_cdc_binary()?;
-        crate::bench_nats::nats(&cluster, &binary, sizes.rows, &mut report)?;
+        let binary = rowid_cdc_binary(sizes.cdc)?;
+        crate::bench_nats::nats(&cluster, &binary, sizes.rows, sizes.cdc, &mut report)?;
     }
     if wanted("locality") {
         let work = if quick {

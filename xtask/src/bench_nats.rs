@@ -66,12 +66,13 @@ fn server(name: &str, port: u16, extra: &[String]) -> Result<Child, String> {
     Ok(child)
 }
 
-/// Bench 9 on `cluster` with the rowid-cdc `binary`: `n` rows; the ceiling is a release
-/// build, like rowid-cdc.
+/// Bench 9 on `cluster` with the rowid-cdc `binary`: `n` rows; the ceiling is built as
+/// `build` says, like rowid-cdc.
 pub fn nats(
     cluster: &Cluster,
     binary: &std::path::Path,
     n: u64,
+    build: crate::bench_cdc::CdcBuild,
     report: &mut String,
 ) -> Result<(), String> {
     step(&format!(
@@ -185,7 +186,7 @@ pub fn nats(
          WHERE database = 'natsbench';",
     )?;
     // The ceiling, also twice each, its faster run.
-    let ceiling = crate::bench_cdc::rowid_cdc_build(Some("nats_ceiling"))?;
+    let ceiling = crate::bench_cdc::rowid_cdc_build(Some("nats_ceiling"), build)?;
     let mut ceilings = [f64::MAX, f64::MAX];
     for run in 1..=2 {
         for (i, (urls, replicas)) in [
