@@ -1,4 +1,4 @@
-//! Identity schema messages (spec/identity-messages.md, format 5): a table's identity schema
+//! Identity schema messages (spec/identity-messages.md, format 8): a table's identity schema
 //! as the JSON a WAL consumer reads, and what the event triggers write: a row per published
 //! table in `pgtrickle.identity_schemas`, a table only the extension's owner may write, whose
 //! changes the WAL carries at the DDL's position. The format and the key choice are the
@@ -11,9 +11,9 @@ use pgrx::pg_sys;
 use rowid_codec::Domain;
 use rowid_registry::schema_message::{
     EnumLabels, IDENTITY_TABLE, IdentityDef, Refusal, RelationSchema, ReplicaIdentity, Rewrite,
-    SchemaColumn, SchemaMessage, missing_from_array_send,
+    SchemaColumn, SchemaMessage, StoredIdentity, missing_from_array_send,
 };
-use rowid_registry::sql::QualifiedName;
+use rowid_registry::sql::{QualifiedName, ROW_ID};
 use rowid_registry::{Property, Rejection, choose_scan_key, image_shape, resolve_schema};
 
 use crate::catalog::{
@@ -39,13 +39,12 @@ const VALUE_REWRITES: i32 = 2 | 4;
 /// (a volatile default) cannot take one back.
 static REWRITES: Mutex<(u64, Vec<u32>)> = Mutex::new((0, Vec::new()));
 
-/// Whether the extension's `table_rewrite` event trigger fires in this session: it exists
-/// and is enabled for the current `session_replication_role` (PostgreSQL's rule for event
-/// triggers: `A` always, `O` unless the role is `replica`, `R` only then).
-const REWRITE_TRIGGER_FIRES: &str = "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_event_trigger \
-     WHERE evtname OPERATOR(pg_catalog.=) ANY (ARRAY['pgtrickle_identity_rewrite', \
-                                              'pgtrickle_capture_rewrite']) \
-       AND evtevent OPERATOR(pg_catalog.=) 'table_rewrite' \
+/// Whether one of the event triggers named `$1` (a `text[]`) exists for the event `$2` and
+/// fires in this session: enabled for the current `session_replication_role` (PostgreSQL's
+/// rule for event triggers: `A` always, `O` unless the role is `replica`, `R` only then).
+const EVENT_TRIGGER_FIRES: &str = "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_event_trigger \
+     WHERE evtname OPERATOR(pg_catalog.=) ANY ($1) \
+       AND evtevent OPERATOR(pg_catalog.=) $2 \
        AND (evtenabled OPERATOR(pg_catalog.=) 'A' \
             OR (evtenabled OPERATOR(pg_catalog.=) 'O' \
                 AND pg_catalog.current_setting('session_replication_role') \
@@ -53,6 +52,17 @@ const REWRITE_TRIGGER_FIRES: &str = "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_
             OR (evtenabled OPERATOR(pg_catalog.=) 'R' \
                 AND pg_catalog.current_setting('session_replication_role') \
                     OPERATOR(pg_catalog.=) 'replica')))";
+
+/// Whether one of the extension's event triggers `names` fires on `event` in this session.
+fn event_trigger_fires(names: &[&str], event: &str) -> bool {
+    let names: Vec<String> = names.iter().map(|n| (*n).to_string()).collect();
+    spi::one::<bool>(EVENT_TRIGGER_FIRES, &[names.into(), event.into()]).unwrap_or(false)
+}
+
+/// Whether the extension's DDL event trigger writes identity schemas in this session.
+pub fn messages_enabled() -> bool {
+    event_trigger_fires(&["pgtrickle_identity_ddl"], "ddl_command_end")
+}
 
 /// The current transaction's full top-level id (assigned if it had none: a DDL has one).
 fn top_xid() -> u64 {
@@ -84,7 +94,12 @@ pub fn note_rewrite(rel: pg_sys::Oid, reason: i32) {
 /// or when the `table_rewrite` event trigger does not fire in this session (no note could
 /// have been taken).
 fn rewritten(rel: pg_sys::Oid, kind: u8) -> Rewrite {
-    if kind == b'p' || !spi::one::<bool>(REWRITE_TRIGGER_FIRES, &[]).unwrap_or(false) {
+    if kind == b'p'
+        || !event_trigger_fires(
+            &["pgtrickle_identity_rewrite", "pgtrickle_capture_rewrite"],
+            "table_rewrite",
+        )
+    {
         return Rewrite::Unknown;
     }
     let notes = REWRITES
@@ -192,7 +207,44 @@ pub fn relation_schema(rel: pg_sys::Oid) -> RelationSchema {
         primary_key,
         identity,
         rewritten: rewritten(rel, facts.kind),
+        stored: stored_identity(rel),
     }
+}
+
+/// Format 8's `stored`: the identity a stream table's rows carry in `__pgt_row_id`, as the
+/// extension's catalog records it (`None` for a relation that is no stream table's storage,
+/// whatever its columns are called).
+fn stored_identity(rel: pg_sys::Oid) -> Option<Box<StoredIdentity>> {
+    spi::rows(
+        "SELECT identity_domain, identity_unique, max_identity_bytes          FROM pgtrickle.pgt_stream_tables WHERE pgt_relid OPERATOR(pg_catalog.=) $1",
+        &[rel.into()],
+        |row| {
+            Ok((
+                row.get::<String>(1)?.unwrap_or_default(),
+                row.get::<bool>(2)?.unwrap_or(false),
+                row.get::<i32>(3)?,
+            ))
+        },
+    )
+    .into_iter()
+    .next()
+    .map(|(domain, unique, max_len)| {
+        let domain = Domain::from_name(&domain).unwrap_or_else(|| {
+            errors::invalid_argument(
+                SCHEMA_FN,
+                format!(
+                    "stream table OID {}: its catalog row names no domain ({domain:?})",
+                    u32::from(rel)
+                ),
+            )
+        });
+        Box::new(StoredIdentity {
+            column: ROW_ID.to_string(),
+            domain,
+            unique,
+            max_len: max_len.and_then(|n| usize::try_from(n).ok()),
+        })
+    })
 }
 
 /// Every enum type `def`'s fields contain at any depth, with its labels in `enumsortorder`

@@ -383,6 +383,12 @@ pub fn create(
                 DatumWithOid::from(cdc.name()),
             ],
         );
+        // A publication that carries the storage already (`FOR ALL TABLES`, `TABLES IN
+        // SCHEMA`) was given its identity schema at the CREATE TABLE, before this row: the
+        // schema says `stored` only from here on (spec/identity-messages.md §4).
+        if crate::identity_messages::messages_enabled() {
+            crate::identity_messages::write_published_schemas(&[relid], &[]);
+        }
     });
     if mode == Mode::Immediate {
         as_owner(crate::catalog::extension_owner(), || {

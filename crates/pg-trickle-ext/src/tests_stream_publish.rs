@@ -175,3 +175,74 @@ fn stream_published_tables_keep_refreshing_with_their_replica_identity() {
     .expect("a stranger published");
     assert!(err.contains("only the owner"), "{err}");
 }
+
+/// Identity schema messages format 8: a stream table's row says where its rows carry their
+/// identity (`stored`, from the catalog), also under a `FOR ALL TABLES` publication that
+/// carried the storage before its catalog row existed (its row is written again after it);
+/// a plain table with a column named `__pgt_row_id` gets `"stored": null`.
+#[pg_test]
+fn stream_identity_messages_say_where_a_stream_table_stores_its_identity() {
+    stream_sources();
+    Spi::run(
+        "SELECT pgtrickle.enable_identity_messages();
+         CREATE PUBLICATION pm_every FOR ALL TABLES;
+         CREATE TABLE pm_imitation (__pgt_row_id bytea PRIMARY KEY, v int);",
+    )
+    .expect("setup");
+    for (name, query) in [
+        ("pm_keyed", "SELECT id, region, amount FROM st_orders"),
+        (
+            "pm_text",
+            "SELECT region, count(*) AS n FROM st_orders GROUP BY region",
+        ),
+        ("pm_bag", "SELECT x, y FROM st_bag"),
+    ] {
+        Spi::run(&format!(
+            "SELECT pgtrickle.create_stream_table('{name}', $q${query}$q$, \
+             refresh_mode => 'DIFFERENTIAL')"
+        ))
+        .unwrap_or_else(|e| panic!("{name}: {e}"));
+    }
+    let stored = |table: &str| {
+        Spi::get_one::<String>(&format!(
+            "SELECT (schema::jsonb -> 'stored')::text FROM pgtrickle.identity_schemas
+             WHERE relid = '{table}'::regclass"
+        ))
+        .expect("stored")
+        .unwrap_or_else(|| panic!("{table} has no identity schema row"))
+    };
+    let bound = |table: &str| {
+        Spi::get_one::<i32>(&format!(
+            "SELECT max_identity_bytes FROM pgtrickle.pgt_stream_tables
+             WHERE pgt_relid = '{table}'::regclass"
+        ))
+        .expect("bound")
+        .expect("a bounded identity")
+    };
+    assert_eq!(
+        stored("pm_keyed"),
+        format!(
+            r#"{{"column": "__pgt_row_id", "domain": "SCAN_KEY", "unique": true, "max_len": {}}}"#,
+            bound("pm_keyed")
+        )
+    );
+    assert_eq!(
+        stored("pm_text"),
+        r#"{"column": "__pgt_row_id", "domain": "GROUP_KEY", "unique": true, "max_len": null}"#
+    );
+    assert_eq!(
+        stored("pm_bag"),
+        r#"{"column": "__pgt_row_id", "domain": "KEYLESS_ROW", "unique": false, "max_len": null}"#
+    );
+    assert_eq!(stored("pm_imitation"), "null");
+    // (jsonb prints keys by length, then bytes.)
+    // The function a consumer reads at its slot's consistent point says the same.
+    assert_eq!(
+        Spi::get_one::<String>(
+            "SELECT (pgtrickle.identity_schema('pm_bag'::regclass)::jsonb -> 'stored' ->> 'domain')"
+        )
+        .expect("function")
+        .as_deref(),
+        Some("KEYLESS_ROW")
+    );
+}

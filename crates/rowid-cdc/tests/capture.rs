@@ -110,6 +110,7 @@ fn schema(ri: ReplicaIdentity, cols: &[(&str, u32, TypeTag)], key: &[&str]) -> R
         primary_key: key.iter().map(|k| k.to_string()).collect(),
         identity: Ok(identity),
         rewritten: Rewrite::Unknown,
+        stored: None,
     }
 }
 

@@ -68,6 +68,7 @@ fn schema(key: &[&str]) -> RelationSchema {
             enums: vec![],
         }),
         rewritten: Rewrite::Unknown,
+        stored: None,
     }
 }
 

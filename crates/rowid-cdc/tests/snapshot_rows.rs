@@ -71,6 +71,7 @@ fn schema(relid: u32, relname: &str, columns: &[&str], key: &[&str]) -> Relation
         primary_key: key.iter().map(|k| (*k).into()).collect(),
         identity,
         rewritten: Rewrite::Unknown,
+        stored: None,
     }
 }
 

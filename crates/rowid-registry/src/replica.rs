@@ -22,6 +22,7 @@ use crate::buffer::{
     ColumnChanges, ImageColumn, OLD_ROW_ID, ROW_IDENTITY_VERSION, ROW_PROBE_VERSION,
 };
 use crate::plan::{IndexClass, Uniqueness};
+use crate::schema_message::StoredIdentity;
 use crate::sql::{PROBE_FN, QualifiedName, ROW_ID, quote_ident};
 
 /// The format of spec/replica.md this module implements.
@@ -82,19 +83,42 @@ pub struct Storage {
     pub columns: Vec<ImageColumn>,
 }
 
-/// Refuses a source whose columns a storage cannot hold beside its own identity column: a
-/// source with a column named `__pgt_row_id` is a stream table's storage (or imitates one),
-/// whose rows carry their own identity; a replica would need to keep those bytes as its
-/// identity (spec/stream-tables.md §9), which this format does not do.
-pub fn check_source_columns(columns: &[ImageColumn]) -> Result<(), String> {
-    if columns.iter().any(|c| c.name == ROW_ID) {
-        return Err(format!(
-            "it has a column {ROW_ID}: a stream table (its rows carry their own identity), \
-             which the replica cannot keep yet; publish it to a PostgreSQL subscriber \
-             instead (pgtrickle.publish_stream_table)"
-        ));
+/// Refuses a source whose columns a storage cannot hold beside its own identity column. A
+/// source with a column named `__pgt_row_id` is kept only when its identity schema says it is
+/// a stream table's storage (`stored`, identity schema messages format 8, written from the
+/// extension's catalog): its rows carry their own identity there, and the storage keeps those
+/// bytes as its identities in its own column of that name (spec/replica.md §2). Any other
+/// table with such a column (one imitating a stream table, or a stream table described by a
+/// message before format 8) is refused: a storage cannot hold two columns of that name, and
+/// bytes no catalog vouches for are no identity.
+pub fn check_source_columns(
+    columns: &[ImageColumn],
+    stored: Option<&StoredIdentity>,
+) -> Result<(), String> {
+    let column = columns.iter().find(|c| c.name == ROW_ID);
+    match (stored, column) {
+        (None, None) => Ok(()),
+        (None, Some(_)) => Err(format!(
+            "it has a column {ROW_ID}, and its identity schema does not say it is a stream \
+             table's storage (only the extension writes that, from its catalog, from identity \
+             schema messages format 8 on): the replica keeps a stream table's own identities, \
+             not bytes no catalog vouches for"
+        )),
+        (Some(stored), _) if stored.column != ROW_ID => Err(format!(
+            "its rows' identity is stored in the column {:?}; the replica keeps it only in \
+             {ROW_ID}",
+            stored.column
+        )),
+        (Some(_), None) => Err(format!(
+            "its identity schema says its rows carry their identity in {ROW_ID}, which it \
+             does not publish"
+        )),
+        (Some(_), Some(c)) if c.sql_type != "bytea" => Err(format!(
+            "its column {ROW_ID} is of type {}, not bytea",
+            c.sql_type
+        )),
+        (Some(_), Some(_)) => Ok(()),
     }
-    Ok(())
 }
 
 /// `CREATE TABLE` for `storage`, the comments tying its columns to the source's, no

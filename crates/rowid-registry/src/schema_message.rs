@@ -1,4 +1,4 @@
-//! Identity schema messages, format 7 (spec/identity-messages.md): a relation's identity
+//! Identity schema messages, format 8 (spec/identity-messages.md): a relation's identity
 //! schema as of one WAL position. The extension's event trigger writes them as rows of
 //! [`IDENTITY_TABLE`], a table only the extension's owner may write, published by
 //! [`IDENTITY_PUBLICATION`]; a WAL consumer reads those rows from the stream (and keeps the
@@ -21,8 +21,8 @@ use crate::source_key::ScanKey;
 /// message says nothing about who wrote it.
 pub const MESSAGE_PREFIX: &str = "pgtrickle.identity";
 
-/// The format this crate writes (it reads this one and formats 2 to 6).
-pub const FORMAT: u64 = 7;
+/// The format this crate writes (it reads this one and formats 2 to 7).
+pub const FORMAT: u64 = 8;
 
 /// Schema and name of the table whose rows carry the messages: `relid oid PRIMARY KEY`,
 /// `key_index oid`, `schema text NOT NULL` (the content, JSON). An INSERT or UPDATE of a row
@@ -209,6 +209,23 @@ impl IdentityDef {
     }
 }
 
+/// The identity a stream table's rows carry in a column of their own (format 8): the
+/// extension writes it from its catalog (`pgtrickle.pgt_stream_tables`) for a stream table's
+/// storage and for nothing else, so a table that merely has a column of that name never gets
+/// one. A consumer keeping a copy keeps these bytes as the copy's identities (the
+/// pass-through of spec/stream-tables.md §7) instead of deriving others from the row.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StoredIdentity {
+    /// The column holding each row's identity (`__pgt_row_id`, `bytea NOT NULL`).
+    pub column: String,
+    /// The domain every identity of the column is of (spec/stream-tables.md §2).
+    pub domain: Domain,
+    /// One row per identity (`true`), or a multiset whose equal identities are equal rows.
+    pub unique: bool,
+    /// The identities' static worst-case length in bytes; `None`: unbounded.
+    pub max_len: Option<usize>,
+}
+
 /// Why a relation has no identity: the registry's named rejection.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Refusal {
@@ -247,6 +264,10 @@ pub struct RelationSchema {
     /// Whether the DDL that wrote this message, or one before it in the same transaction,
     /// gave the table's existing rows values no WAL record carries.
     pub rewritten: Rewrite,
+    /// A stream table's own identity column ([`StoredIdentity`]); `None` for every other
+    /// relation, and in a message before format 8. Boxed: few relations have one, and a
+    /// message is moved whole.
+    pub stored: Option<Box<StoredIdentity>>,
 }
 
 /// Whether a transaction's DDL rewrote a table's values: a table rewrite for a volatile `ADD
@@ -565,6 +586,14 @@ impl SchemaMessage {
                 } else {
                     Rewrite::Unknown
                 };
+                let stored = if format >= 8 {
+                    match o.get("stored")? {
+                        Value::Null => None,
+                        v => Some(Box::new(stored_identity(v)?)),
+                    }
+                } else {
+                    None
+                };
                 SchemaMessage::Schema(RelationSchema {
                     relid,
                     namespace,
@@ -574,6 +603,7 @@ impl SchemaMessage {
                     primary_key,
                     identity,
                     rewritten,
+                    stored,
                 })
             }
             other => {
@@ -625,6 +655,12 @@ impl SchemaMessage {
                         Rewrite::Kept => Value::Bool(false),
                         Rewrite::By(xid) => xid.into(),
                     },
+                    "stored": s.stored.as_ref().map(|st| json!({
+                        "column": st.column,
+                        "domain": st.domain.name(),
+                        "unique": st.unique,
+                        "max_len": st.max_len,
+                    })),
                 });
                 match &s.identity {
                     Ok(def) => {
@@ -668,6 +704,32 @@ impl SchemaMessage {
             }
         }
     }
+}
+
+/// `stored` (format 8): a stream table's identity column.
+fn stored_identity(v: &Value) -> Parsed<StoredIdentity> {
+    let mut o = Obj::new("stored", v)?;
+    let column = o.str("column")?;
+    let name = o.str("domain")?;
+    let domain = Domain::from_name(&name).map_or_else(
+        || err("stored.domain", format!("{name:?} is not a domain")),
+        Ok,
+    )?;
+    let unique = o.bool("unique")?;
+    let max_len = match o.get("max_len")? {
+        Value::Null => None,
+        n => match n.as_u64().and_then(|n| usize::try_from(n).ok()) {
+            Some(n) => Some(n),
+            None => return err("stored.max_len", "expected an integer in range or null"),
+        },
+    };
+    o.done()?;
+    Ok(StoredIdentity {
+        column,
+        domain,
+        unique,
+        max_len,
+    })
 }
 
 /// A column; `type` and `shape` are members from format 3 on, `missing` from format 5,

@@ -14,6 +14,7 @@ use rowid_registry::replica::{
     class_name, column_comment, create_statements, fill_added_column, metadata_statements,
     parse_column_comment, rebuild_statements, record_position, record_storage,
 };
+use rowid_registry::schema_message::StoredIdentity;
 use rowid_registry::sql::QualifiedName;
 use rowid_registry::{IndexClass, Uniqueness};
 
@@ -294,16 +295,34 @@ fn a_source_ddl_becomes_alter_statements_by_attnum() {
     );
 }
 
-/// A stream table's storage (a column `__pgt_row_id` of its own) is refused by name, not
-/// turned into a storage with that column twice.
+/// A column `__pgt_row_id` is kept as the storage's identity column only when the identity
+/// schema says the source is a stream table's storage (format 8's `stored`); any other
+/// source with such a column is refused by name, never turned into a storage with that column
+/// twice.
 #[test]
-fn a_source_with_its_own_row_id_column_is_refused() {
-    assert_eq!(
-        check_source_columns(&[col(1, "id", "bigint"), col(2, "v", "text")]),
-        Ok(())
-    );
-    let refused =
-        check_source_columns(&[col(1, "__pgt_row_id", "bytea"), col(2, "v", "text")]).unwrap_err();
-    assert!(refused.contains("__pgt_row_id"), "{refused}");
-    assert!(refused.contains("publish_stream_table"), "{refused}");
+fn a_source_with_its_own_row_id_column_needs_a_stored_identity() {
+    let stored = StoredIdentity {
+        column: "__pgt_row_id".into(),
+        domain: rowid_codec::Domain::GroupKey,
+        unique: true,
+        max_len: Some(40),
+    };
+    let plain = [col(1, "id", "bigint"), col(2, "v", "text")];
+    let stream = [col(1, "__pgt_row_id", "bytea"), col(2, "v", "text")];
+    assert_eq!(check_source_columns(&plain, None), Ok(()));
+    assert_eq!(check_source_columns(&stream, Some(&stored)), Ok(()));
+    let imitation = check_source_columns(&stream, None).unwrap_err();
+    assert!(imitation.contains("__pgt_row_id"), "{imitation}");
+    assert!(imitation.contains("format 8"), "{imitation}");
+    let unpublished = check_source_columns(&plain, Some(&stored)).unwrap_err();
+    assert!(unpublished.contains("does not publish"), "{unpublished}");
+    let text = [col(1, "__pgt_row_id", "text")];
+    let retyped = check_source_columns(&text, Some(&stored)).unwrap_err();
+    assert!(retyped.contains("not bytea"), "{retyped}");
+    let elsewhere = StoredIdentity {
+        column: "rid".into(),
+        ..stored.clone()
+    };
+    let other = check_source_columns(&stream, Some(&elsewhere)).unwrap_err();
+    assert!(other.contains("\"rid\""), "{other}");
 }

@@ -1,5 +1,5 @@
-//! Identity schema messages, format 7: the spec's example parses, every shape round-trips,
-//! formats 2 to 6 are still read, enum labels make an identity's signature, and the reader is
+//! Identity schema messages, format 8: the spec's example parses, every shape round-trips,
+//! a stream table's stored identity round-trips, formats 2 to 7 are still read, enum labels make an identity's signature, and the reader is
 //! strict about everything else.
 
 // Test code: a failed expectation is a panic by design.
@@ -94,8 +94,15 @@ fn every_shape_round_trips() {
     );
 }
 
-/// Removes the member format 7 added (every column's `missing_without_send_form`).
+/// Removes the member format 8 added (`stored`).
+fn strip_format_8(v: &mut Value) {
+    v.as_object_mut().unwrap().remove("stored");
+}
+
+/// Removes the members formats 7 and 8 added (every column's `missing_without_send_form`,
+/// and format 8's).
 fn strip_format_7(v: &mut Value) {
+    strip_format_8(v);
     for c in v["columns"].as_array_mut().unwrap() {
         c.as_object_mut()
             .unwrap()
@@ -129,10 +136,51 @@ fn mutated(f: impl FnOnce(&mut Value)) -> String {
 fn the_reader_is_strict_and_says_where() {
     let cases: Vec<(String, &str)> = vec![
         (mutated(|v| v["format"] = json!(1)), "format"),
-        (mutated(|v| v["format"] = json!(8)), "format"),
+        (mutated(|v| v["format"] = json!(9)), "format"),
+        // Format 7 had no stored identity; format 8 requires the member.
+        (mutated(|v| v["format"] = json!(7)), "stored"),
+        (mutated(strip_format_8), "stored"),
+        (mutated(|v| v["stored"] = json!("__pgt_row_id")), "stored"),
+        (
+            mutated(|v| {
+                v["stored"] = json!({"column": "__pgt_row_id", "domain": "NO_SUCH_KEY",
+                                     "unique": true, "max_len": null});
+            }),
+            "stored.domain",
+        ),
+        (
+            mutated(|v| {
+                v["stored"] = json!({"column": "__pgt_row_id", "domain": "GROUP_KEY",
+                                     "unique": "yes", "max_len": null});
+            }),
+            "stored.unique",
+        ),
+        (
+            mutated(|v| {
+                v["stored"] = json!({"column": "__pgt_row_id", "domain": "GROUP_KEY",
+                                     "unique": true, "max_len": -1});
+            }),
+            "stored.max_len",
+        ),
+        (
+            mutated(|v| {
+                v["stored"] = json!({"column": "__pgt_row_id", "domain": "GROUP_KEY",
+                                     "unique": true, "max_len": 40, "index": "x"});
+            }),
+            "stored.index",
+        ),
+        (
+            mutated(|v| {
+                v["stored"] = json!({"domain": "GROUP_KEY", "unique": true, "max_len": 40});
+            }),
+            "stored.column",
+        ),
         // Format 6 had no missing_without_send_form; format 7 requires it.
         (
-            mutated(|v| v["format"] = json!(6)),
+            mutated(|v| {
+                v["format"] = json!(6);
+                strip_format_8(v);
+            }),
             "missing_without_send_form",
         ),
         (
@@ -296,6 +344,60 @@ fn the_reader_is_strict_and_says_where() {
         let err = SchemaMessage::parse(text.as_bytes()).unwrap_err();
         assert!(err.to_string().contains(at), "{at}: {err}");
     }
+}
+
+/// A stream table's stored identity (format 8) is read as written, and written back the same;
+/// a format-7 message of the same relation is read without one.
+#[test]
+fn a_stored_identity_round_trips_and_format_7_has_none() {
+    let stream = mutated(|v| {
+        v["stored"] = json!({"column": "__pgt_row_id", "domain": "GROUP_KEY", "unique": true,
+                             "max_len": 40});
+    });
+    let msg = SchemaMessage::parse(stream.as_bytes()).unwrap();
+    let Msg::Schema(s) = &msg else {
+        panic!("{msg:?}")
+    };
+    let stored = s.stored.as_ref().unwrap();
+    assert_eq!(
+        (
+            stored.column.as_str(),
+            stored.domain,
+            stored.unique,
+            stored.max_len
+        ),
+        ("__pgt_row_id", Domain::GroupKey, true, Some(40))
+    );
+    assert_eq!(
+        SchemaMessage::parse(msg.to_json().to_string().as_bytes()).unwrap(),
+        msg
+    );
+    let multiset = mutated(|v| {
+        v["stored"] = json!({"column": "__pgt_row_id", "domain": "KEYLESS_ROW",
+                             "unique": false, "max_len": null});
+    });
+    let Msg::Schema(s) = SchemaMessage::parse(multiset.as_bytes()).unwrap() else {
+        panic!()
+    };
+    let stored = s.stored.unwrap();
+    assert_eq!(
+        (stored.domain, stored.unique, stored.max_len),
+        (Domain::KeylessRow, false, None)
+    );
+    let older = mutated(|v| {
+        v["format"] = json!(7);
+        strip_format_8(v);
+    });
+    let Msg::Schema(s) = SchemaMessage::parse(older.as_bytes()).unwrap() else {
+        panic!()
+    };
+    assert_eq!(s.stored, None);
+    // What the spec's example says: not a stream table.
+    let Msg::Schema(s) = SchemaMessage::parse(spec_example().as_bytes()).unwrap() else {
+        panic!()
+    };
+    assert_eq!(s.stored, None);
+    assert_eq!(FORMAT, 8);
 }
 
 #[test]

@@ -220,7 +220,9 @@ async fn identity_table(client: &impl GenericClient) -> Result<u32, CdcError> {
 
 /// What of its tables' changes a publication does not carry: each a sentence naming it, with
 /// the fix. Empty when it publishes every insert, update, delete and truncate of every column
-/// of every row of its tables. A replica cannot be kept equal to its sources through such a
+/// of every row of its tables (a column list naming every column, as `publish_stream_table`
+/// gives a keyed stream table, publishes every column: it is no gap while the table has no
+/// other column). A replica cannot be kept equal to its sources through such a
 /// publication; other consumers are told what they will not see.
 pub async fn publication_gaps(
     client: &impl GenericClient,
@@ -229,7 +231,12 @@ pub async fn publication_gaps(
     let row = client
         .query_one(
             "WITH r AS (SELECT pg_catalog.format('%I.%I', n.nspname, c.relname) AS name, \
-                 r.prqual IS NOT NULL AS filtered, r.prattrs IS NOT NULL AS columns \
+                 r.prqual IS NOT NULL AS filtered, \
+                 r.prattrs IS NOT NULL AND ARRAY(SELECT pg_catalog.unnest(r.prattrs) ORDER BY 1) \
+                   OPERATOR(pg_catalog.<>) ARRAY(SELECT a.attnum FROM pg_catalog.pg_attribute a \
+                     WHERE a.attrelid OPERATOR(pg_catalog.=) c.oid \
+                       AND a.attnum OPERATOR(pg_catalog.>) 0 AND NOT a.attisdropped \
+                       AND a.attgenerated OPERATOR(pg_catalog.=) '' ORDER BY 1) AS columns \
                FROM pg_catalog.pg_publication p \
                JOIN pg_catalog.pg_publication_rel r ON r.prpubid OPERATOR(pg_catalog.=) p.oid \
                JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) r.prrelid \
@@ -414,8 +421,13 @@ mod tests {
     fn older(format: u64, edit: impl FnOnce(&mut serde_json::Value)) -> String {
         let mut v = SchemaMessage::Schema(fresh()).to_json();
         v["format"] = json!(format);
+        if let Some(o) = v.as_object_mut() {
+            o.remove("stored");
+        }
         for c in v["columns"].as_array_mut().into_iter().flatten() {
-            if let Some(c) = c.as_object_mut() {
+            if let Some(c) = c.as_object_mut()
+                && format < 7
+            {
                 c.remove("missing_without_send_form");
             }
         }
@@ -463,9 +475,23 @@ mod tests {
         written["columns"][1]["missing"] = serde_json::Value::Null;
         assert!(is_schema(Some(&written.to_string()), &s));
         assert!(
+            is_schema(Some(&older(7, |_| {})), &s),
+            "format 7: no stored identity (a plain table has none)"
+        );
+        assert!(
             is_schema(Some(&older(6, |_| {})), &s),
             "format 6: no missing_without_send_form"
         );
+        // A stream table's storage described by a row from before format 8 is not: its
+        // row never said where its identities are.
+        let mut stream = s.clone();
+        stream.stored = Some(Box::new(rowid_registry::schema_message::StoredIdentity {
+            column: "__pgt_row_id".into(),
+            domain: rowid_codec::Domain::ScanKey,
+            unique: true,
+            max_len: Some(17),
+        }));
+        assert!(!is_schema(Some(&older(7, |_| {})), &stream));
         assert!(
             is_schema(Some(&older(5, |_| {})), &s),
             "format 5: no enum labels"

@@ -56,6 +56,7 @@ pub fn schema() -> RelationSchema {
             enums: vec![],
         }),
         rewritten: Rewrite::Unknown,
+        stored: None,
     }
 }
 

@@ -40,7 +40,7 @@ use std::collections::{HashMap, HashSet};
 use bytes::Bytes;
 use rowid_registry::buffer::{self, BufferOp, ImageColumn, Writers};
 use rowid_registry::schema_message::{
-    IdentityDef, Refusal, RelationSchema, ReplicaIdentity, Rewrite,
+    IdentityDef, Refusal, RelationSchema, ReplicaIdentity, Rewrite, StoredIdentity,
 };
 use tokio_postgres::{Client, GenericClient, Transaction};
 
@@ -217,14 +217,15 @@ type Shape = (
 
 /// What of an identity schema, beside the columns, a writer follows: the identity, the
 /// replica identity, a rewrite of the table's values (each rewrite names its own
-/// transaction, so a second one is a change too), and the table's name (a replica's storage
-/// table follows a rename).
+/// transaction, so a second one is a change too), the table's name (a replica's storage
+/// table follows a rename), and a stream table's stored identity (a replica keeps it).
 type Followed<'a> = (
     &'a Result<IdentityDef, Refusal>,
     ReplicaIdentity,
     Rewrite,
     &'a str,
     &'a str,
+    Option<&'a StoredIdentity>,
 );
 
 /// See [`Followed`].
@@ -236,6 +237,7 @@ fn identity_of(schema: &Option<Arc<RelationSchema>>) -> Option<Followed<'_>> {
             s.rewritten,
             s.namespace.as_str(),
             s.relname.as_str(),
+            s.stored.as_deref(),
         )
     })
 }

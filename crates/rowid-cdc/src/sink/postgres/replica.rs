@@ -130,6 +130,84 @@ struct Table {
     /// Its statements, prepared once per connection (by text: a set list of its own is its
     /// own statement).
     prepared: HashMap<String, Statement>,
+    /// A stream table's storage: where its rows carry their own identity (`None`: the
+    /// identities are the ones capture derived from the row).
+    carried: Option<Carried>,
+}
+
+/// A stream table's own identity column among a source's image columns (identity schema
+/// messages format 8, `stored`): its bytes are the storage's identities, and the column is the
+/// storage's identity column rather than one of its value columns.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Carried {
+    /// The column's place among the image columns.
+    position: usize,
+    /// The domain every identity in it is of.
+    domain: Domain,
+    /// The identities' worst-case length (`None`: unbounded).
+    max_len: Option<usize>,
+}
+
+/// `row` with the identities its own column carries ([`Carried`]) in place of the derived
+/// ones, and that column taken out of its images (the storage keeps it as its identity
+/// column). Each identity comes off the WAL, so the strict decoder must accept it as a
+/// complete identity of the stream table's domain within its bound; the error says which
+/// part of the change is wrong, never the bytes.
+fn carry(mut row: Row, carried: Carried) -> Result<Row, String> {
+    let take = |image: &mut Option<Vec<Option<bytes::Bytes>>>| -> Option<Vec<u8>> {
+        let cells = image.as_mut()?;
+        if carried.position < cells.len() {
+            cells.remove(carried.position).map(|b| b.to_vec())
+        } else {
+            None
+        }
+    };
+    let new = take(&mut row.new);
+    let old = take(&mut row.old);
+    let op = BufferOp::from_code(row.op as u8);
+    let (old_id, new_id) = match op {
+        Some(BufferOp::Insert) => (None, Some(new.ok_or("an insert without its identity")?)),
+        Some(BufferOp::Update) => {
+            let new = new.ok_or("an update without its new identity")?;
+            // No old row: the replica identity (the unique index on the identity) did not
+            // change, so neither did the identity.
+            (Some(old.unwrap_or_else(|| new.clone())), Some(new))
+        }
+        Some(BufferOp::Delete) => (Some(old.ok_or("a delete without its identity")?), None),
+        _ => (row.old_id.take(), row.new_id.take()),
+    };
+    for (what, id) in [("removed", &old_id), ("written", &new_id)] {
+        let Some(id) = id else { continue };
+        let summary = rowid_codec::decode::validate(id).map_err(|e| {
+            format!(
+                "the identity of the row the change {what} is no valid identity ({e}; {} bytes, \
+                 fingerprint {})",
+                id.len(),
+                Fingerprint::of(id)
+            )
+        })?;
+        if summary.domain != carried.domain {
+            return Err(format!(
+                "the identity of the row the change {what} is of domain {}, not the stream \
+                 table's {} (fingerprint {})",
+                summary.domain.name(),
+                carried.domain.name(),
+                Fingerprint::of(id)
+            ));
+        }
+        if carried.max_len.is_some_and(|max| id.len() > max) {
+            return Err(format!(
+                "the identity of the row the change {what} is {} bytes, more than the stream \
+                 table's bound of {} (fingerprint {})",
+                id.len(),
+                carried.max_len.unwrap_or_default(),
+                Fingerprint::of(id)
+            ));
+        }
+    }
+    row.old_id = old_id;
+    row.new_id = new_id;
+    Ok(row)
 }
 
 /// `sql`, prepared on this connection the first time `cache` (a table's) is asked for it.
@@ -186,34 +264,66 @@ impl ReplicaWriter {
     }
 
     /// The storage a relation's identity schema plans: its table, index class, semantics and
-    /// columns (`images`, the source's columns with the source's types).
-    fn plan(&self, schema: &RelationSchema, images: Vec<ImageColumn>) -> Result<Storage, String> {
-        check_source_columns(&images)?;
-        let def = schema.identity.as_ref().map_err(|refusal| {
-            format!(
-                "it has no usable identity ({}: {})",
-                refusal.sqlstate, refusal.message
-            )
-        })?;
-        let uniqueness = match def.domain {
-            Domain::KeylessRow => Uniqueness::Multiset,
-            _ => Uniqueness::Unique,
+    /// columns (`images`, the source's columns with the source's types), and for a stream
+    /// table where its rows carry their identity (that column is the storage's identity
+    /// column, not one of its columns).
+    fn plan(
+        &self,
+        schema: &RelationSchema,
+        mut images: Vec<ImageColumn>,
+    ) -> Result<(Storage, Option<Carried>), String> {
+        check_source_columns(&images, schema.stored.as_deref())?;
+        let (uniqueness, max_len, carried) = match schema.stored.as_deref() {
+            Some(stored) => {
+                let position = images
+                    .iter()
+                    .position(|c| c.name == stored.column)
+                    .ok_or_else(|| format!("it does not publish {}", stored.column))?;
+                images.remove(position);
+                let uniqueness = if stored.unique {
+                    Uniqueness::Unique
+                } else {
+                    Uniqueness::Multiset
+                };
+                let carried = Carried {
+                    position,
+                    domain: stored.domain,
+                    max_len: stored.max_len,
+                };
+                (uniqueness, stored.max_len, Some(carried))
+            }
+            None => {
+                let def = schema.identity.as_ref().map_err(|refusal| {
+                    format!(
+                        "it has no usable identity ({}: {})",
+                        refusal.sqlstate, refusal.message
+                    )
+                })?;
+                let uniqueness = match def.domain {
+                    Domain::KeylessRow => Uniqueness::Multiset,
+                    _ => Uniqueness::Unique,
+                };
+                (uniqueness, def.max_len, None)
+            }
         };
         let plan = plan_for_bound(
-            def.max_len,
+            max_len,
             uniqueness,
             MaintenanceMode::Refresh,
             self.block_size,
             PROBE_V1_PREFIX_LEN,
         )
         .map_err(|e| e.to_string())?;
-        Ok(Storage {
-            table: self.target.storage_of(schema),
-            source_relid: schema.relid,
-            class: plan.class,
-            uniqueness,
-            columns: images,
-        })
+        Ok((
+            Storage {
+                table: self.target.storage_of(schema),
+                source_relid: schema.relid,
+                class: plan.class,
+                uniqueness,
+                columns: images,
+            },
+            carried,
+        ))
     }
 
     /// Makes the storage of the relation `shape` describes exist, pass its checks and hold
@@ -233,8 +343,8 @@ impl ReplicaWriter {
                 return Ok(());
             }
         };
-        let want = match self.plan(&schema, images) {
-            Ok(want) => want,
+        let (want, carried) = match self.plan(&schema, images) {
+            Ok(planned) => planned,
             Err(why) => {
                 self.tables
                     .insert(relid, Err(format!("{}: {why}", shape.relation)));
@@ -248,10 +358,11 @@ impl ReplicaWriter {
             Some(Ok(table)) => Some(table),
             _ => self.recorded(txn, relid, &shape.relation).await?,
         };
-        let table = match known {
+        let mut table = match known {
             None => self.create(txn, want, shape.relation, schema_json).await?,
             Some(have) => self.follow(txn, have, want, &schema, schema_json).await?,
         };
+        table.carried = carried;
         self.tables.insert(relid, Ok(table));
         Ok(())
     }
@@ -339,8 +450,10 @@ impl ReplicaWriter {
             .collect();
         let columns = check_shape(&storage, &rows).map_err(|e| Failure::from(e.to_string()))?;
         self.mark_own(oid);
-        let uniqueness = match recorded.identity.as_ref().map(|d| d.domain) {
-            Ok(Domain::KeylessRow) => Uniqueness::Multiset,
+        let uniqueness = match (recorded.stored.as_deref(), &recorded.identity) {
+            (Some(stored), _) if !stored.unique => Uniqueness::Multiset,
+            (Some(_), _) => Uniqueness::Unique,
+            (None, Ok(def)) if def.domain == Domain::KeylessRow => Uniqueness::Multiset,
             _ => Uniqueness::Unique,
         };
         Ok(Some(Table {
@@ -357,6 +470,7 @@ impl ReplicaWriter {
             delta_types: Vec::new(),
             used: false,
             prepared: HashMap::new(),
+            carried: None,
         }))
     }
 
@@ -412,6 +526,7 @@ impl ReplicaWriter {
             delta_types: Vec::new(),
             used: false,
             prepared: HashMap::new(),
+            carried: None,
         })
     }
 
@@ -547,6 +662,15 @@ impl ReplicaWriter {
                 .await
                 .map_err(|e| db_error(&format!("cannot drop the delta of {name}"), &e))?;
             have.delta = false;
+        }
+        if rebuild && (schema.stored.is_some() || stored_in(&have.schema_json)) {
+            // A stream table's identities are its own: no row holds what they are made of.
+            return Err(Failure::from(format!(
+                "{relation}'s identity changed, and it is (or was) a stream table, whose \
+                 identities cannot be computed again from its rows: drop {name} and its row in \
+                 {}, then snapshot the table again",
+                meta_table(self.target.meta(), replica::TABLES)
+            )));
         }
         if rebuild {
             // Every stored identity changes meaning: computed again from its own row.
@@ -790,13 +914,14 @@ async fn creation_lock(txn: &Transaction<'_>, schema: &str) -> Result<(), Failur
 /// names no enum labels: it is taken to have the labels `want` names (an extension upgrade
 /// alone is no change; a label renamed since is, from the first format-6 schema on).
 fn same_identity(have: &str, want: &str) -> bool {
-    let parse = |s: &str| match SchemaMessage::parse(s.as_bytes()) {
-        Ok(SchemaMessage::Schema(s)) => Some(s),
-        _ => None,
-    };
-    let (Some(mut have), Some(want)) = (parse(have), parse(want)) else {
+    let (Some(mut have), Some(want)) = (parsed_schema(have), parsed_schema(want)) else {
         return false;
     };
+    // A stream table's storage keeps the identities its rows carry: the same as long as
+    // what they are stays the same.
+    if have.stored.is_some() || want.stored.is_some() {
+        return have.stored == want.stored;
+    }
     if let (Ok(h), Ok(w)) = (have.identity.as_mut(), want.identity.as_ref())
         && h.enums.is_empty()
     {
@@ -804,6 +929,20 @@ fn same_identity(have: &str, want: &str) -> bool {
     }
     let have = have.identity_signature();
     have.is_some() && have == want.identity_signature()
+}
+
+/// A recorded identity schema (JSON), parsed.
+fn parsed_schema(json: &str) -> Option<RelationSchema> {
+    match SchemaMessage::parse(json.as_bytes()) {
+        Ok(SchemaMessage::Schema(s)) => Some(s),
+        _ => None,
+    }
+}
+
+/// Whether a recorded identity schema (JSON) is a stream table's, whose rows carry their
+/// identity ([`Carried`]).
+fn stored_in(json: &str) -> bool {
+    parsed_schema(json).is_some_and(|s| s.stored.is_some())
 }
 
 /// The delta's fixed columns' types (seq, op, old identity, identity); the storage's columns
@@ -1182,6 +1321,11 @@ impl Writer for ReplicaWriter {
                 }
                 _ => {}
             }
+            let row = match table.carried {
+                Some(carried) => carry(row, carried)
+                    .map_err(|why| Failure::from(format!("{}: {why}", table.relation)))?,
+                None => row,
+            };
             let uniqueness = table.storage.uniqueness;
             let absent: Vec<String> = row.unchanged_toast.clone().unwrap_or_default();
             if uniqueness == Uniqueness::Multiset && !absent.is_empty() {
