@@ -799,4 +799,68 @@ fn stream_oracle_random_workload_in_every_mode() {
         oracle_check(step, &statements.join("; "), "FD");
     }
     assert!(refreshes >= 3000, "{refreshes} refreshes");
+    oracle_stored_identities();
+}
+
+/// What a stream table's identity schema message says of its rows (format 8's `stored`,
+/// from the catalog), and what a replica keeping them relies on, holds of every row of every
+/// stream table of the oracle: each identity is of the catalog's domain (wire-format.md: the
+/// byte after the version), a unique one's identities are distinct, and a multiset's rows
+/// with equal identities are equal rows (by their types' equality: a keyless identity is
+/// the same for `2.0` and `2.00`, which a replica tells apart by their representation).
+fn oracle_stored_identities() {
+    let tables: Vec<(String, String, bool)> = Spi::connect(|client| {
+        client
+            .select(
+                "SELECT pgt_name, identity_domain, identity_unique
+                 FROM pgtrickle.pgt_stream_tables ORDER BY 1",
+                None,
+                &[],
+            )?
+            .map(|row| {
+                Ok((
+                    row.get::<String>(1)?.unwrap_or_default(),
+                    row.get::<String>(2)?.unwrap_or_default(),
+                    row.get::<bool>(3)?.unwrap_or(false),
+                ))
+            })
+            .collect::<Result<Vec<_>, pgrx::spi::Error>>()
+    })
+    .expect("stream tables");
+    assert!(tables.len() >= 40, "{} stream tables", tables.len());
+    // wire-format.md §3: the domains' bytes.
+    let code = |domain: &str| match domain {
+        "SCAN_KEY" => 1,
+        "KEYLESS_ROW" => 2,
+        "GROUP_KEY" => 3,
+        "JOIN_KEY" => 4,
+        "SET_KEY" => 5,
+        "WINDOW_KEY" => 6,
+        "SYNTHETIC" => 7,
+        other => panic!("domain {other}"),
+    };
+    let mut rows = 0;
+    for (name, domain, unique) in &tables {
+        let facts = Spi::get_one::<String>(&format!(
+            "SELECT count(*) || ':' || count(*) FILTER (WHERE get_byte(__pgt_row_id, 1) <> {})
+               || ':' || count(DISTINCT __pgt_row_id) || ':' || count(DISTINCT t)
+             FROM {name} t",
+            code(domain)
+        ))
+        .expect("facts")
+        .unwrap_or_default();
+        let n: Vec<i64> = facts.split(':').map(|v| v.parse().unwrap_or(-1)).collect();
+        rows += n[0];
+        assert_eq!(n[1], 0, "{name}: {} identities not of {domain}", n[1]);
+        if *unique {
+            assert_eq!(n[2], n[0], "{name}: unique, yet {} rows, {} identities", n[0], n[2]);
+        } else {
+            assert_eq!(
+                n[2], n[3],
+                "{name}: a multiset whose {} identities name {} distinct rows",
+                n[2], n[3]
+            );
+        }
+    }
+    assert!(rows > 0, "the oracle's stream tables hold no rows");
 }
