@@ -743,10 +743,10 @@ fn stream_digest(db: &Psql, schema: &str) -> String {
 /// `--sink replica:` with their own identities (identity schema messages format 8, `stored`):
 /// keyed ones (a column list of every column; REPLICA IDENTITY USING INDEX, so an update
 /// carries no old row), unbounded and keyless ones (FULL; a multiset with duplicates), in
-/// each refresh mode. After the snapshot and after each round of writes and refreshes, every
-/// replica equals its stream table row for row, `__pgt_row_id` included, and a keyed one's
-/// storage has the direct unique index its bound plans. A plain table with a column of that
-/// name is refused by name.
+/// each refresh mode. After the snapshot and after each round of writes and refreshes (the
+/// consumer restarted among them), every replica equals its stream table row for row,
+/// `__pgt_row_id` included, and each storage has its stream table's index class and replica
+/// identity. A plain table with a column of that name is refused by name.
 #[test]
 #[ignore = "needs a PostgreSQL server with wal_level=logical and the extension: run through `cargo xtask test`"]
 fn stream_tables_are_kept_with_their_own_identities() {
@@ -804,6 +804,13 @@ fn stream_tables_are_kept_with_their_own_identities() {
         "TRUNCATE bag; INSERT INTO bag VALUES (2, 'back');",
     ];
     for (i, step) in steps.iter().enumerate() {
+        if i == 3 {
+            // Restarted: each storage is found in the replica's record (its stored identity
+            // among it) and followed from there.
+            drop(running);
+            wait_free(&src, slot);
+            running = cdc.started(&sink, &[]);
+        }
         src.run(step).unwrap();
         refresh();
         synced(&mut running, &format!("step {i}"));
