@@ -80,6 +80,7 @@ fn schema(key: u8, ri: ReplicaIdentity) -> RelationSchema {
             enums: vec![],
         }),
         rewritten: Rewrite::Unknown,
+        stored: None,
     }
 }
 

@@ -30,6 +30,18 @@ fn seed_corpus(dir: &Path) -> Result<usize, String> {
     Ok(n)
 }
 
+/// Builds every fuzz target (`cargo +nightly fuzz build`, the build `cargo fuzz run` then
+/// reuses). The fuzz crate is a workspace of its own, outside the workspace's clippy and
+/// tests: `cargo xtask test` builds it early, so a change that breaks a target fails in the
+/// first minutes rather than when the targets run near the end.
+pub fn build() -> Result<(), String> {
+    setup::fuzzing()?;
+    let mut c = cmd("cargo");
+    c.current_dir(root().join("fuzz"))
+        .args(["+nightly", "fuzz", "build"]);
+    exec(&mut c)
+}
+
 /// Fuzzes each target for `seconds`: the identity decoder (seeded with every vector), the
 /// pgoutput decoder and the capture state machine.
 pub fn run(seconds: u32) -> Result<(), String> {

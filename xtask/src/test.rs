@@ -258,6 +258,9 @@ pub fn run() -> Result<(), String> {
     step("clippy, warnings are errors (codec, registry, pgoutput, vectors, test kit, xtask)");
     exec(cargo().args(["clippy", "--all-targets", "--", "-D", "warnings"]))?;
 
+    step("the fuzz targets build (cargo fuzz build; they run near the end)");
+    fuzz::build()?;
+
     step("tests (x86_64)");
     counts.add(run_tests(cargo().args(["test", "--release"]))?);
 
