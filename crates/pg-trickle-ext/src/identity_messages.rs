@@ -216,7 +216,8 @@ pub fn relation_schema(rel: pg_sys::Oid) -> RelationSchema {
 /// whatever its columns are called).
 fn stored_identity(rel: pg_sys::Oid) -> Option<Box<StoredIdentity>> {
     spi::rows(
-        "SELECT identity_domain, identity_unique, max_identity_bytes          FROM pgtrickle.pgt_stream_tables WHERE pgt_relid OPERATOR(pg_catalog.=) $1",
+        "SELECT identity_domain, identity_unique, max_identity_bytes \
+         FROM pgtrickle.pgt_stream_tables WHERE pgt_relid OPERATOR(pg_catalog.=) $1",
         &[rel.into()],
         |row| {
             Ok((
