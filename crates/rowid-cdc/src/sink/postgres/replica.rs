@@ -210,6 +210,17 @@ fn carry(mut row: Row, carried: Carried) -> Result<Row, String> {
     Ok(row)
 }
 
+/// Whether a relation's storage holds one row per identity or a multiset: a stream table's
+/// as its stored identity says, any other's by its identity's domain (keyless rows repeat).
+fn uniqueness_of(schema: &RelationSchema) -> Uniqueness {
+    match (schema.stored.as_deref(), &schema.identity) {
+        (Some(stored), _) if !stored.unique => Uniqueness::Multiset,
+        (Some(_), _) => Uniqueness::Unique,
+        (None, Ok(def)) if def.domain == Domain::KeylessRow => Uniqueness::Multiset,
+        _ => Uniqueness::Unique,
+    }
+}
+
 /// `sql`, prepared on this connection the first time `cache` (a table's) is asked for it.
 async fn cached(
     cache: &mut HashMap<String, Statement>,
@@ -273,24 +284,20 @@ impl ReplicaWriter {
         mut images: Vec<ImageColumn>,
     ) -> Result<(Storage, Option<Carried>), String> {
         check_source_columns(&images, schema.stored.as_deref())?;
-        let (uniqueness, max_len, carried) = match schema.stored.as_deref() {
+        let uniqueness = uniqueness_of(schema);
+        let (max_len, carried) = match schema.stored.as_deref() {
             Some(stored) => {
                 let position = images
                     .iter()
                     .position(|c| c.name == stored.column)
                     .ok_or_else(|| format!("it does not publish {}", stored.column))?;
                 images.remove(position);
-                let uniqueness = if stored.unique {
-                    Uniqueness::Unique
-                } else {
-                    Uniqueness::Multiset
-                };
                 let carried = Carried {
                     position,
                     domain: stored.domain,
                     max_len: stored.max_len,
                 };
-                (uniqueness, stored.max_len, Some(carried))
+                (stored.max_len, Some(carried))
             }
             None => {
                 let def = schema.identity.as_ref().map_err(|refusal| {
@@ -299,11 +306,7 @@ impl ReplicaWriter {
                         refusal.sqlstate, refusal.message
                     )
                 })?;
-                let uniqueness = match def.domain {
-                    Domain::KeylessRow => Uniqueness::Multiset,
-                    _ => Uniqueness::Unique,
-                };
-                (uniqueness, def.max_len, None)
+                (def.max_len, None)
             }
         };
         let plan = plan_for_bound(
@@ -450,12 +453,7 @@ impl ReplicaWriter {
             .collect();
         let columns = check_shape(&storage, &rows).map_err(|e| Failure::from(e.to_string()))?;
         self.mark_own(oid);
-        let uniqueness = match (recorded.stored.as_deref(), &recorded.identity) {
-            (Some(stored), _) if !stored.unique => Uniqueness::Multiset,
-            (Some(_), _) => Uniqueness::Unique,
-            (None, Ok(def)) if def.domain == Domain::KeylessRow => Uniqueness::Multiset,
-            _ => Uniqueness::Unique,
-        };
+        let uniqueness = uniqueness_of(&recorded);
         Ok(Some(Table {
             storage: Storage {
                 table: self.target.storage_of(&recorded),
