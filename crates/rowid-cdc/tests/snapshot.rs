@@ -145,8 +145,8 @@ fn images(keyed: &BTreeMap<String, Value>) -> Multiset {
 }
 
 /// Waits until every chunked table of the state is done and the marker line arrived.
-fn wait_done(cdc: &Cdc<'_>, dir: &Dir) -> Vec<Value> {
-    wait_done_without_marker(dir);
+fn wait_done(cdc: &Cdc<'_>, dir: &Dir, running: &mut Running) -> Vec<Value> {
+    wait_done_without_marker(dir, running);
     let t = Instant::now();
     loop {
         let lines = cdc.lines();
@@ -224,13 +224,13 @@ fn snapshot_and_stream_replay_to_the_table() {
     // Writes run before the slot exists, while its snapshot is copied, and after.
     let writer = spawn_writes(&db, 6);
     std::thread::sleep(Duration::from_millis(300));
-    let running = cdc.spawn(&["--create-slot", "--snapshot", "--progress"]);
+    let mut running = cdc.spawn(&["--create-slot", "--snapshot", "--progress"]);
     wait_active(&db, "snap");
     writer.join().unwrap();
     // After the chunks: the marker's insert is the last change the test waits for.
-    wait_done_without_marker(&dir);
+    wait_done_without_marker(&dir, &mut running);
     db.run("INSERT INTO marker VALUES (1);").unwrap();
-    let lines = wait_done(&cdc, &dir);
+    let lines = wait_done(&cdc, &dir, &mut running);
     // The copy's progress: a line as each table begins (the keyless one first, the keyed
     // ones after it), then the last one.
     let err = running.interrupt();
@@ -275,7 +275,7 @@ fn snapshot_and_stream_replay_to_the_table() {
 }
 
 /// Waits (up to 3 minutes) until the state says every chunked table is done.
-fn wait_done_without_marker(dir: &Dir) -> Value {
+fn wait_done_without_marker(dir: &Dir, running: &mut Running) -> Value {
     let t = Instant::now();
     loop {
         let state: Value = std::fs::read_to_string(dir.file("cdc.state"))
@@ -288,10 +288,9 @@ fn wait_done_without_marker(dir: &Dir) -> Value {
         {
             return state;
         }
-        assert!(
-            t.elapsed() < Duration::from_secs(180),
-            "chunks not done: {state}"
-        );
+        if t.elapsed() > Duration::from_secs(180) {
+            panic!("chunks not done: {state}\n{}", running.kill_and_report());
+        }
         std::thread::sleep(Duration::from_millis(100));
     }
 }
@@ -457,11 +456,11 @@ fn chunked_snapshots_survive_kills_exactly() {
         "crash points reached before the chunks ended: {reached:?} of {crashes:?}"
     );
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    let _running = cdc.spawn(&chunk);
+    let mut running = cdc.spawn(&chunk);
     writer.join().unwrap();
     hot.join().unwrap();
     db.run("INSERT INTO marker VALUES (1);").unwrap();
-    let lines = wait_done(&cdc, &dir);
+    let lines = wait_done(&cdc, &dir, &mut running);
     let (keyed, bag) = replay(&lines);
     eprintln!(
         "chunks: {kills} kills, {} lines, {} keyed rows replayed",
@@ -609,7 +608,7 @@ fn chunked_snapshots_follow_ddl() {
     // Read in chunks while streaming (an initial --snapshot would copy both tables before
     // the stream starts, so no DDL could fall between its rows); the empty phase table first,
     // so that its markers pass from the start.
-    let running = cdc.spawn(&[
+    let mut running = cdc.spawn(&[
         "--create-slot",
         "--snapshot-table",
         "public.phase",
@@ -621,7 +620,7 @@ fn chunked_snapshots_follow_ddl() {
     ]);
     wait_active(&db, "snap_ddl");
     db.run(SHAPE_WRITES).unwrap();
-    wait_done_without_marker(&dir);
+    wait_done_without_marker(&dir, &mut running);
     db.run("INSERT INTO phase VALUES (5);").unwrap();
     let t = Instant::now();
     let lines = loop {

@@ -95,6 +95,32 @@ impl Running {
         }
     }
 
+    /// What a wait that timed out should say about it: how it ended, or that it was still
+    /// running (then killed), and the last lines it printed on stderr either way.
+    pub fn kill_and_report(&mut self) -> String {
+        let running = self.0.try_wait().unwrap().is_none();
+        if running {
+            let _ = self.0.kill();
+        }
+        let status = self.0.wait().unwrap();
+        let mut err = String::new();
+        if let Some(mut e) = self.0.stderr.take() {
+            let _ = std::io::Read::read_to_string(&mut e, &mut err);
+        }
+        let lines: Vec<&str> = err.lines().collect();
+        let tail = lines[lines.len().saturating_sub(40)..].join("\n");
+        format!(
+            "rowid-cdc {} ({} bytes, {} lines on stderr; the last ones:)\n{tail}",
+            if running {
+                "was still running: killed".to_string()
+            } else {
+                format!("had ended ({status})")
+            },
+            err.len(),
+            lines.len()
+        )
+    }
+
     /// Stops it with SIGINT (a clean stop after the current message) and returns stderr.
     pub fn interrupt(self) -> String {
         let pid = self.0.id().to_string();
