@@ -288,7 +288,10 @@ fn wait_done_without_marker(dir: &Dir, running: &mut Running) -> Value {
         {
             return state;
         }
-        if t.elapsed() > Duration::from_secs(180) {
+        // A run that stopped is reported at once, with what it printed (the fresh-machine
+        // failure of issue 51 item 6 was a run stopped by an error, seen as this wait's
+        // timeout 180 s later).
+        if t.elapsed() > Duration::from_secs(180) || running.0.try_wait().unwrap().is_some() {
             panic!("chunks not done: {state}\n{}", running.kill_and_report());
         }
         std::thread::sleep(Duration::from_millis(100));

@@ -7,7 +7,8 @@
 //!
 //! The read locks its table (`ACCESS SHARE`) before the snapshot is taken and reads the
 //! table's identity schema under it: the rows are in the shape that schema describes, and a
-//! read whose shape is not the stream's is abandoned before any row is read (asked again once
+//! read whose shape is not the stream's is abandoned before any row is read, and before any
+//! statement naming its columns is prepared (asked again once
 //! the stream or the snapshot caught up; [`crate::chunks`] delivers a chunk before a later
 //! DDL of its table).
 //!
@@ -158,6 +159,12 @@ fn watermark_sql(version: i32) -> &'static str {
     }
 }
 
+/// `ONLY ` for a table of relkind `kind`, nothing for a partitioned root (it stands for its
+/// leaves: publish_via_partition_root).
+fn only(kind: &str) -> &'static str {
+    if kind == "p" { "" } else { "ONLY " }
+}
+
 /// Reads chunks over a SQL connection of its own.
 pub struct ChunkReader {
     client: Client,
@@ -179,8 +186,6 @@ struct Prepared {
     schema: RelationSchema,
     /// Its rows as `pg_class.reltuples` estimates them (`None`: no estimate).
     estimate: Option<u64>,
-    /// Locks the table against DDL for the read.
-    lock: String,
     /// The first chunk.
     first: Statement,
     /// The chunks after a cursor.
@@ -236,8 +241,34 @@ impl ChunkReader {
         })
     }
 
+    /// `LOCK TABLE` of the table `request` names, in access share mode (a partitioned root
+    /// with its leaves); `None` when the table is gone. Read from `pg_class` by OID alone:
+    /// nothing here depends on the table's columns.
+    async fn lock_statement(&self, request: &ChunkRequest) -> Result<Option<String>, CdcError> {
+        let kind: Option<String> = self
+            .client
+            .query_opt(
+                "SELECT relkind::pg_catalog.text FROM pg_catalog.pg_class \
+                 WHERE oid OPERATOR(pg_catalog.=) $1",
+                &[&request.relid],
+            )
+            .await?
+            .map(|row| row.get(0));
+        Ok(kind.map(|kind| {
+            format!(
+                "LOCK TABLE {}{} IN ACCESS SHARE MODE",
+                only(&kind),
+                QualifiedName::new(&request.namespace, &request.relname).quoted()
+            )
+        }))
+    }
+
     /// The table's statements for the shape `request` stands at (prepared again when the
-    /// shape changed).
+    /// shape changed). Called inside a read's transaction, the table locked and its shape
+    /// under the read's snapshot checked to be the request's: the columns it names exist.
+    /// (Prepared before that check, a statement for a shape the stream had just reached
+    /// could name a column a later DDL, not yet streamed, had dropped or renamed: "column
+    /// does not exist" stopped the run.)
     async fn statements(&mut self, request: &ChunkRequest) -> Result<Prepared, CdcError> {
         if let Some(found) = self.statements.get(&request.relid)
             && found.schema == request.schema
@@ -253,8 +284,7 @@ impl ChunkReader {
             )
             .await?;
         let (kind, estimate): (String, f64) = (class.get(0), class.get(1));
-        // A partitioned root stands for its leaves (publish_via_partition_root).
-        let only = if kind == "p" { "" } else { "ONLY " };
+        let only = only(&kind);
         let table = QualifiedName::new(&request.namespace, &request.relname).quoted();
         let columns: Vec<String> = request.columns.iter().map(|c| quote_ident(c)).collect();
         let key: Vec<String> = request.key.iter().map(|c| quote_ident(c)).collect();
@@ -283,7 +313,6 @@ impl ChunkReader {
             schema: request.schema.clone(),
             // -1: never vacuumed or analyzed.
             estimate: (estimate >= 0.0).then_some(estimate as u64),
-            lock: format!("LOCK TABLE {only}{table} IN ACCESS SHARE MODE"),
             first,
             next,
             point,
@@ -302,7 +331,10 @@ impl ChunkReader {
     /// one side of the snapshot and not yet on the other): nothing was read, ask again once
     /// the stream moved.
     pub async fn read(&mut self, request: &ChunkRequest) -> Result<Option<ChunkRead>, CdcError> {
-        let prepared = self.statements(request).await?;
+        let Some(lock) = self.lock_statement(request).await? else {
+            // Dropped since the stream's schema (the stream will say so): asked again later.
+            return Ok(None);
+        };
         let mut nonce = [0u8; 16];
         getrandom::getrandom(&mut nonce)
             .map_err(|e| setup(format!("snapshot chunks: no random nonce: {e}")))?;
@@ -310,10 +342,7 @@ impl ChunkReader {
         // The table is locked before the snapshot is taken (LOCK takes none): no DDL of it
         // commits during the read, every one before it is seen, so the catalog the read
         // uses is the shape its snapshot sees. That shape must be the request's.
-        let begin = format!(
-            "START TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY; {}",
-            prepared.lock
-        );
+        let begin = format!("START TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY; {lock}");
         if let Err(e) = self.client.batch_execute(&begin).await {
             // Renamed or dropped since the stream's schema (the stream will say so), or a DDL
             // holds it longer than the lock timeout: asked again later.
@@ -327,7 +356,7 @@ impl ChunkReader {
             let _ = self.rollback().await;
             return Err(e.into());
         }
-        let read = match self.read_locked(request, &prepared).await {
+        let read = match self.read_locked(request).await {
             Ok(Some(read)) => read,
             Ok(None) => {
                 self.rollback().await?;
@@ -376,12 +405,10 @@ impl ChunkReader {
 
     /// Inside the read's transaction, the table locked: its snapshot (taken by this first
     /// query, with the table's identity schema under it), then the rows after the cursor and
-    /// those of the pending keys, or `None` when the schema is not the request's.
-    async fn read_locked(
-        &self,
-        request: &ChunkRequest,
-        prepared: &Prepared,
-    ) -> Result<Option<Read>, CdcError> {
+    /// those of the pending keys, or `None` when the schema is not the request's. The
+    /// statements are prepared (when the shape is new) only once the shape is known to be the
+    /// request's.
+    async fn read_locked(&mut self, request: &ChunkRequest) -> Result<Option<Read>, CdcError> {
         let taken = self
             .client
             .query_one(&self.snapshot, &[&request.relid])
@@ -396,6 +423,7 @@ impl ChunkReader {
                 "snapshot chunks: cannot read the snapshot {snapshot:?}"
             ))
         })?;
+        let prepared = self.statements(request).await?;
         let rows = match &request.after {
             None => self.client.query(&prepared.first, &[&self.rows]).await?,
             Some(after) => {
