@@ -108,6 +108,9 @@ fn server_checks(major: u32, source: pg::Source) -> Result<Counts, String> {
             // Publishing (two clusters of its own): a PostgreSQL subscriber's copy of stream
             // tables of every index class equal to them through a workload.
             ("rowid-ivm", "publish", Edges),
+            // Tenants (a cluster of its own, the scheduler preloaded, RUST_BACKTRACE set):
+            // every attack of issue 47 by a non-superuser role, each refused.
+            ("rowid-ivm", "tenants", Edges),
             // Identity schemas in-band: the event trigger's messages read back from a slot.
             ("rowid-cdc", "in_band", Every),
             // The rowid-cdc command on a live slot, killed and restarted during a workload.

@@ -23,40 +23,6 @@ COMMENT ON DOMAIN pgtrickle.row_id IS
 --   row_id_domain
 
 
-CREATE FUNCTION pgtrickle.encode_row_id_v2(domain text, fields record) RETURNS bytea
-STABLE PARALLEL SAFE LANGUAGE c AS 'MODULE_PATHNAME', 'encode_row_id_v2_wrapper';
-COMMENT ON FUNCTION pgtrickle.encode_row_id_v2(text, record) IS
-  'Row Identity V2 of the record''s fields (spec/wire-format.md)';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- requires:
---   row_id_domain
-
-
-CREATE FUNCTION pgtrickle.encode_row_id_v2_fields(domain text, VARIADIC fields "any")
-RETURNS bytea STABLE PARALLEL SAFE
-LANGUAGE c AS 'MODULE_PATHNAME', 'encode_row_id_v2_fields';
-COMMENT ON FUNCTION pgtrickle.encode_row_id_v2_fields(text, "any") IS
-  'Row Identity V2 of the arguments, each one field: the bytes of encode_row_id_v2(domain, ROW(...)) without the ROW';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- requires:
---   row_id_domain
-
-
-CREATE FUNCTION pgtrickle.capture_changes() RETURNS trigger
-LANGUAGE c AS 'MODULE_PATHNAME', 'capture_changes';
-COMMENT ON FUNCTION pgtrickle.capture_changes() IS
-  'Trigger: appends each change with its old and new Row Identity V2 to the change buffer named by its argument (pgtrickle.capture_table creates both)';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- requires:
---   row_id_domain
-
-
 -- Stream tables (spec/stream-tables.md §6): one row per stream table, written only by the
 -- extension's functions (as the extension's owner), readable by every role.
 CREATE TABLE pgtrickle.pgt_stream_tables (
@@ -88,7 +54,11 @@ CREATE TABLE pgtrickle.pgt_stream_tables (
     rows_changed bigint,
     consecutive_failures integer NOT NULL DEFAULT 0,
     last_error text,
-    last_failure_at timestamptz
+    last_failure_at timestamptz,
+    -- What create resolved (spec/stream-tables.md §10.2): the only user-defined functions and
+    -- operators its stored statements may call.
+    bound_functions oid[] NOT NULL DEFAULT '{}',
+    bound_operators oid[] NOT NULL DEFAULT '{}'
 );
 -- Every refresh a scheduler ran (spec/stream-tables.md §8), the last 100 per stream table.
 CREATE TABLE pgtrickle.pgt_refresh_history (
@@ -111,10 +81,21 @@ CREATE TABLE pgtrickle.pgt_immediate (
     source oid NOT NULL,
     event text NOT NULL CHECK (event IN ('i', 'u', 'd')),
     statement text NOT NULL,
+    -- The columns the query reads of the source (attribute numbers; 0: the whole row): the
+    -- owner must keep SELECT on them (spec/stream-tables.md §10.6).
+    read_columns int2[] NOT NULL DEFAULT '{}',
     PRIMARY KEY (pgt_relid, source, event)
 );
 REVOKE ALL ON pgtrickle.pgt_immediate FROM PUBLIC;
 GRANT SELECT ON pgtrickle.pgt_immediate TO PUBLIC;
+-- A table-level SELECT on a stream table becomes SELECT on its columns but __pgt_row_id
+-- (spec/stream-tables.md §10.4): after every GRANT.
+CREATE FUNCTION pgtrickle.keep_identities_private() RETURNS event_trigger
+LANGUAGE c SET search_path = pg_catalog, pg_temp SET jit = off
+AS 'MODULE_PATHNAME', 'keep_identities_private';
+REVOKE EXECUTE ON FUNCTION pgtrickle.keep_identities_private() FROM PUBLIC;
+CREATE EVENT TRIGGER pgtrickle_keep_identities_private ON ddl_command_end WHEN TAG IN ('GRANT')
+  EXECUTE FUNCTION pgtrickle.keep_identities_private();
 CREATE FUNCTION pgtrickle.maintain_stream_table() RETURNS trigger
 LANGUAGE c AS 'MODULE_PATHNAME', 'maintain_stream_table';
 COMMENT ON FUNCTION pgtrickle.maintain_stream_table() IS
@@ -123,6 +104,45 @@ COMMENT ON TABLE pgtrickle.pgt_stream_tables IS
   'Stream tables (spec/stream-tables.md): their queries, identities, index plans and refreshes';
 REVOKE ALL ON pgtrickle.pgt_stream_tables FROM PUBLIC;
 GRANT SELECT ON pgtrickle.pgt_stream_tables TO PUBLIC;
+-- Each role reads the rows of the stream tables it may act as the owner of (the storage's
+-- owner, or a member of its role): a row holds the query, its statements and the last
+-- error, none another tenant may read (spec/stream-tables.md §10.5). The extension's owner,
+-- who writes them and reads them for the extension, owns the tables (no policy applies).
+ALTER TABLE pgtrickle.pgt_stream_tables ENABLE ROW LEVEL SECURITY;
+CREATE POLICY owner_reads ON pgtrickle.pgt_stream_tables FOR SELECT USING (
+  pg_catalog.pg_has_role((SELECT c.relowner FROM pg_catalog.pg_class c
+                          WHERE c.oid OPERATOR(pg_catalog.=) pgt_relid), 'USAGE'));
+ALTER TABLE pgtrickle.pgt_refresh_history ENABLE ROW LEVEL SECURITY;
+CREATE POLICY owner_reads ON pgtrickle.pgt_refresh_history FOR SELECT USING (
+  pg_catalog.pg_has_role((SELECT c.relowner FROM pg_catalog.pg_class c
+                          WHERE c.oid OPERATOR(pg_catalog.=) pgt_relid), 'USAGE'));
+ALTER TABLE pgtrickle.pgt_immediate ENABLE ROW LEVEL SECURITY;
+CREATE POLICY owner_reads ON pgtrickle.pgt_immediate FOR SELECT USING (
+  pg_catalog.pg_has_role((SELECT c.relowner FROM pg_catalog.pg_class c
+                          WHERE c.oid OPERATOR(pg_catalog.=) pgt_relid), 'USAGE'));
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- requires:
+--   row_id_domain
+
+
+CREATE FUNCTION pgtrickle.encode_row_id_v2(domain text, fields record) RETURNS bytea
+STABLE PARALLEL SAFE LANGUAGE c AS 'MODULE_PATHNAME', 'encode_row_id_v2_wrapper';
+COMMENT ON FUNCTION pgtrickle.encode_row_id_v2(text, record) IS
+  'Row Identity V2 of the record''s fields (spec/wire-format.md)';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- requires:
+--   row_id_domain
+
+
+CREATE FUNCTION pgtrickle.encode_row_id_v2_fields(domain text, VARIADIC fields "any")
+RETURNS bytea STABLE PARALLEL SAFE
+LANGUAGE c AS 'MODULE_PATHNAME', 'encode_row_id_v2_fields';
+COMMENT ON FUNCTION pgtrickle.encode_row_id_v2_fields(text, "any") IS
+  'Row Identity V2 of the arguments, each one field: the bytes of encode_row_id_v2(domain, ROW(...)) without the ROW';
 /* </end connected objects> */
 
 /* <begin connected objects> */
@@ -157,14 +177,29 @@ COMMENT ON FUNCTION pgtrickle.export_stream_tables() IS
 /* </end connected objects> */
 
 /* <begin connected objects> */
+-- requires:
+--   row_id_domain
+
+
+CREATE FUNCTION pgtrickle.capture_changes() RETURNS trigger
+LANGUAGE c AS 'MODULE_PATHNAME', 'capture_changes';
+COMMENT ON FUNCTION pgtrickle.capture_changes() IS
+  'Trigger: appends each change with its old and new Row Identity V2 to the change buffer named by its argument (pgtrickle.capture_table creates both)';
+/* </end connected objects> */
+
+/* <begin connected objects> */
 CREATE SCHEMA IF NOT EXISTS pgtrickle; /* pg_trickle_ext::pgtrickle */
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- pg_trickle_ext::pgtrickle::check_change_buffer
-
-CREATE FUNCTION pgtrickle.check_change_buffer(buffer regclass) RETURNS boolean
-STABLE STRICT LANGUAGE c AS 'MODULE_PATHNAME', 'check_change_buffer_wrapper';
+-- pg_trickle_ext::pgtrickle::drop_stream_table
+CREATE  FUNCTION pgtrickle."drop_stream_table"(
+	"name" TEXT, /* & str */
+	"cascade" bool DEFAULT false /* bool */
+) RETURNS void
+STRICT VOLATILE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'drop_stream_table_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
@@ -178,10 +213,34 @@ AS 'MODULE_PATHNAME', 'refresh_stream_table_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- pg_trickle_ext::pgtrickle::capture_table
+-- pg_trickle_ext::pgtrickle::follow_source_ddl
+CREATE  FUNCTION pgtrickle."follow_source_ddl"(
+	"sources" oid[] /* Vec < pg_sys :: Oid > */
+) RETURNS INT /* i32 */
+STRICT VOLATILE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'follow_source_ddl_wrapper';
+/* </end connected objects> */
 
-CREATE FUNCTION pgtrickle.capture_table(source regclass) RETURNS text
-VOLATILE STRICT LANGUAGE c AS 'MODULE_PATHNAME', 'capture_table_wrapper';
+/* <begin connected objects> */
+-- pg_trickle_ext::pgtrickle::alter_stream_table
+CREATE  FUNCTION pgtrickle."alter_stream_table"(
+	"name" TEXT, /* Option < & str > */
+	"query" TEXT DEFAULT NULL, /* Option < & str > */
+	"refresh_mode" TEXT DEFAULT NULL, /* Option < & str > */
+	"cdc_mode" TEXT DEFAULT NULL, /* Option < & str > */
+	"schedule" TEXT DEFAULT NULL /* Option < & str > */
+) RETURNS void
+VOLATILE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'alter_stream_table_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- pg_trickle_ext::pgtrickle::check_change_buffer
+
+CREATE FUNCTION pgtrickle.check_change_buffer(buffer regclass) RETURNS boolean
+STABLE STRICT LANGUAGE c AS 'MODULE_PATHNAME', 'check_change_buffer_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
@@ -195,65 +254,13 @@ AS 'MODULE_PATHNAME', 'row_probe_v1_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- pg_trickle_ext::pgtrickle::row_id_fingerprint
-CREATE  FUNCTION pgtrickle."row_id_fingerprint"(
-	"id" bytea /* & [u8] */
+-- pg_trickle_ext::pgtrickle::identity_schema
+CREATE  FUNCTION pgtrickle."identity_schema"(
+	"rel" oid /* pg_sys :: Oid */
 ) RETURNS TEXT /* String */
-IMMUTABLE STRICT PARALLEL SAFE
+STRICT STABLE
 LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'row_id_fingerprint_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- pg_trickle_ext::pgtrickle::create_stream_table
-CREATE  FUNCTION pgtrickle."create_stream_table"(
-	"name" TEXT, /* Option < & str > */
-	"query" TEXT, /* Option < & str > */
-	"schedule" TEXT DEFAULT NULL, /* Option < & str > */
-	"refresh_mode" TEXT DEFAULT 'DIFFERENTIAL', /* Option < & str > */
-	"initialize" bool DEFAULT true, /* Option < bool > */
-	"cdc_mode" TEXT DEFAULT 'trigger' /* Option < & str > */
-) RETURNS void
-VOLATILE
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'create_stream_table_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- pg_trickle_ext::pgtrickle::write_identity_schemas
-CREATE  FUNCTION pgtrickle."write_identity_schemas"(
-	"relids" oid[] /* Vec < pg_sys :: Oid > */
-) RETURNS INT /* i32 */
-STRICT VOLATILE
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'write_identity_schemas_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- pg_trickle_ext::pgtrickle::rebuild_stream_tables
-CREATE  FUNCTION pgtrickle."rebuild_stream_tables"(
-	"dry_run" bool DEFAULT false /* Option < bool > */
-) RETURNS TABLE (
-	"step" INT,  /* i32 */
-	"level" INT,  /* i32 */
-	"name" TEXT,  /* String */
-	"action" TEXT,  /* String */
-	"detail" TEXT  /* String */
-)
-VOLATILE
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'rebuild_stream_tables_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- pg_trickle_ext::pgtrickle::note_table_rewrite
-CREATE  FUNCTION pgtrickle."note_table_rewrite"(
-	"rel" oid, /* pg_sys :: Oid */
-	"reason" INT /* i32 */
-) RETURNS void
-STRICT VOLATILE
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'note_table_rewrite_wrapper';
+AS 'MODULE_PATHNAME', 'identity_schema_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
@@ -278,40 +285,6 @@ AS 'MODULE_PATHNAME', 'validate_identity_fields_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- pg_trickle_ext::pgtrickle::row_id_describe
-CREATE  FUNCTION pgtrickle."row_id_describe"(
-	"id" bytea /* & [u8] */
-) RETURNS TEXT /* String */
-IMMUTABLE STRICT PARALLEL SAFE
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'row_id_describe_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- pg_trickle_ext::pgtrickle::identity_schema
-CREATE  FUNCTION pgtrickle."identity_schema"(
-	"rel" oid /* pg_sys :: Oid */
-) RETURNS TEXT /* String */
-STRICT STABLE
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'identity_schema_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- pg_trickle_ext::pgtrickle::alter_stream_table
-CREATE  FUNCTION pgtrickle."alter_stream_table"(
-	"name" TEXT, /* Option < & str > */
-	"query" TEXT DEFAULT NULL, /* Option < & str > */
-	"refresh_mode" TEXT DEFAULT NULL, /* Option < & str > */
-	"cdc_mode" TEXT DEFAULT NULL, /* Option < & str > */
-	"schedule" TEXT DEFAULT NULL /* Option < & str > */
-) RETURNS void
-VOLATILE
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'alter_stream_table_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
 -- pg_trickle_ext::validate::validate_source_identity
 CREATE  FUNCTION pgtrickle."validate_source_identity"(
 	"rel" oid, /* pg_sys :: Oid */
@@ -329,6 +302,81 @@ CREATE  FUNCTION pgtrickle."validate_source_identity"(
 STRICT STABLE 
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', 'validate_source_identity_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- pg_trickle_ext::pgtrickle::note_table_rewrite
+CREATE  FUNCTION pgtrickle."note_table_rewrite"(
+	"rel" oid, /* pg_sys :: Oid */
+	"reason" INT /* i32 */
+) RETURNS void
+STRICT VOLATILE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'note_table_rewrite_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- pg_trickle_ext::pgtrickle::row_id_describe
+CREATE  FUNCTION pgtrickle."row_id_describe"(
+	"id" bytea /* & [u8] */
+) RETURNS TEXT /* String */
+IMMUTABLE STRICT PARALLEL SAFE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'row_id_describe_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- pg_trickle_ext::pgtrickle::publish_stream_table
+CREATE  FUNCTION pgtrickle."publish_stream_table"(
+	"name" TEXT, /* & str */
+	"publication" TEXT /* & str */
+) RETURNS void
+STRICT VOLATILE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'publish_stream_table_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- pg_trickle_ext::pgtrickle::write_identity_schemas
+CREATE  FUNCTION pgtrickle."write_identity_schemas"(
+	"relids" oid[] /* Vec < pg_sys :: Oid > */
+) RETURNS INT /* i32 */
+STRICT VOLATILE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'write_identity_schemas_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- pg_trickle_ext::pgtrickle::row_id_fingerprint
+CREATE  FUNCTION pgtrickle."row_id_fingerprint"(
+	"id" bytea /* & [u8] */
+) RETURNS TEXT /* String */
+IMMUTABLE STRICT PARALLEL SAFE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'row_id_fingerprint_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- pg_trickle_ext::pgtrickle::capture_table
+
+CREATE FUNCTION pgtrickle.capture_table(source regclass) RETURNS text
+VOLATILE STRICT LANGUAGE c AS 'MODULE_PATHNAME', 'capture_table_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- pg_trickle_ext::pgtrickle::rebuild_stream_tables
+CREATE  FUNCTION pgtrickle."rebuild_stream_tables"(
+	"dry_run" bool DEFAULT false /* Option < bool > */
+) RETURNS TABLE (
+	"step" INT,  /* i32 */
+	"level" INT,  /* i32 */
+	"name" TEXT,  /* String */
+	"action" TEXT,  /* String */
+	"detail" TEXT  /* String */
+)
+VOLATILE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'rebuild_stream_tables_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
@@ -710,16 +758,6 @@ COMMENT ON FUNCTION pgtrickle.grant_capture(pg_catalog.regrole) IS
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- pg_trickle_ext::pgtrickle::follow_source_ddl
-CREATE  FUNCTION pgtrickle."follow_source_ddl"(
-	"sources" oid[] /* Vec < pg_sys :: Oid > */
-) RETURNS INT /* i32 */
-STRICT VOLATILE
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'follow_source_ddl_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
 -- requires:
 --   pgtrickle::follow_source_ddl
 --   identity_messages
@@ -749,25 +787,18 @@ ALTER EVENT TRIGGER pgtrickle_capture_rewrite ENABLE ALWAYS;
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- pg_trickle_ext::pgtrickle::drop_stream_table
-CREATE  FUNCTION pgtrickle."drop_stream_table"(
-	"name" TEXT, /* & str */
-	"cascade" bool DEFAULT false /* bool */
+-- pg_trickle_ext::pgtrickle::create_stream_table
+CREATE  FUNCTION pgtrickle."create_stream_table"(
+	"name" TEXT, /* Option < & str > */
+	"query" TEXT, /* Option < & str > */
+	"schedule" TEXT DEFAULT NULL, /* Option < & str > */
+	"refresh_mode" TEXT DEFAULT 'DIFFERENTIAL', /* Option < & str > */
+	"initialize" bool DEFAULT true, /* Option < bool > */
+	"cdc_mode" TEXT DEFAULT 'trigger' /* Option < & str > */
 ) RETURNS void
-STRICT VOLATILE
+VOLATILE
 LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'drop_stream_table_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- pg_trickle_ext::pgtrickle::publish_stream_table
-CREATE  FUNCTION pgtrickle."publish_stream_table"(
-	"name" TEXT, /* & str */
-	"publication" TEXT /* & str */
-) RETURNS void
-STRICT VOLATILE
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'publish_stream_table_wrapper';
+AS 'MODULE_PATHNAME', 'create_stream_table_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */

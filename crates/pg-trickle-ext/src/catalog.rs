@@ -717,6 +717,19 @@ pub fn relation_owner(rel: pg_sys::Oid) -> pg_sys::Oid {
     .unwrap_or(pg_sys::InvalidOid)
 }
 
+/// The name of role `role` (its OID in brackets when it has none).
+pub fn role_name(role: pg_sys::Oid) -> String {
+    // SAFETY: a syscache lookup by OID; `true`: NULL instead of an error when missing.
+    let name = unsafe { pg_sys::GetUserNameFromId(role, true) };
+    if name.is_null() {
+        return format!("role {}", u32::from(role));
+    }
+    // SAFETY: a palloc'd NUL-terminated name.
+    unsafe { std::ffi::CStr::from_ptr(name) }
+        .to_string_lossy()
+        .into_owned()
+}
+
 /// The name of the buffer `oid` (in the extension's buffer schema).
 pub fn buffer_name(oid: pg_sys::Oid) -> QualifiedName {
     let name = spi::one::<String>(
@@ -729,6 +742,13 @@ pub fn buffer_name(oid: pg_sys::Oid) -> QualifiedName {
     )
     .unwrap_or_default();
     QualifiedName::new(buffer::DEFAULT_SCHEMA, &name)
+}
+
+/// Runs `f` as the extension's owner (a security-restricted operation): for the extension's
+/// own reads of its catalogs, whose rows each role sees only of the stream tables it may act
+/// as the owner of (row-level security, spec/stream-tables.md §10.5).
+pub fn as_extension<R>(f: impl FnOnce() -> R) -> R {
+    crate::guard::as_owner(extension_owner(), f)
 }
 
 /// The extension's owner (who owns `pgtrickle_changes` and the extension's tables, and may
@@ -744,9 +764,12 @@ pub fn extension_owner() -> pg_sys::Oid {
 
 /// What a stream table's definition depends on in its sources, as one text: every column
 /// (number, name, type, typmod), every unique index (its key columns) and the labels of every
-/// enum a column has. A DDL that changes it makes the next refresh rebuild the stream table
-/// from its query (spec/stream-tables.md §5.4).
-pub fn source_shape(sources: &[pg_sys::Oid]) -> String {
+/// enum a column has; and of every user-defined function it calls (`functions`, what
+/// [`crate::binding`] recorded), what it is: name, schema, arguments, result, language, body,
+/// volatility, strictness, security and settings. A DDL that changes it (`CREATE OR REPLACE
+/// FUNCTION`, `ALTER FUNCTION` among them) makes the next refresh rebuild the stream table
+/// from its query (spec/stream-tables.md §5.4, §10.2).
+pub fn source_shape(sources: &[pg_sys::Oid], functions: &[pg_sys::Oid]) -> String {
     // Kept: every refresh and every IMMEDIATE statement compares it.
     spi::rows_mut_map_kept(
         "SELECT COALESCE(pg_catalog.string_agg(x, ';' ORDER BY x), '') FROM ( \
@@ -763,8 +786,17 @@ pub fn source_shape(sources: &[pg_sys::Oid]) -> String {
            SELECT pg_catalog.format('e:%s:%s:%s', e.enumtypid, e.enumsortorder, e.enumlabel) \
            FROM pg_catalog.pg_enum e \
            WHERE e.enumtypid OPERATOR(pg_catalog.=) ANY (SELECT a.atttypid \
-             FROM pg_catalog.pg_attribute a WHERE a.attrelid OPERATOR(pg_catalog.=) ANY ($1))) s",
-        &[pgrx::datum::DatumWithOid::from(sources.to_vec())],
+             FROM pg_catalog.pg_attribute a WHERE a.attrelid OPERATOR(pg_catalog.=) ANY ($1)) \
+           UNION ALL \
+           SELECT pg_catalog.format('f:%s:%s', p.oid, pg_catalog.md5(pg_catalog.concat_ws('|', \
+                    p.proname, p.pronamespace, p.proargtypes, p.prorettype, p.proretset, \
+                    p.prolang, p.prosrc, p.probin, p.prosqlbody, p.provolatile, \
+                    p.proisstrict, p.prosecdef, p.proleakproof, p.proparallel, p.proconfig))) \
+           FROM pg_catalog.pg_proc p WHERE p.oid OPERATOR(pg_catalog.=) ANY ($2)) s",
+        &[
+            pgrx::datum::DatumWithOid::from(sources.to_vec()),
+            pgrx::datum::DatumWithOid::from(functions.to_vec()),
+        ],
         |r| r.get::<String>(1),
     )
     .pop()

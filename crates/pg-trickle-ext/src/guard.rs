@@ -68,8 +68,11 @@ pub fn with_settings<R>(settings: &[(&CStr, &CStr)], f: impl FnOnce() -> R) -> R
 }
 
 /// Runs `f` as `owner`, in a security-restricted operation: what the capture trigger does as
-/// the source table's owner. `f` runs SQL only through [`crate::spi`], which locks the search
-/// path for each statement.
+/// the source table's owner, and every refresh and IMMEDIATE maintenance as the stream
+/// table's. Row-level security applies as to `owner`'s own statements, `FORCE ROW LEVEL
+/// SECURITY` included (no `SECURITY_NOFORCE_RLS`: a refresh reads what the owner's query
+/// reads, as `REFRESH MATERIALIZED VIEW` does). `f` runs SQL only through [`crate::spi`], which
+/// locks the search path for each statement.
 pub fn as_owner<R>(owner: pg_sys::Oid, f: impl FnOnce() -> R) -> R {
     let (mut user, mut sec) = (pg_sys::InvalidOid, 0);
     // SAFETY: reads and sets this backend's user id and security context; restored below,
@@ -78,9 +81,8 @@ pub fn as_owner<R>(owner: pg_sys::Oid, f: impl FnOnce() -> R) -> R {
         pg_sys::GetUserIdAndSecContext(&mut user, &mut sec);
         pg_sys::SetUserIdAndSecContext(
             owner,
-            sec | (pg_sys::SECURITY_LOCAL_USERID_CHANGE
-                | pg_sys::SECURITY_RESTRICTED_OPERATION
-                | pg_sys::SECURITY_NOFORCE_RLS) as i32,
+            sec | (pg_sys::SECURITY_LOCAL_USERID_CHANGE | pg_sys::SECURITY_RESTRICTED_OPERATION)
+                as i32,
         );
     }
     let out = f();

@@ -215,18 +215,20 @@ pub fn relation_schema(rel: pg_sys::Oid) -> RelationSchema {
 /// extension's catalog records it (`None` for a relation that is no stream table's storage,
 /// whatever its columns are called).
 fn stored_identity(rel: pg_sys::Oid) -> Option<Box<StoredIdentity>> {
-    spi::rows(
-        "SELECT identity_domain, identity_unique, max_identity_bytes \
-         FROM pgtrickle.pgt_stream_tables WHERE pgt_relid OPERATOR(pg_catalog.=) $1",
-        &[rel.into()],
-        |row| {
-            Ok((
-                row.get::<String>(1)?.unwrap_or_default(),
-                row.get::<bool>(2)?.unwrap_or(false),
-                row.get::<i32>(3)?,
-            ))
-        },
-    )
+    crate::catalog::as_extension(|| {
+        spi::rows(
+            "SELECT identity_domain, identity_unique, max_identity_bytes \
+             FROM pgtrickle.pgt_stream_tables WHERE pgt_relid OPERATOR(pg_catalog.=) $1",
+            &[rel.into()],
+            |row| {
+                Ok((
+                    row.get::<String>(1)?.unwrap_or_default(),
+                    row.get::<bool>(2)?.unwrap_or(false),
+                    row.get::<i32>(3)?,
+                ))
+            },
+        )
+    })
     .into_iter()
     .next()
     .map(|(domain, unique, max_len)| {

@@ -48,9 +48,11 @@
 
 use pgrx::prelude::*;
 
+pub mod access;
 pub mod args;
 #[cfg(feature = "bench")]
 pub mod bench;
+pub mod binding;
 pub mod call_site;
 pub mod capture;
 pub mod catalog;
@@ -61,9 +63,13 @@ pub mod fields;
 pub mod guard;
 pub mod identity_messages;
 pub mod immediate_statements;
+pub mod locks;
+pub mod panic_hook;
+pub mod privacy;
 pub mod reader;
 pub mod redefinition;
 pub mod scheduler;
+pub mod sealed;
 pub mod sequence;
 pub mod spi;
 pub mod stream_graph;
@@ -77,10 +83,16 @@ pub mod validate;
 
 ::pgrx::pg_module_magic!(name, version);
 
-/// Loads the library: the `pg_trickle.*` settings, and the scheduler's launcher when loaded
-/// from `shared_preload_libraries` (spec/stream-tables.md §8).
+/// Loads the library: errors without Rust backtraces ([`panic_hook`]), the hook that keeps
+/// maintenance sealed off from the session it runs in ([`sealed`]), the check that stored
+/// statements call only what create resolved ([`binding`]), the `pg_trickle.*`
+/// settings, and the scheduler's launcher when loaded from `shared_preload_libraries`
+/// (spec/stream-tables.md §8).
 #[pg_guard]
 pub extern "C-unwind" fn _PG_init() {
+    crate::panic_hook::install();
+    crate::sealed::install();
+    crate::binding::install();
     crate::scheduler::init();
 }
 
@@ -402,7 +414,11 @@ CREATE TABLE pgtrickle.pgt_stream_tables (
     rows_changed bigint,
     consecutive_failures integer NOT NULL DEFAULT 0,
     last_error text,
-    last_failure_at timestamptz
+    last_failure_at timestamptz,
+    -- What create resolved (spec/stream-tables.md §10.2): the only user-defined functions and
+    -- operators its stored statements may call.
+    bound_functions oid[] NOT NULL DEFAULT '{}',
+    bound_operators oid[] NOT NULL DEFAULT '{}'
 );
 -- Every refresh a scheduler ran (spec/stream-tables.md §8), the last 100 per stream table.
 CREATE TABLE pgtrickle.pgt_refresh_history (
@@ -425,10 +441,21 @@ CREATE TABLE pgtrickle.pgt_immediate (
     source oid NOT NULL,
     event text NOT NULL CHECK (event IN ('i', 'u', 'd')),
     statement text NOT NULL,
+    -- The columns the query reads of the source (attribute numbers; 0: the whole row): the
+    -- owner must keep SELECT on them (spec/stream-tables.md §10.6).
+    read_columns int2[] NOT NULL DEFAULT '{}',
     PRIMARY KEY (pgt_relid, source, event)
 );
 REVOKE ALL ON pgtrickle.pgt_immediate FROM PUBLIC;
 GRANT SELECT ON pgtrickle.pgt_immediate TO PUBLIC;
+-- A table-level SELECT on a stream table becomes SELECT on its columns but __pgt_row_id
+-- (spec/stream-tables.md §10.4): after every GRANT.
+CREATE FUNCTION pgtrickle.keep_identities_private() RETURNS event_trigger
+LANGUAGE c SET search_path = pg_catalog, pg_temp SET jit = off
+AS 'MODULE_PATHNAME', 'keep_identities_private';
+REVOKE EXECUTE ON FUNCTION pgtrickle.keep_identities_private() FROM PUBLIC;
+CREATE EVENT TRIGGER pgtrickle_keep_identities_private ON ddl_command_end WHEN TAG IN ('GRANT')
+  EXECUTE FUNCTION pgtrickle.keep_identities_private();
 CREATE FUNCTION pgtrickle.maintain_stream_table() RETURNS trigger
 LANGUAGE c AS 'MODULE_PATHNAME', 'maintain_stream_table';
 COMMENT ON FUNCTION pgtrickle.maintain_stream_table() IS
@@ -437,6 +464,22 @@ COMMENT ON TABLE pgtrickle.pgt_stream_tables IS
   'Stream tables (spec/stream-tables.md): their queries, identities, index plans and refreshes';
 REVOKE ALL ON pgtrickle.pgt_stream_tables FROM PUBLIC;
 GRANT SELECT ON pgtrickle.pgt_stream_tables TO PUBLIC;
+-- Each role reads the rows of the stream tables it may act as the owner of (the storage's
+-- owner, or a member of its role): a row holds the query, its statements and the last
+-- error, none another tenant may read (spec/stream-tables.md §10.5). The extension's owner,
+-- who writes them and reads them for the extension, owns the tables (no policy applies).
+ALTER TABLE pgtrickle.pgt_stream_tables ENABLE ROW LEVEL SECURITY;
+CREATE POLICY owner_reads ON pgtrickle.pgt_stream_tables FOR SELECT USING (
+  pg_catalog.pg_has_role((SELECT c.relowner FROM pg_catalog.pg_class c
+                          WHERE c.oid OPERATOR(pg_catalog.=) pgt_relid), 'USAGE'));
+ALTER TABLE pgtrickle.pgt_refresh_history ENABLE ROW LEVEL SECURITY;
+CREATE POLICY owner_reads ON pgtrickle.pgt_refresh_history FOR SELECT USING (
+  pg_catalog.pg_has_role((SELECT c.relowner FROM pg_catalog.pg_class c
+                          WHERE c.oid OPERATOR(pg_catalog.=) pgt_relid), 'USAGE'));
+ALTER TABLE pgtrickle.pgt_immediate ENABLE ROW LEVEL SECURITY;
+CREATE POLICY owner_reads ON pgtrickle.pgt_immediate FOR SELECT USING (
+  pg_catalog.pg_has_role((SELECT c.relowner FROM pg_catalog.pg_class c
+                          WHERE c.oid OPERATOR(pg_catalog.=) pgt_relid), 'USAGE'));
 "#,
     name = "stream_tables_catalog",
     requires = ["row_id_domain"]

@@ -5,8 +5,8 @@
 //! starts one scheduler per database that can be connected to; a scheduler whose database
 //! has no `pg_trickle_ext` stops. `create_stream_table` and `alter_stream_table` with a
 //! schedule start their database's scheduler when none runs. Each scheduler holds a session
-//! advisory lock on its database's OID, so that one runs per database however it was
-//! started, and each tick it reads the catalog, asks `rowid_ivm::schedule::plan` which
+//! lock on its database no SQL statement can take ([`crate::locks`]), so that one runs per
+//! database however it was started, and each tick it reads the catalog, asks `rowid_ivm::schedule::plan` which
 //! stream tables are due, and refreshes them in dependency order, each in its own
 //! transaction: a failure is rolled back, recorded (`pgt_stream_tables.last_error`,
 //! `consecutive_failures`, `pgt_refresh_history`) and reported in the server log, and the
@@ -39,8 +39,8 @@ pub static MIN_SCHEDULE_SECONDS: GucSetting<i32> = GucSetting::<i32>::new(1);
 /// `pg_trickle.max_workers`: the most database schedulers the launcher starts.
 pub static MAX_WORKERS: GucSetting<i32> = GucSetting::<i32>::new(8);
 
-/// The advisory lock class a scheduler holds on its database's OID.
-const SCHEDULER_LOCK_CLASS: i32 = 7_366_517;
+/// `pg_trickle.scheduler_lock_timeout`: the longest a scheduled refresh waits for a lock.
+pub static SCHEDULER_LOCK_TIMEOUT_MS: GucSetting<i32> = GucSetting::<i32>::new(10_000);
 /// What `pg_stat_activity.backend_type` shows for a scheduler.
 pub const WORKER_TYPE: &str = "pg_trickle scheduler";
 /// A refresh history keeps this many rows per stream table.
@@ -68,6 +68,17 @@ pub fn init() {
         &SCHEDULER_INTERVAL_MS,
         10,
         60_000,
+        GucContext::Sighup,
+        GucFlags::UNIT_MS,
+    );
+    GucRegistry::define_int_guc(
+        c"pg_trickle.scheduler_lock_timeout",
+        c"The longest a scheduled refresh waits for a lock before it fails and backs off",
+        c"The scheduler goes on with the other stream tables; a refresh by hand waits as \
+          long as lock_timeout says.",
+        &SCHEDULER_LOCK_TIMEOUT_MS,
+        1,
+        3_600_000,
         GucContext::Sighup,
         GucFlags::UNIT_MS,
     );
@@ -179,9 +190,9 @@ pub extern "C-unwind" fn pg_trickle_launcher_main(_arg: pg_sys::Datum) {
     BackgroundWorker::attach_signal_handlers(SignalWakeFlags::SIGHUP | SignalWakeFlags::SIGTERM);
     BackgroundWorker::connect_worker_to_spi(Some("postgres"), None);
     let mut started: BTreeSet<u32> = BTreeSet::new();
-    let mut wait = Duration::ZERO;
-    while BackgroundWorker::wait_latch(Some(wait)) {
-        wait = Duration::from_secs(10);
+    let mut wait_for = Duration::ZERO;
+    while wait(wait_for) {
+        wait_for = Duration::from_secs(10);
         if BackgroundWorker::sighup_received() {
             // SAFETY: reloads the configuration in this worker, as PostgreSQL's own do.
             unsafe { pg_sys::ProcessConfigFile(pg_sys::GucContext::PGC_SIGHUP) };
@@ -199,10 +210,36 @@ pub extern "C-unwind" fn pg_trickle_launcher_main(_arg: pg_sys::Datum) {
             if start(pg_sys::Oid::from(db), false) {
                 started.insert(db);
                 // Its look at the database takes a moment: one at a time.
-                BackgroundWorker::wait_latch(Some(Duration::from_millis(200)));
+                if !wait(Duration::from_millis(200)) {
+                    break;
+                }
             }
         }
     }
+    // As the scheduler: exit 1, so that a terminated launcher is started again (a shutdown
+    // starts nothing again).
+    // SAFETY: ends this worker.
+    unsafe { pg_sys::proc_exit(1) };
+}
+
+/// Waits on the latch up to `timeout`; `false` once the server asked this worker to stop.
+///
+/// pgrx's `sigterm_received` clears the flag it reads, so a wait whose answer was ignored
+/// (the launcher's pause after starting a scheduler), or a check inside a tick, swallowed a
+/// SIGTERM: the worker went on, and `pg_ctl stop -m fast` waited for it until a second one.
+/// PostgreSQL's own `ShutdownRequestPending`, which pgrx's handler also sets, stays set.
+fn wait(timeout: Duration) -> bool {
+    if shutdown_requested() {
+        return false;
+    }
+    BackgroundWorker::wait_latch(Some(timeout));
+    !shutdown_requested()
+}
+
+/// Whether the server asked this worker to stop (SIGTERM: a shutdown, `pg_terminate_backend`).
+fn shutdown_requested() -> bool {
+    // SAFETY: a `sig_atomic_t` PostgreSQL's and pgrx's SIGTERM handlers set; read volatile.
+    unsafe { (&raw const pg_sys::ShutdownRequestPending).read_volatile() != 0 }
 }
 
 /// The databases that allow connections, by OID.
@@ -239,31 +276,25 @@ pub extern "C-unwind" fn pg_trickle_scheduler_main(arg: pg_sys::Datum) {
     let database = pg_sys::Oid::from(arg.value() as u32);
     BackgroundWorker::connect_worker_to_spi_by_oid(Some(database), None);
     let requested = BackgroundWorker::get_extra() == "requested";
-    let alone: bool = transaction(|| {
-        spi::one(
-            "SELECT pg_catalog.pg_try_advisory_lock($1, $2)",
-            &[
-                DatumWithOid::from(SCHEDULER_LOCK_CLASS),
-                DatumWithOid::from(u32::from(database) as i32),
-            ],
-        )
-        .unwrap_or(false)
-    });
-    if !alone {
-        // Another scheduler serves this database.
+    // One scheduler per database: a lock no SQL statement can take (crate::locks).
+    if !transaction(|| crate::locks::try_lock_scheduler(database)) {
+        pgrx::log!(
+            "pg_trickle: the scheduler of database {} runs already; this one stops",
+            u32::from(database)
+        );
         // SAFETY: ends this worker; exit code 0 unregisters it.
         unsafe { pg_sys::proc_exit(0) };
     }
     let mut without_extension = 0u32;
-    let mut wait = Duration::ZERO;
-    while BackgroundWorker::wait_latch(Some(wait)) {
+    let mut wait_for = Duration::ZERO;
+    while wait(wait_for) {
         if BackgroundWorker::sighup_received() {
             // SAFETY: as in the launcher.
             unsafe { pg_sys::ProcessConfigFile(pg_sys::GucContext::PGC_SIGHUP) };
         }
         let interval = Duration::from_millis(SCHEDULER_INTERVAL_MS.get().max(10) as u64);
         if !ENABLED.get() {
-            wait = interval;
+            wait_for = interval;
             continue;
         }
         let installed: bool = transaction(|| {
@@ -280,7 +311,7 @@ pub extern "C-unwind" fn pg_trickle_scheduler_main(arg: pg_sys::Datum) {
                 // SAFETY: as above.
                 unsafe { pg_sys::proc_exit(0) };
             }
-            wait = Duration::from_secs(1);
+            wait_for = Duration::from_secs(1);
             continue;
         }
         without_extension = 0;
@@ -303,12 +334,23 @@ pub extern "C-unwind" fn pg_trickle_scheduler_main(arg: pg_sys::Datum) {
         let next = tick();
         // SAFETY: the wall clock, as the catalog's now() reads it.
         let now = now_ms();
-        wait = match next {
+        wait_for = match next {
             Some(at) if at > now => interval.min(Duration::from_millis((at - now) as u64)),
             Some(_) => Duration::ZERO,
             None => interval,
         };
     }
+    // Asked to stop: by a shutdown (PostgreSQL starts no worker again then), or by
+    // pg_terminate_backend. A worker that exits 0 is forgotten; this one exits 1, so that
+    // PostgreSQL starts it again after its restart time: no role can stop its database's
+    // refreshes by terminating it.
+    pgrx::log!(
+        "pg_trickle: the scheduler of database {} was asked to stop; unless the server is \
+         shutting down, it starts again in 5 s",
+        u32::from(database)
+    );
+    // SAFETY: ends this worker (exit code 1: restarted after its restart time).
+    unsafe { pg_sys::proc_exit(1) };
 }
 
 /// The current time in milliseconds since the Unix epoch.
@@ -371,7 +413,7 @@ fn tick() -> Option<i64> {
     let min_ms = MIN_SCHEDULE_SECONDS.get().max(1) as u64 * 1000;
     let planned = rowid_ivm::schedule::plan(&entries, now_ms(), min_ms);
     for relid in planned.due {
-        if BackgroundWorker::sigterm_received() {
+        if shutdown_requested() {
             break;
         }
         refresh(pg_sys::Oid::from(relid));
@@ -392,24 +434,51 @@ fn refresh(relid: pg_sys::Oid) {
     report_activity(Some(&format!("pg_trickle: refresh {name}")));
     let started = std::time::Instant::now();
     let started_at = now_ms();
-    let outcome: Result<i64, String> = PgTryBuilder::new(AssertUnwindSafe(|| {
-        Ok(transaction(|| {
-            crate::stream_table::refresh_scheduled(relid)
+    let timeout =
+        CString::new(format!("{}ms", SCHEDULER_LOCK_TIMEOUT_MS.get().max(1))).unwrap_or_default();
+    let outcome: Result<Option<i64>, (String, String)> =
+        PgTryBuilder::new(AssertUnwindSafe(|| {
+            Ok(transaction(|| {
+                // A refresh running already (one by hand): this one waits for the next tick, and
+                // the scheduler goes on with the others.
+                if !crate::locks::try_lock_refresh(relid) {
+                    return None;
+                }
+                // No lock wait holds the scheduler longer than this: the refresh fails, is
+                // recorded and backs off, and the others go on.
+                crate::guard::with_settings(&[(c"lock_timeout", timeout.as_c_str())], || {
+                    Some(crate::stream_table::refresh_scheduled(relid))
+                })
+            }))
         }))
-    }))
-    .catch_others(|e| {
-        // SAFETY: the failed transaction is aborted as PostgreSQL's own workers do after an
-        // error, back in the top memory context.
-        unsafe {
-            pg_sys::AbortCurrentTransaction();
-            pg_sys::MemoryContextSwitchTo(pg_sys::TopMemoryContext);
-        }
-        Err(match e {
-            CaughtError::PostgresError(r) | CaughtError::ErrorReport(r) => r.message().to_string(),
-            CaughtError::RustPanic { ereport, .. } => ereport.message().to_string(),
+        .catch_others(|e| {
+            // SAFETY: the failed transaction is aborted as PostgreSQL's own workers do after an
+            // error, back in the top memory context.
+            unsafe {
+                pg_sys::AbortCurrentTransaction();
+                pg_sys::MemoryContextSwitchTo(pg_sys::TopMemoryContext);
+            }
+            let report = match &e {
+                CaughtError::PostgresError(r) | CaughtError::ErrorReport(r) => r,
+                CaughtError::RustPanic { ereport, .. } => ereport,
+            };
+            Err((
+                sqlstate(report.sql_error_code()),
+                report.message().to_string(),
+            ))
         })
-    })
-    .execute();
+        .execute();
+    let outcome = match outcome {
+        Ok(None) => {
+            report_activity(None);
+            return;
+        }
+        Ok(Some(rows)) => Ok(rows),
+        // What is recorded and logged names no value the error quoted (rowid_ivm::report).
+        Err((code, message)) => Err(transaction(|| {
+            crate::catalog::as_extension(|| failure_text(relid, &code, &message))
+        })),
+    };
     let ms = started.elapsed().as_secs_f64() * 1000.0;
     if outcome.is_err() && transaction(|| crate::stream_graph::upstream(relid).is_none()) {
         // Dropped, or replaced by rebuild_stream_tables, while this refresh waited for it:
@@ -426,6 +495,45 @@ fn refresh(relid: pg_sys::Oid) {
         });
     });
     report_activity(None);
+}
+
+/// The SQLSTATE of `code`, as its five characters.
+fn sqlstate(code: PgSqlErrorCode) -> String {
+    // SAFETY: formats an error code into a static buffer PostgreSQL owns; copied at once.
+    unsafe { std::ffi::CStr::from_ptr(pg_sys::unpack_sql_state(code as i32)) }
+        .to_string_lossy()
+        .into_owned()
+}
+
+/// What a failed refresh of `relid` records (its catalog row, its history, the log): the
+/// message with every value it quotes replaced by its length and fingerprint, names of the
+/// stream table and its sources (columns, tables, schemas, constraints) kept, and the
+/// SQLSTATE.
+fn failure_text(relid: pg_sys::Oid, code: &str, message: &str) -> String {
+    let names: std::collections::HashSet<String> = spi::rows(
+        "WITH r(oid) AS ( \
+           SELECT $1 UNION \
+           SELECT pg_catalog.unnest(t.sources) FROM pgtrickle.pgt_stream_tables t \
+           WHERE t.pgt_relid OPERATOR(pg_catalog.=) $1) \
+         SELECT a.attname::pg_catalog.text FROM pg_catalog.pg_attribute a JOIN r \
+           ON a.attrelid OPERATOR(pg_catalog.=) r.oid WHERE a.attnum OPERATOR(pg_catalog.>) 0 \
+         UNION SELECT c.relname::pg_catalog.text FROM pg_catalog.pg_class c JOIN r \
+           ON c.oid OPERATOR(pg_catalog.=) r.oid \
+         UNION SELECT n.nspname::pg_catalog.text FROM pg_catalog.pg_class c JOIN r \
+           ON c.oid OPERATOR(pg_catalog.=) r.oid \
+           JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace \
+         UNION SELECT n.nspname::pg_catalog.text OPERATOR(pg_catalog.||) '.' \
+             OPERATOR(pg_catalog.||) c.relname::pg_catalog.text \
+           FROM pg_catalog.pg_class c JOIN r ON c.oid OPERATOR(pg_catalog.=) r.oid \
+           JOIN pg_catalog.pg_namespace n ON n.oid OPERATOR(pg_catalog.=) c.relnamespace \
+         UNION SELECT k.conname::pg_catalog.text FROM pg_catalog.pg_constraint k JOIN r \
+           ON k.conrelid OPERATOR(pg_catalog.=) r.oid",
+        &[DatumWithOid::from(relid)],
+        |r| Ok(r.get::<String>(1)?.unwrap_or_default()),
+    )
+    .into_iter()
+    .collect();
+    rowid_ivm::report::refresh_failure(code, message, |span| names.contains(span))
 }
 
 /// Records a scheduled refresh of `relid` (as the extension's owner).

@@ -24,22 +24,24 @@ pub struct Upstream {
 
 /// The catalog's facts of `relid` when it is a stream table.
 pub fn upstream(relid: pg_sys::Oid) -> Option<Upstream> {
-    spi::rows(
-        "SELECT pgt_name, identity_domain, identity_unique, max_identity_bytes, \
+    crate::catalog::as_extension(|| {
+        spi::rows(
+            "SELECT pgt_name, identity_domain, identity_unique, max_identity_bytes, \
            row_identity_version, row_probe_version \
          FROM pgtrickle.pgt_stream_tables WHERE pgt_relid OPERATOR(pg_catalog.=) $1",
-        &[DatumWithOid::from(relid)],
-        |r| {
-            Ok(Upstream {
-                name: r.get::<String>(1)?.unwrap_or_default(),
-                domain: r.get::<String>(2)?.unwrap_or_default(),
-                unique: r.get::<bool>(3)?.unwrap_or(false),
-                max_len: r.get::<i32>(4)?.and_then(|n| usize::try_from(n).ok()),
-                versions: (r.get::<i16>(5)?.unwrap_or(0), r.get::<i16>(6)?.unwrap_or(0)),
-            })
-        },
-    )
-    .pop()
+            &[DatumWithOid::from(relid)],
+            |r| {
+                Ok(Upstream {
+                    name: r.get::<String>(1)?.unwrap_or_default(),
+                    domain: r.get::<String>(2)?.unwrap_or_default(),
+                    unique: r.get::<bool>(3)?.unwrap_or(false),
+                    max_len: r.get::<i32>(4)?.and_then(|n| usize::try_from(n).ok()),
+                    versions: (r.get::<i16>(5)?.unwrap_or(0), r.get::<i16>(6)?.unwrap_or(0)),
+                })
+            },
+        )
+        .pop()
+    })
 }
 
 /// Refuses an upstream whose rows were written under other identity versions than this
@@ -70,15 +72,18 @@ pub fn check_upstreams(function: &str, sources: &[pg_sys::Oid]) {
 
 /// The stream tables that read `relid` directly, by name (as `relation_name` gives it).
 pub fn dependents(relid: pg_sys::Oid) -> Vec<String> {
-    let mut names: Vec<String> = spi::rows(
-        "SELECT pgt_relid FROM pgtrickle.pgt_stream_tables \
-         WHERE $1 OPERATOR(pg_catalog.=) ANY (sources)",
-        &[DatumWithOid::from(relid)],
-        |r| Ok(r.get::<pg_sys::Oid>(1)?.unwrap_or(pg_sys::InvalidOid)),
-    )
-    .into_iter()
-    .map(crate::catalog::relation_name)
-    .collect();
+    let readers: Vec<pg_sys::Oid> = crate::catalog::as_extension(|| {
+        spi::rows(
+            "SELECT pgt_relid FROM pgtrickle.pgt_stream_tables \
+             WHERE $1 OPERATOR(pg_catalog.=) ANY (sources)",
+            &[DatumWithOid::from(relid)],
+            |r| Ok(r.get::<pg_sys::Oid>(1)?.unwrap_or(pg_sys::InvalidOid)),
+        )
+    });
+    let mut names: Vec<String> = readers
+        .into_iter()
+        .map(crate::catalog::relation_name)
+        .collect();
     names.sort();
     names
 }
@@ -107,6 +112,10 @@ pub fn refuse_with_dependents(function: &str, relid: pg_sys::Oid, name: &str, wh
 /// The stream tables reading `relid`, directly or through others, in an order that drops
 /// every reader before what it reads (the deepest first; `relid` itself not included).
 pub fn dependents_deepest_first(relid: pg_sys::Oid) -> Vec<pg_sys::Oid> {
+    crate::catalog::as_extension(|| dependents_deepest_first_read(relid))
+}
+
+fn dependents_deepest_first_read(relid: pg_sys::Oid) -> Vec<pg_sys::Oid> {
     spi::rows(
         "WITH RECURSIVE down(relid, depth) AS ( \
            SELECT t.pgt_relid, 1 FROM pgtrickle.pgt_stream_tables t \
@@ -128,6 +137,10 @@ pub fn dependents_deepest_first(relid: pg_sys::Oid) -> Vec<pg_sys::Oid> {
 /// deeper than what it reads, and a stream table's depth never changes while it exists (what
 /// it reads cannot be replaced or dropped under it, §7).
 pub fn depth(relid: pg_sys::Oid) -> Option<u32> {
+    crate::catalog::as_extension(|| depth_read(relid))
+}
+
+fn depth_read(relid: pg_sys::Oid) -> Option<u32> {
     spi::one::<i32>(
         &format!(
             "SELECT {}",
@@ -160,7 +173,23 @@ pub fn depth_sql(sources: &str) -> String {
 /// Refuses a definition of the stream table `relid` (`name`) that reads `sources` when it
 /// would read itself, directly or through the stream tables it reads: the graph stays a DAG.
 pub fn refuse_cycle(function: &str, relid: pg_sys::Oid, name: &str, sources: &[pg_sys::Oid]) {
-    let path: Option<String> = spi::one(
+    let path: Option<String> = crate::catalog::as_extension(|| cycle_path(relid, sources));
+    if let Some(path) = path {
+        errors::refused(
+            function,
+            "42P17",
+            &format!(
+                "{name} would read itself ({name} reads {path}): stream tables form a graph \
+                 without cycles"
+            ),
+        );
+    }
+}
+
+/// The path by which stream table `relid` would read itself through `sources` (`None`: it
+/// would not).
+fn cycle_path(relid: pg_sys::Oid, sources: &[pg_sys::Oid]) -> Option<String> {
+    spi::one(
         "WITH RECURSIVE up(relid, path) AS ( \
            SELECT s, ARRAY[s] FROM pg_catalog.unnest($2::pg_catalog.oid[]) AS s \
            UNION ALL \
@@ -178,15 +207,5 @@ pub fn refuse_cycle(function: &str, relid: pg_sys::Oid, name: &str, sources: &[p
             DatumWithOid::from(relid),
             DatumWithOid::from(sources.to_vec()),
         ],
-    );
-    if let Some(path) = path {
-        errors::refused(
-            function,
-            "42P17",
-            &format!(
-                "{name} would read itself ({name} reads {path}): stream tables form a graph \
-                 without cycles"
-            ),
-        );
-    }
+    )
 }

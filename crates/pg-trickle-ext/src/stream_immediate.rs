@@ -33,6 +33,19 @@ pub fn trigger_name(relid: pg_sys::Oid, depth: u32, event: char) -> String {
     )
 }
 
+/// The catalog row an IMMEDIATE statement works from (one query per statement).
+struct Recorded {
+    delta: String,
+    fill: String,
+    time_zone: String,
+    shape: String,
+    sources: Vec<pg_sys::Oid>,
+    depth: i32,
+    functions: Vec<pg_sys::Oid>,
+    operators: Vec<pg_sys::Oid>,
+    read_columns: Vec<i16>,
+}
+
 crate::pg_function_info_v1!(pg_finfo_maintain_stream_table);
 
 /// The trigger function `pgtrickle.maintain_stream_table(stream table OID)`: AFTER ... FOR
@@ -81,9 +94,13 @@ pub unsafe extern "C-unwind" fn maintain_stream_table(
         let source = (*(*td).tg_relation).rd_id;
         // One catalog read per statement: the statements to run, what they were written for,
         // and the depth the trigger's name ranks by.
-        let recorded: Option<(String, String, String, String, Vec<pg_sys::Oid>, i32)> = spi::rows(
-            &format!(
-                "SELECT i.statement, s.fill_sql, s.time_zone, s.source_shape, s.sources, {} \
+        // As the extension's owner: the writer may not see the catalog's row (its rows are
+        // the stream tables' owners', spec/stream-tables.md §10.5).
+        let recorded: Option<Recorded> = crate::catalog::as_extension(|| {
+            spi::rows(
+                &format!(
+                    "SELECT i.statement, s.fill_sql, s.time_zone, s.source_shape, s.sources, {}, \
+                   s.bound_functions, s.bound_operators, i.read_columns \
                  FROM pgtrickle.pgt_immediate i \
                  JOIN pgtrickle.pgt_stream_tables s \
                    ON s.pgt_relid OPERATOR(pg_catalog.=) i.pgt_relid \
@@ -92,26 +109,41 @@ pub unsafe extern "C-unwind" fn maintain_stream_table(
                    AND (i.event OPERATOR(pg_catalog.=) $3 OR $3 OPERATOR(pg_catalog.=) ANY \
                         ('{{t,b}}'::pg_catalog.text[])) \
                  LIMIT 1",
-                crate::stream_graph::depth_sql("s.sources")
-            ),
-            &[
-                DatumWithOid::from(relid),
-                DatumWithOid::from(source),
-                DatumWithOid::from(op.to_string().as_str()),
-            ],
-            |r| {
-                Ok((
-                    r.get::<String>(1)?.unwrap_or_default(),
-                    r.get::<String>(2)?.unwrap_or_default(),
-                    r.get::<String>(3)?.unwrap_or_default(),
-                    r.get::<String>(4)?.unwrap_or_default(),
-                    r.get::<Vec<pg_sys::Oid>>(5)?.unwrap_or_default(),
-                    r.get::<i32>(6)?.unwrap_or(0),
-                ))
-            },
-        )
+                    crate::stream_graph::depth_sql("s.sources")
+                ),
+                &[
+                    DatumWithOid::from(relid),
+                    DatumWithOid::from(source),
+                    DatumWithOid::from(op.to_string().as_str()),
+                ],
+                |r| {
+                    Ok(Recorded {
+                        delta: r.get::<String>(1)?.unwrap_or_default(),
+                        fill: r.get::<String>(2)?.unwrap_or_default(),
+                        time_zone: r.get::<String>(3)?.unwrap_or_default(),
+                        shape: r.get::<String>(4)?.unwrap_or_default(),
+                        sources: r.get::<Vec<pg_sys::Oid>>(5)?.unwrap_or_default(),
+                        depth: r.get::<i32>(6)?.unwrap_or(0),
+                        functions: r.get::<Vec<pg_sys::Oid>>(7)?.unwrap_or_default(),
+                        operators: r.get::<Vec<pg_sys::Oid>>(8)?.unwrap_or_default(),
+                        read_columns: r.get::<Vec<i16>>(9)?.unwrap_or_default(),
+                    })
+                },
+            )
+        })
         .pop();
-        let Some((delta, fill, time_zone, shape, sources, depth)) = recorded else {
+        let Some(Recorded {
+            delta,
+            fill,
+            time_zone,
+            shape,
+            sources,
+            depth,
+            functions,
+            operators,
+            read_columns,
+        }) = recorded
+        else {
             errors::invalid_argument(
                 FUNCTION,
                 format!(
@@ -137,8 +169,25 @@ pub unsafe extern "C-unwind" fn maintain_stream_table(
             'i' | 'u' | 'd' => crate::immediate_statements::close(relid, source),
             _ => op == 't',
         };
+        let owner = crate::catalog::relation_owner(relid);
+        // What FULL would need of the owner (crate::access): SELECT on what the query reads
+        // of the source written, and a source whose policies apply to the owner recomputed
+        // (the fill applies them; the delta would not).
+        if op != 'b' {
+            crate::access::check_columns(
+                &crate::catalog::relation_name(relid),
+                source,
+                owner,
+                &read_columns,
+            );
+        }
+        let recompute = recompute
+            || (op != 'b'
+                && sources
+                    .iter()
+                    .any(|s| crate::access::row_security_applies(*s, owner)));
         let statement = if recompute { fill } else { delta };
-        if crate::catalog::source_shape(&sources) != shape {
+        if crate::catalog::source_shape(&sources, &functions) != shape {
             // Its statements were written for the sources' old definition: nothing is
             // applied with them (the write fails) until a refresh rebuilds it.
             errors::invalid_buffer(
@@ -154,12 +203,21 @@ pub unsafe extern "C-unwind" fn maintain_stream_table(
             crate::immediate_statements::open(relid, source);
             return pg_sys::Datum::from(0);
         }
-        let owner = crate::catalog::relation_owner(relid);
         as_owner(owner, || {
             // Writers of the sources apply their statements one at a time.
             pg_sys::LockRelationOid(relid, pg_sys::ExclusiveLock as pg_sys::LOCKMODE);
             with_pinned_settings(&time_zone, || {
-                spi::run_with_transition_tables(&statement, td);
+                let name = crate::catalog::relation_name(relid);
+                let allowed = crate::binding::Allowed {
+                    functions: functions.iter().copied().collect(),
+                    operators: operators.iter().copied().collect(),
+                    relations: sources.iter().copied().chain([relid]).collect(),
+                };
+                crate::sealed::sealed(&name, || {
+                    crate::binding::bound(&name, &statement, &allowed, || {
+                        spi::run_with_transition_tables(&statement, td);
+                    });
+                });
             });
         });
         pg_sys::Datum::from(0)

@@ -28,8 +28,9 @@ pub fn publish(name: &str, publication: &str) {
     // A keyed storage's column list names every column. A storage whose replica identity
     // is FULL is added without one, which publishes every column too: PostgreSQL 15 and 16
     // refuse the UPDATE and DELETE of a FULL table whose publication has any column list.
-    let columns = spi::one::<String>(
-        "SELECT CASE WHEN t.index_class OPERATOR(pg_catalog.=) 'direct_unique' THEN \
+    let columns = crate::catalog::as_extension(|| {
+        spi::one::<String>(
+            "SELECT CASE WHEN t.index_class OPERATOR(pg_catalog.=) 'direct_unique' THEN \
            ' (' OPERATOR(pg_catalog.||) ( \
              SELECT pg_catalog.string_agg(pg_catalog.quote_ident(a.attname), ', ' \
                       ORDER BY a.attnum) \
@@ -38,8 +39,9 @@ pub fn publish(name: &str, publication: &str) {
                AND a.attgenerated OPERATOR(pg_catalog.=) '') OPERATOR(pg_catalog.||) ')' \
            ELSE '' END \
          FROM pgtrickle.pgt_stream_tables t WHERE t.pgt_relid OPERATOR(pg_catalog.=) $1",
-        &[DatumWithOid::from(relid)],
-    )
+            &[DatumWithOid::from(relid)],
+        )
+    })
     .unwrap_or_default();
     let quoted = spi::one::<String>(
         "SELECT pg_catalog.quote_ident($1)",
@@ -107,8 +109,9 @@ pub fn publish(name: &str, publication: &str) {
 /// ([`replica_identity_ddl`], what `create_stream_table` ran), when it has another.
 fn replica_identity_repair(relid: pg_sys::Oid) -> Option<String> {
     // (its class, its replica identity, the name of its unique index on __pgt_row_id)
-    let (class, replident, index) = spi::rows(
-        "SELECT t.index_class, c.relreplident::pg_catalog.text, ( \
+    let (class, replident, index) = crate::catalog::as_extension(|| {
+        spi::rows(
+            "SELECT t.index_class, c.relreplident::pg_catalog.text, ( \
            SELECT ic.relname::pg_catalog.text FROM pg_catalog.pg_index i \
            JOIN pg_catalog.pg_class ic ON ic.oid OPERATOR(pg_catalog.=) i.indexrelid \
            JOIN pg_catalog.pg_attribute a ON a.attrelid OPERATOR(pg_catalog.=) c.oid \
@@ -120,15 +123,16 @@ fn replica_identity_repair(relid: pg_sys::Oid) -> Option<String> {
          FROM pgtrickle.pgt_stream_tables t \
          JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) t.pgt_relid \
          WHERE t.pgt_relid OPERATOR(pg_catalog.=) $1",
-        &[DatumWithOid::from(relid)],
-        |r| {
-            Ok((
-                r.get::<String>(1)?.unwrap_or_default(),
-                r.get::<String>(2)?.unwrap_or_default(),
-                r.get::<String>(3)?.unwrap_or_default(),
-            ))
-        },
-    )
+            &[DatumWithOid::from(relid)],
+            |r| {
+                Ok((
+                    r.get::<String>(1)?.unwrap_or_default(),
+                    r.get::<String>(2)?.unwrap_or_default(),
+                    r.get::<String>(3)?.unwrap_or_default(),
+                ))
+            },
+        )
+    })
     .pop()?;
     // The catalog's spelling (stream_table.rs).
     let class = match class.as_str() {

@@ -36,6 +36,11 @@ pub struct ReadQuery {
     pub fields: HashMap<(String, String), FieldSpec>,
     /// The source tables, as OIDs, each once, in the order met.
     pub sources: Vec<pg_sys::Oid>,
+    /// The user-defined functions and operators the query resolved: all its stored
+    /// statements may call besides what is built in ([`crate::binding`]).
+    pub bound: crate::binding::Allowed,
+    /// The columns the query reads of each table (attribute numbers; 0: the whole row).
+    pub columns_read: HashMap<pg_sys::Oid, Vec<i16>>,
 }
 
 /// Reads `query` (one `SELECT`) for `function`'s errors: analyzed under the caller's
@@ -74,6 +79,13 @@ pub fn read(function: &'static str, query: &str, time_zone: &str) -> ReadQuery {
             std::ptr::null_mut(),
         )
     };
+    // SAFETY: the analyzed query above, read only.
+    let (bound, columns_read) = unsafe {
+        (
+            crate::binding::collect(analyzed),
+            crate::binding::columns_read(analyzed),
+        )
+    };
     // Every name the deparsed text holds is qualified unless in pg_catalog.
     let plan = guard::with_pinned_settings(time_zone, || {
         guard::with_locked_search_path(|| reader.query(analyzed, "the query"))
@@ -82,6 +94,8 @@ pub fn read(function: &'static str, query: &str, time_zone: &str) -> ReadQuery {
         plan,
         fields: reader.fields,
         sources: reader.sources,
+        bound,
+        columns_read,
     }
 }
 

@@ -31,10 +31,6 @@ use crate::{errors, spi, stream_table};
 
 const REBUILD: &str = "pgtrickle.rebuild_stream_tables";
 
-/// The advisory lock that serialises rebuilds: the refresh lock class of
-/// [`stream_table`] with the key 0 (no relation has OID 0).
-const REBUILD_LOCK: (i32, i32) = (0x0070_6774, 0);
-
 /// The row identity and probe versions this library writes.
 const VERSIONS: (i16, i16) = (2, 1);
 
@@ -73,13 +69,7 @@ struct Member {
 /// `pgtrickle.rebuild_stream_tables(dry_run)`: the preflight, then (unless `dry_run`, and
 /// only when every stream table passes it) the rebuild.
 pub fn rebuild_all(dry_run: bool) -> Vec<Step> {
-    spi::run(
-        "SELECT pg_catalog.pg_advisory_xact_lock($1, $2)",
-        &[
-            DatumWithOid::from(REBUILD_LOCK.0),
-            DatumWithOid::from(REBUILD_LOCK.1),
-        ],
-    );
+    crate::locks::lock_rebuild();
     let members = members();
     let refusals = preflight(&members);
     if dry_run || !refusals.is_empty() {
@@ -116,47 +106,14 @@ pub fn rebuild_all(dry_run: bool) -> Vec<Step> {
     let mut steps = Vec::with_capacity(members.len());
     for (i, m) in members.iter().enumerate() {
         let relid = create(m, true);
-        for c in &carried[i] {
-            if let Some(index) = &c.unless_exists {
-                let exists = spi::one::<bool>(
-                    "SELECT pg_catalog.to_regclass($1) IS NOT NULL",
-                    &[DatumWithOid::from(index.as_str())],
-                );
-                if exists == Some(true) {
-                    continue;
-                }
-            }
-            let run = || spi::run(&c.sql, &[]);
-            match c.role {
-                Some(role) => as_owner(role, run),
-                None => run(),
-            }
-        }
-        let now = privileges(relid);
-        if now != had[i] {
-            errors::refused(
-                REBUILD,
-                "XX000",
-                &format!(
-                    "the privileges of {} were not carried over: it had {:?}, it has {:?}",
-                    name(m),
-                    had[i],
-                    now
-                ),
-            );
-        }
-        as_owner(crate::catalog::extension_owner(), || {
-            spi::run(
-                "UPDATE pgtrickle.pgt_refresh_history SET pgt_relid = $2 \
+        carry_over(REBUILD, m, relid, &carried[i], &had[i]);
+        let rows = crate::catalog::as_extension(|| {
+            spi::one::<i64>(
+                "SELECT rows_changed FROM pgtrickle.pgt_stream_tables \
                  WHERE pgt_relid OPERATOR(pg_catalog.=) $1",
-                &[DatumWithOid::from(m.relid), DatumWithOid::from(relid)],
-            );
-        });
-        let rows = spi::one::<i64>(
-            "SELECT rows_changed FROM pgtrickle.pgt_stream_tables \
-             WHERE pgt_relid OPERATOR(pg_catalog.=) $1",
-            &[DatumWithOid::from(relid)],
-        )
+                &[DatumWithOid::from(relid)],
+            )
+        })
         .unwrap_or(0);
         steps.push(step(
             m,
@@ -165,6 +122,164 @@ pub fn rebuild_all(dry_run: bool) -> Vec<Step> {
         ));
     }
     steps
+}
+
+/// Gives the new storage `relid` of `m` what the old one had (`carried`, read before the
+/// drop) and checks its privileges are the old ones (`had`); its refresh history follows it.
+/// A statement that cannot be carried (an index on a column a new definition no longer has)
+/// fails the rebuild, naming it.
+fn carry_over(function: &str, m: &Member, relid: pg_sys::Oid, carried: &[Carried], had: &[String]) {
+    for c in carried {
+        if let Some(index) = &c.unless_exists {
+            let exists = spi::one::<bool>(
+                "SELECT pg_catalog.to_regclass($1) IS NOT NULL",
+                &[DatumWithOid::from(index.as_str())],
+            );
+            if exists == Some(true) {
+                continue;
+            }
+        }
+        let run = || spi::run(&c.sql, &[]);
+        let ran = subtransaction(Outcome::Keep, || match c.role {
+            Some(role) => as_owner(role, run),
+            None => run(),
+        });
+        if let Err(cause) = ran {
+            errors::refused(
+                function,
+                "55000",
+                &format!(
+                    "{}: what the stream table had cannot be carried over to its new storage: \
+                     {} ({cause}); remove it first",
+                    name(m),
+                    c.sql
+                ),
+            );
+        }
+    }
+    let now = privileges(relid);
+    if now != had {
+        errors::refused(
+            function,
+            "XX000",
+            &format!(
+                "the privileges of {} were not carried over: it had {:?}, it has {:?}",
+                name(m),
+                had,
+                now
+            ),
+        );
+    }
+    as_owner(crate::catalog::extension_owner(), || {
+        spi::run(
+            "UPDATE pgtrickle.pgt_refresh_history SET pgt_relid = $2 \
+             WHERE pgt_relid OPERATOR(pg_catalog.=) $1",
+            &[DatumWithOid::from(m.relid), DatumWithOid::from(relid)],
+        );
+    });
+}
+
+/// What `alter_stream_table` changes of a definition (`None`: kept), and the settings its
+/// caller reads a new query with.
+pub struct Redefinition {
+    /// A new query.
+    pub query: Option<String>,
+    /// A new refresh mode.
+    pub refresh_mode: Option<String>,
+    /// A new CDC mode.
+    pub cdc_mode: Option<String>,
+    /// A new schedule (`Some(None)`: none).
+    pub schedule: Option<Option<String>>,
+    /// The caller's `search_path`: a new query's names are read with it.
+    pub search_path: String,
+    /// The caller's `TimeZone`.
+    pub time_zone: String,
+}
+
+/// Rebuilds the stream table `relid` for `function`: after a DDL of its sources (`new`:
+/// `None`, the recorded definition read again as its creator read it) or with a new
+/// definition (`alter_stream_table`). The one path every rebuild takes, the same as
+/// `rebuild_stream_tables`' for each stream table: refused while other stream tables read it
+/// or when it has what a rebuild cannot carry; then, as its owner whoever calls (a member of
+/// its role, the scheduler's superuser), dropped and created again, its query checked as at
+/// create (volatility, privileges) as the owner, filled, and given back its grants, comments,
+/// indexes, constraints, replica identity and publication memberships. In the caller's
+/// transaction: an error leaves the old stream table.
+pub fn rebuild_one(function: &'static str, relid: pg_sys::Oid, new: Option<Redefinition>) {
+    let Some(mut m) = member(relid) else {
+        errors::invalid_argument(function, "the stream table is gone".into());
+    };
+    let table = name(&m);
+    let what = match &new {
+        Some(_) => "replace",
+        None => "rebuild after a DDL of its sources",
+    };
+    crate::stream_graph::refuse_with_dependents(function, relid, &table, what);
+    if let Some(new) = new {
+        if let Some(query) = new.query {
+            m.query = query;
+            m.search_path = new.search_path;
+            m.time_zone = new.time_zone;
+        }
+        if let Some(mode) = new.refresh_mode {
+            m.mode = mode;
+        }
+        if let Some(cdc) = new.cdc_mode {
+            m.cdc = cdc;
+        }
+        if let Some(schedule) = new.schedule {
+            m.schedule = schedule;
+        }
+        // A new definition that would read a stream table reading this one: refused before
+        // anything is dropped (the check of create, as the owner).
+        let sources = as_creator(&m, || {
+            stream_table::checked_sources(function, &m.query, &m.time_zone, &m.mode)
+        });
+        crate::stream_graph::refuse_cycle(function, relid, &table, &sources);
+    }
+    if let Some(cause) = not_carried(relid) {
+        errors::refused(function, "55000", &format!("{table}: {cause}"));
+    }
+    let carried = carried(relid);
+    let had = privileges(relid);
+    stream_table::drop_for_rebuild(function, relid);
+    let new_relid = create(&m, true);
+    carry_over(function, &m, new_relid, &carried, &had);
+}
+
+/// The stream table `relid` as the catalog records it (its position in the graph unknown).
+fn member(relid: pg_sys::Oid) -> Option<Member> {
+    crate::catalog::as_extension(|| member_read(relid))
+}
+
+fn member_read(relid: pg_sys::Oid) -> Option<Member> {
+    spi::rows(
+        "SELECT t.pgt_name, t.defining_query, t.schedule, t.refresh_mode, t.cdc_mode, \
+           t.search_path, t.time_zone, t.row_identity_version, t.row_probe_version, \
+           t.sources, c.relowner \
+         FROM pgtrickle.pgt_stream_tables t \
+         JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) t.pgt_relid \
+         WHERE t.pgt_relid OPERATOR(pg_catalog.=) $1",
+        &[DatumWithOid::from(relid)],
+        |r| {
+            Ok(Member {
+                step: 0,
+                level: 0,
+                relid,
+                recorded_name: r.get::<String>(1)?.unwrap_or_default(),
+                query: r.get::<String>(2)?.unwrap_or_default(),
+                schedule: r.get::<String>(3)?,
+                mode: r.get::<String>(4)?.unwrap_or_default(),
+                cdc: r.get::<String>(5)?.unwrap_or_default(),
+                search_path: r.get::<String>(6)?.unwrap_or_default(),
+                time_zone: r.get::<String>(7)?.unwrap_or_default(),
+                versions: (r.get::<i16>(8)?.unwrap_or(0), r.get::<i16>(9)?.unwrap_or(0)),
+                sources: r.get::<Vec<pg_sys::Oid>>(10)?.unwrap_or_default(),
+                owner: r.get::<pg_sys::Oid>(11)?.unwrap_or(pg_sys::InvalidOid),
+            })
+        },
+    )
+    .pop()
 }
 
 /// The qualified name of `m`'s storage now, spelled as the catalog records names.
@@ -193,6 +308,10 @@ fn versions_detail(m: &Member) -> String {
 
 /// Every stream table in the order `export_stream_tables` gives (what it reads first).
 fn members() -> Vec<Member> {
+    crate::catalog::as_extension(members_read)
+}
+
+fn members_read() -> Vec<Member> {
     let members = spi::rows(
         "SELECT e.step, e.level, t.pgt_relid, t.pgt_name, t.defining_query, t.schedule, \
            t.refresh_mode, t.cdc_mode, t.search_path, t.time_zone, t.row_identity_version, \
@@ -241,32 +360,37 @@ fn members() -> Vec<Member> {
     members
 }
 
+/// Runs `f` as `m`'s owner, under the `search_path` and time zone its query is read with,
+/// with the calling session's temporary schema out of every search
+/// ([`crate::sealed::sealed`]): a caller's temporary table cannot stand in for a source.
+fn as_creator<R>(m: &Member, f: impl FnOnce() -> R) -> R {
+    let path = CString::new(m.search_path.as_str()).unwrap_or_else(|_| c"pg_catalog".to_owned());
+    let zone = CString::new(m.time_zone.as_str()).unwrap_or_else(|_| c"UTC".to_owned());
+    with_settings(
+        &[
+            (c"search_path", path.as_c_str()),
+            (c"TimeZone", zone.as_c_str()),
+        ],
+        || as_owner(m.owner, || crate::sealed::without_temporary_schema(f)),
+    )
+}
+
 /// Creates `m` again as its owner, under the `search_path` and time zone it was created
 /// with, filled when `fill`; returns the new storage's OID.
 fn create(m: &Member, fill: bool) -> pg_sys::Oid {
-    let path = CString::new(m.search_path.as_str()).unwrap_or_else(|_| c"pg_catalog".to_owned());
-    let zone = CString::new(m.time_zone.as_str()).unwrap_or_else(|_| c"UTC".to_owned());
     // Its reads see the stream tables this call created before it (the upstreams it
     // reads): a read-only statement's snapshot is the calling statement's.
     spi::with_latest_snapshot(|| {
-        with_settings(
-            &[
-                (c"search_path", path.as_c_str()),
-                (c"TimeZone", zone.as_c_str()),
-            ],
-            || {
-                as_owner(m.owner, || {
-                    stream_table::create(
-                        &m.recorded_name,
-                        &m.query,
-                        m.schedule.as_deref(),
-                        &m.mode,
-                        fill,
-                        &m.cdc,
-                    )
-                })
-            },
-        )
+        as_creator(m, || {
+            stream_table::create(
+                &m.recorded_name,
+                &m.query,
+                m.schedule.as_deref(),
+                &m.mode,
+                fill,
+                &m.cdc,
+            )
+        })
     });
     let relid = spi::one::<pg_sys::Oid>(
         "SELECT pg_catalog.to_regclass($1)::pg_catalog.oid",
@@ -391,9 +515,15 @@ struct Carried {
 /// The statements that carry what `relid` has beyond what `create_stream_table` makes:
 /// the owner's grants, then the grants of others (each after the grant that lets its
 /// grantor grant), column grants, comments, `NOT NULL` columns, storage parameters, indexes
-/// and constraints (those `create_stream_table` makes are not repeated), replica identity
-/// and publication memberships. Names are the storage's: the new one has the same.
+/// and constraints (those `create_stream_table` makes are not repeated), a replica identity
+/// the owner chose (not the one `create_stream_table` sets for its index plan, which the new
+/// storage gets for its own plan) and publication memberships. Names are the storage's: the new one has the same.
 fn carried(relid: pg_sys::Oid) -> Vec<Carried> {
+    // As the extension's owner: it reads the stream table's catalog row.
+    crate::catalog::as_extension(|| carried_read(relid))
+}
+
+fn carried_read(relid: pg_sys::Oid) -> Vec<Carried> {
     let owner = crate::catalog::relation_owner(relid);
     let table = crate::catalog::relation_name(relid);
     let mut out = Vec::new();
@@ -415,21 +545,14 @@ fn carried(relid: pg_sys::Oid) -> Vec<Carried> {
             .unwrap_or_default(),
             unless_exists: None,
         });
-        out.extend(grants(relid, owner, &table));
     }
+    out.extend(grants(relid, owner, &table));
     let statements = spi::rows(
         // (order, role: NULL = the owner, else the caller; statement; for an index, its
         // name: run unless create_stream_table made it)
-        "SELECT 1, NULL::pg_catalog.oid, pg_catalog.format('GRANT %s (%I) ON TABLE %s TO %s%s', \
-             a.privilege_type, att.attname, $2, \
-             CASE WHEN a.grantee OPERATOR(pg_catalog.=) 0 THEN 'PUBLIC' \
-                  ELSE pg_catalog.quote_ident(pg_catalog.pg_get_userbyid(a.grantee)) END, \
-             CASE WHEN a.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END), NULL::pg_catalog.text \
-         FROM pg_catalog.pg_attribute att, pg_catalog.aclexplode(att.attacl) a \
-         WHERE att.attrelid OPERATOR(pg_catalog.=) $1 AND NOT att.attisdropped \
-           AND att.attacl IS NOT NULL \
-         UNION ALL \
-         SELECT 2, NULL, pg_catalog.format('COMMENT ON TABLE %s IS %L', $2, d.description), NULL \
+        "SELECT 2, NULL::pg_catalog.oid, \
+           pg_catalog.format('COMMENT ON TABLE %s IS %L', $2, d.description), \
+           NULL::pg_catalog.text \
          FROM pg_catalog.pg_description d \
          WHERE d.objoid OPERATOR(pg_catalog.=) $1 AND d.objsubid OPERATOR(pg_catalog.=) 0 \
            AND d.classoid OPERATOR(pg_catalog.=) 'pg_catalog.pg_class'::pg_catalog.regclass \
@@ -478,7 +601,17 @@ fn carried(relid: pg_sys::Oid) -> Vec<Carried> {
                  JOIN pg_catalog.pg_class ic ON ic.oid OPERATOR(pg_catalog.=) i.indexrelid \
                  WHERE i.indrelid OPERATOR(pg_catalog.=) $1 AND i.indisreplident)) END), NULL \
          FROM pg_catalog.pg_class c \
+         JOIN pgtrickle.pgt_stream_tables t ON t.pgt_relid OPERATOR(pg_catalog.=) c.oid \
          WHERE c.oid OPERATOR(pg_catalog.=) $1 AND c.relreplident OPERATOR(pg_catalog.<>) 'd' \
+           AND NOT (CASE WHEN t.index_class OPERATOR(pg_catalog.=) 'direct_unique' \
+             THEN c.relreplident OPERATOR(pg_catalog.=) 'i' AND EXISTS ( \
+               SELECT FROM pg_catalog.pg_index i \
+               JOIN pg_catalog.pg_attribute a ON a.attrelid OPERATOR(pg_catalog.=) c.oid \
+                AND a.attname OPERATOR(pg_catalog.=) '__pgt_row_id' \
+               WHERE i.indrelid OPERATOR(pg_catalog.=) c.oid AND i.indisreplident \
+                 AND i.indnatts OPERATOR(pg_catalog.=) 1 \
+                 AND i.indkey[0] OPERATOR(pg_catalog.=) a.attnum) \
+             ELSE c.relreplident OPERATOR(pg_catalog.=) 'f' END) \
          UNION ALL \
          SELECT 8, 1::pg_catalog.oid, \
            pg_catalog.format('ALTER PUBLICATION %I ADD TABLE %s%s%s', p.pubname, $2, \
@@ -515,45 +648,65 @@ fn carried(relid: pg_sys::Oid) -> Vec<Carried> {
     out
 }
 
-/// The grants on table `relid`, each after the grant that gave its grantor the grant
-/// option (the owner holds every grant option), each to run as its grantor.
+/// The grants on table `relid` and on its columns, each after the grant that gave its
+/// grantor the grant option (the owner holds every grant option; one on the table covers its
+/// columns), each to run as its grantor.
 fn grants(relid: pg_sys::Oid, owner: pg_sys::Oid, table: &str) -> Vec<Carried> {
     struct Grant {
         grantor: pg_sys::Oid,
         grantee: pg_sys::Oid,
         privilege: String,
+        /// `None`: on the table.
+        column: Option<String>,
         grantable: bool,
         sql: String,
     }
     let mut pending = spi::rows(
-        "SELECT a.grantor, a.grantee, a.privilege_type, a.is_grantable, \
+        "SELECT a.grantor, a.grantee, a.privilege_type, NULL::pg_catalog.text, a.is_grantable, \
            pg_catalog.format('GRANT %s ON TABLE %s TO %s%s', a.privilege_type, $2, \
              CASE WHEN a.grantee OPERATOR(pg_catalog.=) 0 THEN 'PUBLIC' \
                   ELSE pg_catalog.quote_ident(pg_catalog.pg_get_userbyid(a.grantee)) END, \
              CASE WHEN a.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END) \
          FROM pg_catalog.pg_class c, pg_catalog.aclexplode(c.relacl) a \
-         WHERE c.oid OPERATOR(pg_catalog.=) $1 ORDER BY 1, 2, 3",
+         WHERE c.oid OPERATOR(pg_catalog.=) $1 \
+         UNION ALL \
+         SELECT a.grantor, a.grantee, a.privilege_type, att.attname::pg_catalog.text, \
+           a.is_grantable, \
+           pg_catalog.format('GRANT %s (%I) ON TABLE %s TO %s%s', a.privilege_type, \
+             att.attname, $2, \
+             CASE WHEN a.grantee OPERATOR(pg_catalog.=) 0 THEN 'PUBLIC' \
+                  ELSE pg_catalog.quote_ident(pg_catalog.pg_get_userbyid(a.grantee)) END, \
+             CASE WHEN a.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END) \
+         FROM pg_catalog.pg_attribute att, pg_catalog.aclexplode(att.attacl) a \
+         WHERE att.attrelid OPERATOR(pg_catalog.=) $1 AND NOT att.attisdropped \
+           AND att.attacl IS NOT NULL \
+         ORDER BY 1, 2, 3, 4 NULLS FIRST",
         &[DatumWithOid::from(relid), DatumWithOid::from(table)],
         |r| {
             Ok(Grant {
                 grantor: r.get::<pg_sys::Oid>(1)?.unwrap_or(pg_sys::InvalidOid),
                 grantee: r.get::<pg_sys::Oid>(2)?.unwrap_or(pg_sys::InvalidOid),
                 privilege: r.get::<String>(3)?.unwrap_or_default(),
-                grantable: r.get::<bool>(4)?.unwrap_or(false),
-                sql: r.get::<String>(5)?.unwrap_or_default(),
+                column: r.get::<String>(4)?,
+                grantable: r.get::<bool>(5)?.unwrap_or(false),
+                sql: r.get::<String>(6)?.unwrap_or_default(),
             })
         },
     );
-    let mut may_grant: HashSet<(pg_sys::Oid, String)> = HashSet::new();
+    // (grantee, privilege, column: None on the table) it may grant.
+    let mut may_grant: HashSet<(pg_sys::Oid, String, Option<String>)> = HashSet::new();
     let mut out = Vec::new();
     while !pending.is_empty() {
         let before = pending.len();
         let (ready, rest): (Vec<Grant>, Vec<Grant>) = pending.into_iter().partition(|g| {
-            g.grantor == owner || may_grant.contains(&(g.grantor, g.privilege.clone()))
+            g.grantor == owner
+                || may_grant.contains(&(g.grantor, g.privilege.clone(), None))
+                || (g.column.is_some()
+                    && may_grant.contains(&(g.grantor, g.privilege.clone(), g.column.clone())))
         });
         for g in ready {
             if g.grantable {
-                may_grant.insert((g.grantee, g.privilege.clone()));
+                may_grant.insert((g.grantee, g.privilege.clone(), g.column.clone()));
             }
             out.push(Carried {
                 role: Some(g.grantor),

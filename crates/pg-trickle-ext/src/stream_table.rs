@@ -38,10 +38,6 @@ const ALTER: &str = "pgtrickle.alter_stream_table";
 const REFRESH: &str = "pgtrickle.refresh_stream_table";
 const DROP: &str = "pgtrickle.drop_stream_table";
 
-/// The first key of the advisory lock that serialises the refreshes of one stream table
-/// (the second is its OID): "pgt" in ASCII.
-const REFRESH_LOCK_CLASS: i32 = 0x0070_6774;
-
 /// The refresh modes, as the catalog spells them.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Mode {
@@ -140,6 +136,19 @@ fn define(function: &'static str, query: &str, time_zone: &str, mode: Mode) -> D
     }
 }
 
+/// The sources `query` reads in `refresh_mode`, the query checked as create checks it (under
+/// the caller's settings): what a redefinition must know before anything is dropped.
+pub fn checked_sources(
+    function: &'static str,
+    query: &str,
+    time_zone: &str,
+    refresh_mode: &str,
+) -> Vec<pg_sys::Oid> {
+    define(function, query, time_zone, mode(function, refresh_mode))
+        .read
+        .sources
+}
+
 /// Every value field of `identity` (children included) passes the registry's contract.
 fn check_values(function: &str, identity: &Identity, read: &ReadQuery) {
     let ctx = server_context();
@@ -206,14 +215,14 @@ fn target_name(function: &str, name: &str) -> QualifiedName {
     }
 }
 
-fn current_time_zone() -> String {
+pub(crate) fn current_time_zone() -> String {
     spi::one::<String>("SELECT pg_catalog.current_setting('TimeZone')", &[])
         .unwrap_or_else(|| "UTC".into())
 }
 
 /// The caller's `search_path` (read directly: every statement [`spi`] runs sees the locked
 /// one), recorded at create so that a rebuild reads the query as its creator did.
-fn caller_search_path() -> String {
+pub(crate) fn caller_search_path() -> String {
     // SAFETY: reads a GUC's current value by its NUL-terminated name; the result is a
     // palloc'd NUL-terminated string (or NULL).
     unsafe {
@@ -262,6 +271,14 @@ pub fn create(
     let time_zone = current_time_zone();
     let search_path = caller_search_path();
     let def = define(CREATE, query, &time_zone, mode);
+    // Every mode needs what FULL needs of its owner (crate::access), checked before anything
+    // exists: SELECT on what the query reads, and policies it can apply.
+    with_pinned(&time_zone, || crate::access::check_readable(&def.sql));
+    if mode != Mode::Full {
+        // SAFETY: reads this backend's current user id.
+        let owner = unsafe { pg_sys::GetUserId() };
+        crate::access::refuse_row_security(CREATE, mode.name(), &def.read.sources, owner);
+    }
     let target = target_name(CREATE, name);
     let storage = target.quoted();
     let plan = &def.read.plan;
@@ -352,17 +369,24 @@ pub fn create(
     };
     create_storage(&target, &def, &time_zone);
     let relid = storage_oid(CREATE, &storage);
+    // What default privileges gave the new storage gives no role its identities.
+    crate::privacy::keep_private(relid);
     let sources: Vec<pg_sys::Oid> = def.read.sources.clone();
     let domain = def.identity.domain.name();
+    let bound_functions = crate::binding::sorted(&def.read.bound.functions);
+    let bound_operators = crate::binding::sorted(&def.read.bound.operators);
+    let shape = crate::catalog::source_shape(&def.read.sources, &bound_functions);
+    // As a view's rule: a function or operator the query calls cannot be dropped under it.
+    crate::binding::record_dependencies(relid, &def.read.bound);
     as_owner(crate::catalog::extension_owner(), || {
         spi::run(
             "INSERT INTO pgtrickle.pgt_stream_tables (pgt_relid, pgt_name, defining_query, \
                schedule, refresh_mode, status, identity_domain, identity_unique, index_class, \
                max_identity_bytes, row_identity_version, row_probe_version, sources, \
                refresh_sql, time_zone, fill_sql, delta_sql, search_path, source_shape, \
-               cdc_mode) \
+               cdc_mode, bound_functions, bound_operators) \
              VALUES ($1, $2, $3, $4, $5, 'INITIALIZING', $6, $7, $8, $9, 2, 1, $10, $11, $12, \
-               $13, $14, $15, $16, $17)",
+               $13, $14, $15, $16, $17, $18, $19)",
             &[
                 DatumWithOid::from(relid),
                 DatumWithOid::from(storage.as_str()),
@@ -379,8 +403,10 @@ pub fn create(
                 DatumWithOid::from(fill.as_str()),
                 DatumWithOid::from(delta.as_deref()),
                 DatumWithOid::from(search_path.as_str()),
-                DatumWithOid::from(crate::catalog::source_shape(&def.read.sources).as_str()),
+                DatumWithOid::from(shape.as_str()),
                 DatumWithOid::from(cdc.name()),
+                DatumWithOid::from(bound_functions.clone()),
+                DatumWithOid::from(bound_operators.clone()),
             ],
         );
         // A publication that carries the storage already (`FOR ALL TABLES`, `TABLES IN
@@ -393,14 +419,22 @@ pub fn create(
     if mode == Mode::Immediate {
         as_owner(crate::catalog::extension_owner(), || {
             for (source, event, sql) in &immediate {
+                let read = def
+                    .read
+                    .columns_read
+                    .get(source)
+                    .cloned()
+                    .unwrap_or_default();
                 spi::run(
-                    "INSERT INTO pgtrickle.pgt_immediate (pgt_relid, source, event, statement) \
-                     VALUES ($1, $2, $3, $4)",
+                    "INSERT INTO pgtrickle.pgt_immediate (pgt_relid, source, event, statement, \
+                       read_columns) \
+                     VALUES ($1, $2, $3, $4, $5)",
                     &[
                         DatumWithOid::from(relid),
                         DatumWithOid::from(*source),
                         DatumWithOid::from(*event),
                         DatumWithOid::from(sql.as_str()),
+                        DatumWithOid::from(read),
                     ],
                 );
             }
@@ -600,10 +634,13 @@ pub fn stream_table(function: &str, name: &str) -> pg_sys::Oid {
     if relid == pg_sys::InvalidOid {
         errors::invalid_argument(function, format!("no table {name:?}"));
     }
-    let known: Option<bool> = spi::one(
-        "SELECT true FROM pgtrickle.pgt_stream_tables WHERE pgt_relid OPERATOR(pg_catalog.=) $1",
-        &[DatumWithOid::from(relid)],
-    );
+    let known: Option<bool> = crate::catalog::as_extension(|| {
+        spi::one(
+            "SELECT true FROM pgtrickle.pgt_stream_tables \
+             WHERE pgt_relid OPERATOR(pg_catalog.=) $1",
+            &[DatumWithOid::from(relid)],
+        )
+    });
     if known.is_none() {
         errors::invalid_argument(function, format!("{name:?} is not a stream table"));
     }
@@ -670,9 +707,6 @@ fn run_refresh(sql: &str, args: &[DatumWithOid<'_>]) -> Outcome {
 /// The catalog row a refresh works from, locked until the transaction ends.
 struct Recorded {
     name: String,
-    query: String,
-    schedule: Option<String>,
-    search_path: String,
     shape: String,
     sources: Vec<pg_sys::Oid>,
     mode: String,
@@ -683,28 +717,37 @@ struct Recorded {
     time_zone: String,
     identity_version: i16,
     probe_version: i16,
+    /// What create resolved ([`crate::binding`]).
+    bound_functions: Vec<pg_sys::Oid>,
+    bound_operators: Vec<pg_sys::Oid>,
 }
 
-/// Refreshes the stream table `relid`: serialised with every other refresh of it (an
-/// advisory lock, and its catalog row locked: a refresh in a transaction whose snapshot
+impl Recorded {
+    /// What the stored statements of stream table `relid` may use.
+    fn allowed(&self, relid: pg_sys::Oid) -> crate::binding::Allowed {
+        crate::binding::Allowed {
+            functions: self.bound_functions.iter().copied().collect(),
+            operators: self.bound_operators.iter().copied().collect(),
+            relations: self.sources.iter().copied().chain([relid]).collect(),
+        }
+    }
+}
+
+/// Refreshes the stream table `relid`: serialised with every other refresh of it (its
+/// refresh lock, [`crate::locks`], and its catalog row locked: a refresh in a transaction whose snapshot
 /// predates another's commit fails to serialise instead of consuming a window twice), its
 /// recorded versions checked before anything changes, then as its owner: FULL recomputes,
 /// DIFFERENTIAL applies the window past its frontier (or recomputes when the window needs
 /// it), and the catalog records the new frontier.
 fn refresh_relid(function: &str, relid: pg_sys::Oid) -> i64 {
     let owner = owner_checked(function, relid);
-    spi::run(
-        "SELECT pg_catalog.pg_advisory_xact_lock($1, $2)",
-        &[
-            DatumWithOid::from(REFRESH_LOCK_CLASS),
-            DatumWithOid::from(u32::from(relid) as i32),
-        ],
-    );
+    crate::locks::lock_refresh(relid);
     let recorded = as_owner(crate::catalog::extension_owner(), || {
         spi::rows_mut_map_kept(
             "SELECT pgt_name, refresh_mode, fill_sql, delta_sql, frontier, frontier_xid, \
                frontier_seq, time_zone, row_identity_version, row_probe_version, \
-               defining_query, schedule, search_path, source_shape, sources, cdc_mode \
+               defining_query, schedule, search_path, source_shape, sources, cdc_mode, \
+               bound_functions, bound_operators \
              FROM pgtrickle.pgt_stream_tables WHERE pgt_relid OPERATOR(pg_catalog.=) $1 \
              FOR UPDATE",
             &[DatumWithOid::from(relid)],
@@ -715,9 +758,6 @@ fn refresh_relid(function: &str, relid: pg_sys::Oid) -> i64 {
                 };
                 Ok(Recorded {
                     name: r.get::<String>(1)?.unwrap_or_default(),
-                    query: r.get::<String>(11)?.unwrap_or_default(),
-                    schedule: r.get::<String>(12)?,
-                    search_path: r.get::<String>(13)?.unwrap_or_default(),
                     shape: r.get::<String>(14)?.unwrap_or_default(),
                     sources: r.get::<Vec<pg_sys::Oid>>(15)?.unwrap_or_default(),
                     mode: r.get::<String>(2)?.unwrap_or_default(),
@@ -728,6 +768,8 @@ fn refresh_relid(function: &str, relid: pg_sys::Oid) -> i64 {
                     time_zone: r.get::<String>(8)?.unwrap_or_default(),
                     identity_version: r.get::<i16>(9)?.unwrap_or(0),
                     probe_version: r.get::<i16>(10)?.unwrap_or(0),
+                    bound_functions: r.get::<Vec<pg_sys::Oid>>(17)?.unwrap_or_default(),
+                    bound_operators: r.get::<Vec<pg_sys::Oid>>(18)?.unwrap_or_default(),
                 })
             },
         )
@@ -759,10 +801,12 @@ fn refresh_relid(function: &str, relid: pg_sys::Oid) -> i64 {
             ),
         );
     }
-    if crate::catalog::source_shape(&recorded.sources) != recorded.shape {
+    if crate::catalog::source_shape(&recorded.sources, &recorded.bound_functions) != recorded.shape
+    {
         // A DDL changed what the definition depends on: rebuilt from its query, read as its
-        // creator read it, never refreshed with statements written for the old definition.
-        rebuild(&recorded);
+        // creator read it, by its owner, never refreshed with statements written for the old
+        // definition.
+        crate::stream_rebuild::rebuild_one(REFRESH, relid, None);
         return 0;
     }
     crate::stream_graph::check_upstreams(function, &recorded.sources);
@@ -777,23 +821,36 @@ fn refresh_relid(function: &str, relid: pg_sys::Oid) -> i64 {
         // statements below read under a snapshot taken after every earlier one committed.
         // SAFETY: a relation lock on the storage, held to the transaction's end.
         unsafe { pg_sys::LockRelationOid(relid, pg_sys::ExclusiveLock as pg_sys::LOCKMODE) };
+        let allowed = recorded.allowed(relid);
         with_pinned(&recorded.time_zone, || {
-            if let (true, Some(delta), Some((snapshot, xid, seq))) =
-                (differential, &recorded.delta, &recorded.frontier)
-            {
-                let outcome = run_refresh(
-                    delta,
-                    &[
-                        DatumWithOid::from(snapshot.as_str()),
-                        DatumWithOid::from(*xid),
-                        DatumWithOid::from(*seq),
-                    ],
-                );
-                if !outcome.blocked {
-                    return outcome;
+            crate::sealed::sealed(&table, || {
+                // A source whose row-level security came to apply to the owner after create:
+                // recomputed, which applies the policies (crate::access).
+                let policies = recorded
+                    .sources
+                    .iter()
+                    .any(|s| crate::access::row_security_applies(*s, owner));
+                if let (true, false, Some(delta), Some((snapshot, xid, seq))) =
+                    (differential, policies, &recorded.delta, &recorded.frontier)
+                {
+                    let outcome = crate::binding::bound(&table, delta, &allowed, || {
+                        run_refresh(
+                            delta,
+                            &[
+                                DatumWithOid::from(snapshot.as_str()),
+                                DatumWithOid::from(*xid),
+                                DatumWithOid::from(*seq),
+                            ],
+                        )
+                    });
+                    if !outcome.blocked {
+                        return outcome;
+                    }
                 }
-            }
-            run_refresh(&recorded.fill, &[])
+                crate::binding::bound(&table, &recorded.fill, &allowed, || {
+                    run_refresh(&recorded.fill, &[])
+                })
+            })
         })
     });
     let ms = started.elapsed().as_secs_f64() * 1000.0;
@@ -825,41 +882,6 @@ fn refresh_relid(function: &str, relid: pg_sys::Oid) -> i64 {
     outcome.changed
 }
 
-/// Rebuilds the stream table `recorded` describes after a DDL of its sources: its query read
-/// again under the `search_path` it was created with, every check made again, the storage,
-/// catalog row and triggers replaced and filled (as `alter_stream_table` does). A query the
-/// DDL made invalid fails here, naming what is missing, and leaves the old stream table.
-fn rebuild(recorded: &Recorded) {
-    let path = std::ffi::CString::new(recorded.search_path.as_str())
-        .unwrap_or_else(|_| c"pg_catalog".to_owned());
-    crate::guard::with_settings(&[(c"search_path", path.as_c_str())], || {
-        let time_zone = current_time_zone();
-        define(
-            REFRESH,
-            &recorded.query,
-            &time_zone,
-            mode(REFRESH, &recorded.mode),
-        );
-        let relid = stream_table(REFRESH, &recorded.name);
-        crate::stream_graph::refuse_with_dependents(
-            REFRESH,
-            relid,
-            &recorded.name,
-            "rebuild after a DDL of its sources",
-        );
-        owner_checked(REFRESH, relid);
-        drop_relid(relid);
-        create(
-            &recorded.name,
-            &recorded.query,
-            recorded.schedule.as_deref(),
-            &recorded.mode,
-            true,
-            &recorded.cdc,
-        );
-    });
-}
-
 /// `pgtrickle.drop_stream_table`: the storage and the catalog row; refused while other
 /// stream tables read it, unless `cascade`: then they are dropped first, the deepest first
 /// (each by a caller who may drop it).
@@ -889,8 +911,14 @@ pub fn drop_for_rebuild(function: &str, relid: pg_sys::Oid) {
 /// maintenance placed on its sources, the storage and the catalog row.
 fn drop_relid(relid: pg_sys::Oid) {
     let table = crate::catalog::relation_name(relid);
-    drop_immediate_triggers(relid);
-    spi::run(&format!("DROP TABLE {table}"), &[]);
+    // The triggers are the extension's (made by create_stream_table, calling its function):
+    // dropped as its owner, also from a source of another owner.
+    as_owner(crate::catalog::extension_owner(), || {
+        drop_immediate_triggers(relid)
+    });
+    as_owner(crate::catalog::relation_owner(relid), || {
+        spi::run(&format!("DROP TABLE {table}"), &[]);
+    });
     as_owner(crate::catalog::extension_owner(), || {
         spi::run(
             "DELETE FROM pgtrickle.pgt_stream_tables WHERE pgt_relid OPERATOR(pg_catalog.=) $1",
@@ -923,46 +951,17 @@ pub fn alter(
         });
         return;
     }
-    let current: Option<(String, String, Option<String>, String)> = spi::rows(
-        "SELECT defining_query, refresh_mode, schedule, cdc_mode \
-         FROM pgtrickle.pgt_stream_tables WHERE pgt_relid OPERATOR(pg_catalog.=) $1",
-        &[DatumWithOid::from(relid)],
-        |r| {
-            Ok((
-                r.get::<String>(1)?.unwrap_or_default(),
-                r.get::<String>(2)?.unwrap_or_default(),
-                r.get::<String>(3)?,
-                r.get::<String>(4)?.unwrap_or_default(),
-            ))
-        },
-    )
-    .pop();
-    let Some((old_query, old_mode, schedule, old_cdc)) = current else {
-        errors::invalid_argument(ALTER, format!("{name:?} is not a stream table"));
-    };
-    let table = crate::catalog::relation_name(relid);
-    // Its storage is replaced (a new OID): what reads it would read a table that is gone.
-    crate::stream_graph::refuse_with_dependents(ALTER, relid, &table, "replace");
-    let query = query.unwrap_or(&old_query).to_string();
-    let refresh_mode = refresh_mode.unwrap_or(&old_mode).to_string();
-    let cdc_mode = cdc_mode.unwrap_or(&old_cdc).to_string();
-    Cdc::parse(ALTER, &cdc_mode);
-    let schedule = match new_schedule {
-        Some(text) if text.eq_ignore_ascii_case("none") => None,
-        Some(text) => Some(text.to_string()),
-        None => schedule,
-    };
-    let time_zone = current_time_zone();
-    // Everything checked before anything is dropped.
-    let def = define(ALTER, &query, &time_zone, mode(ALTER, &refresh_mode));
-    crate::stream_graph::refuse_cycle(ALTER, relid, &table, &def.read.sources);
-    drop_relid(relid);
-    create(
-        &table,
-        &query,
-        schedule.as_deref(),
-        &refresh_mode,
-        true,
-        &cdc_mode,
+    crate::stream_rebuild::rebuild_one(
+        ALTER,
+        relid,
+        Some(crate::stream_rebuild::Redefinition {
+            query: query.map(str::to_string),
+            refresh_mode: refresh_mode.map(str::to_string),
+            cdc_mode: cdc_mode.map(str::to_string),
+            schedule: new_schedule
+                .map(|text| (!text.eq_ignore_ascii_case("none")).then(|| text.to_string())),
+            search_path: caller_search_path(),
+            time_zone: current_time_zone(),
+        }),
     );
 }

@@ -977,7 +977,8 @@ fn event_trigger_functions_run_without_jit() {
         extension_functions(event_trigger).as_deref(),
         Some(
             "pgtrickle.capture_on_ddl(), pgtrickle.identity_messages_on_ddl(), \
-             pgtrickle.identity_messages_on_drop(), pgtrickle.identity_messages_on_rewrite()"
+             pgtrickle.identity_messages_on_drop(), pgtrickle.identity_messages_on_rewrite(), \
+             pgtrickle.keep_identities_private()"
         ),
         "the functions checked"
     );

@@ -13,12 +13,14 @@
 //! - [`delta`]: the one-statement DIFFERENTIAL refresh of the operators that have a delta
 //!   rule, and the fill that sets a frontier;
 //! - [`schedule`]: the `schedule` of a stream table read, and which stream tables a
-//!   scheduler tick refreshes, in dependency order.
+//!   scheduler tick refreshes, in dependency order;
+//! - [`report`]: what a failed refresh records, its values reduced to length and fingerprint.
 
 #![forbid(unsafe_code)]
 
 pub mod delta;
 pub mod identity;
 pub mod plan;
+pub mod report;
 pub mod schedule;
 pub mod sql;

@@ -80,6 +80,16 @@ impl Cluster {
     /// `pg_ctl start|restart` with the cluster's fixed options plus `extra` server options
     /// (`-c shared_buffers=4MB ...`).
     fn pg_ctl(&self, action: &str, extra: &str) -> Result<(), String> {
+        self.pg_ctl_with_env(action, extra, &[])
+    }
+
+    /// [`Cluster::pg_ctl`] with `env` in the server's environment (which `runuser` keeps).
+    fn pg_ctl_with_env(
+        &self,
+        action: &str,
+        extra: &str,
+        env: &[(&str, &str)],
+    ) -> Result<(), String> {
         let log = self.data.with_file_name("server.log");
         let opts = format!(
             "-p {} -k {} -c listen_addresses='' -c fsync=off -c wal_level=logical \
@@ -87,7 +97,7 @@ impl Cluster {
             self.port,
             self.socket.display()
         );
-        run(&mut self.tool(
+        let mut command = self.tool(
             "pg_ctl",
             &[
                 "-D",
@@ -99,7 +109,9 @@ impl Cluster {
                 &opts,
                 action,
             ],
-        ))
+        );
+        command.envs(env.iter().copied());
+        run(&mut command)
     }
 
     /// Moves the cluster's next transaction id to `next_xid` (epoch 0), as `pg_resetwal -x`
@@ -134,6 +146,28 @@ impl Cluster {
     /// Restarts the server with `extra` options (shared buffers start empty).
     pub fn restart(&self, extra: &str) -> Result<(), String> {
         self.pg_ctl("restart", extra)
+    }
+
+    /// [`Cluster::restart`] with `env` added to the server's environment (every backend
+    /// inherits it): a test of what the server does with, say, `RUST_BACKTRACE` set.
+    pub fn restart_with_env(&self, extra: &str, env: &[(&str, &str)]) -> Result<(), String> {
+        self.pg_ctl_with_env("restart", extra, env)
+    }
+
+    /// Stops the server (`pg_ctl stop -m fast`, waiting at most 60 s); how long it took.
+    pub fn stop_fast(&self) -> Result<std::time::Duration, String> {
+        let data = self.data.to_string_lossy().into_owned();
+        let started = std::time::Instant::now();
+        run(&mut self.tool(
+            "pg_ctl",
+            &["-D", &data, "-m", "fast", "-w", "-t", "60", "stop"],
+        ))?;
+        Ok(started.elapsed())
+    }
+
+    /// The server's log file.
+    pub fn log_file(&self) -> PathBuf {
+        self.data.with_file_name("server.log")
     }
 
     fn tool(&self, program: &str, args: &[&str]) -> Command {

@@ -66,16 +66,26 @@ impl Psql {
 
     /// The same server and user, database `dbname`.
     pub fn with_db(&self, dbname: &str) -> Psql {
+        self.with_arg("-d", dbname)
+    }
+
+    /// The same server and database, connected as `user`.
+    pub fn with_user(&self, user: &str) -> Psql {
+        self.with_arg("-U", user)
+    }
+
+    /// The same arguments with connection option `flag` (`-d`, `-U`) set to `value`.
+    fn with_arg(&self, flag: &str, value: &str) -> Psql {
         let mut args = Vec::with_capacity(self.args.len() + 2);
         let mut words = self.args.iter();
         while let Some(w) = words.next() {
-            if w == "-d" {
+            if w == flag {
                 words.next();
             } else {
                 args.push(w.clone());
             }
         }
-        args.extend(["-d".to_string(), dbname.to_string()]);
+        args.extend([flag.to_string(), value.to_string()]);
         Psql {
             program: self.program.clone(),
             args,
