@@ -311,6 +311,27 @@ fn an_overload_created_later_never_captures_a_call() {
         dropped.as_ref().is_err_and(|e| e.contains("depend")),
         "a function stream tables call was dropped: {dropped:?}"
     );
+    // Replaced by its owner (the overload gone): the next refresh rebuilds the stream table
+    // with the new body, never keeps rows of the old one.
+    mallory.run("DROP FUNCTION shared.g(integer);").unwrap();
+    alice
+        .run(
+            "CREATE OR REPLACE FUNCTION shared.g(x anyelement) RETURNS text IMMUTABLE
+               LANGUAGE sql AS $$ SELECT 'new ' || x::text $$;
+             SELECT pgtrickle.refresh_stream_table('g_full');",
+        )
+        .unwrap();
+    assert_eq!(
+        differs(
+            &alice,
+            "g_full",
+            "id, t",
+            "SELECT id, shared.g(v) FROM a_src"
+        ),
+        0,
+        "g_full after its function was replaced"
+    );
+    assert_eq!(one(&alice, "SELECT min(t) FROM g_full"), "new 1");
 }
 
 /// Requirement 3: IMMEDIATE maintenance runs inside the writer's statement, but nothing of
@@ -371,6 +392,32 @@ fn the_writers_temporary_objects_are_invisible_to_immediate_maintenance() {
         ),
         0,
         "the stream table differs from its query after the writer's temporary table"
+    );
+    // A temporary function of the query's function's name: never what a stored statement
+    // or the owner's function calls (PostgreSQL resolves no function in pg_temp unless
+    // named so).
+    let _ = mallory.run(
+        "CREATE FUNCTION pg_temp.rate(x int) RETURNS int LANGUAGE plpgsql AS
+           $$ BEGIN INSERT INTO public.spied VALUES (current_user); RETURN -1; END $$;
+         INSERT INTO public.t_src VALUES (3, 70);",
+    );
+    assert_eq!(
+        one(
+            db,
+            "SELECT count(*) FROM public.spied WHERE who <> 'mallory'"
+        ),
+        "0",
+        "the writer's temporary function ran as another role"
+    );
+    assert_eq!(
+        differs(
+            &alice,
+            "t_st",
+            "id, amount",
+            "SELECT id, rate(v) FROM t_src"
+        ),
+        0,
+        "the stream table differs from its query after the writer's temporary function"
     );
 }
 
