@@ -281,7 +281,7 @@ STABLE STRICT LANGUAGE c AS 'MODULE_PATHNAME', 'check_change_buffer_wrapper';
         if let Some(text) = scheduled {
             crate::scheduler::check_schedule("pgtrickle.alter_stream_table", text);
         }
-        crate::stream_table::alter(name, query, refresh_mode, cdc_mode, schedule);
+        crate::stream_rebuild::alter(name, query, refresh_mode, cdc_mode, schedule);
         if scheduled.is_some() {
             crate::scheduler::ensure_running();
         }
@@ -290,7 +290,7 @@ STABLE STRICT LANGUAGE c AS 'MODULE_PATHNAME', 'check_change_buffer_wrapper';
     /// Refreshes the stream table `name` now, as its owner.
     #[pg_extern(volatile, strict)]
     fn refresh_stream_table(name: &str) {
-        crate::stream_table::refresh(name);
+        crate::stream_rebuild::refresh(name);
     }
 
     /// Drops the stream table `name`: its storage and its catalog row; refused while other

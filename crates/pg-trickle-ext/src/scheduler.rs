@@ -447,7 +447,7 @@ fn refresh(relid: pg_sys::Oid) {
                 // No lock wait holds the scheduler longer than this: the refresh fails, is
                 // recorded and backs off, and the others go on.
                 crate::guard::with_settings(&[(c"lock_timeout", timeout.as_c_str())], || {
-                    Some(crate::stream_table::refresh_scheduled(relid))
+                    Some(crate::stream_rebuild::refresh_scheduled(relid))
                 })
             }))
         }))

@@ -1,6 +1,8 @@
-//! `pgtrickle.rebuild_stream_tables` (spec/stream-tables.md §7.3, proposal §12): every stream
-//! table dropped, the readers first, and created again in dependency order from its recorded
-//! definition, with a fresh initial refresh by the running library. What the rebuild is for:
+//! Rebuilding stream tables, by their owners (spec/stream-tables.md §7.1, §10.1): the one
+//! path of `refresh_stream_table` when a refresh finds a definition stale (a source DDL),
+//! of `alter_stream_table` and of `pgtrickle.rebuild_stream_tables` (proposal §12): every
+//! stream table dropped, the readers first, and created again in dependency order from its
+//! recorded definition, with a fresh initial refresh by the running library. What the rebuild is for:
 //! a library whose encoder writes another identity version, or stream tables that record
 //! another one (every reader refuses them).
 //!
@@ -30,6 +32,8 @@ use crate::guard::{Outcome, as_owner, subtransaction, with_settings};
 use crate::{errors, spi, stream_table};
 
 const REBUILD: &str = "pgtrickle.rebuild_stream_tables";
+const REFRESH: &str = "pgtrickle.refresh_stream_table";
+const ALTER: &str = "pgtrickle.alter_stream_table";
 
 /// The row identity and probe versions this library writes.
 const VERSIONS: (i16, i16) = (2, 1);
@@ -177,6 +181,60 @@ fn carry_over(function: &str, m: &Member, relid: pg_sys::Oid, carried: &[Carried
             &[DatumWithOid::from(m.relid), DatumWithOid::from(relid)],
         );
     });
+}
+
+/// `pgtrickle.refresh_stream_table`: the refresh, or, after a DDL of what the definition
+/// depends on, the rebuild, as its owner ([`rebuild_one`]).
+pub fn refresh(name: &str) {
+    let relid = stream_table::stream_table(REFRESH, name);
+    refresh_relid(relid);
+}
+
+/// A scheduler's refresh of `relid` (crate::scheduler): the rows it changed (0 for a
+/// rebuild).
+pub fn refresh_scheduled(relid: pg_sys::Oid) -> i64 {
+    refresh_relid(relid)
+}
+
+fn refresh_relid(relid: pg_sys::Oid) -> i64 {
+    match stream_table::refresh_or_stale(relid) {
+        stream_table::Refreshed::Rows(rows) => rows,
+        stream_table::Refreshed::Stale => {
+            rebuild_one(REFRESH, relid, None);
+            0
+        }
+    }
+}
+
+/// `pgtrickle.alter_stream_table`: the schedule alone changed in the catalog row; a new
+/// query or mode checked completely and the stream table rebuilt with it, as its owner, in
+/// the caller's transaction (readers wait for its commit).
+pub fn alter(
+    name: &str,
+    query: Option<&str>,
+    refresh_mode: Option<&str>,
+    cdc_mode: Option<&str>,
+    new_schedule: Option<&str>,
+) {
+    let relid = stream_table::stream_table(ALTER, name);
+    stream_table::owner_checked(ALTER, relid);
+    if let (None, None, None, Some(text)) = (query, refresh_mode, cdc_mode, new_schedule) {
+        stream_table::alter_schedule(relid, text);
+        return;
+    }
+    rebuild_one(
+        ALTER,
+        relid,
+        Some(Redefinition {
+            query: query.map(str::to_string),
+            refresh_mode: refresh_mode.map(str::to_string),
+            cdc_mode: cdc_mode.map(str::to_string),
+            schedule: new_schedule
+                .map(|text| (!text.eq_ignore_ascii_case("none")).then(|| text.to_string())),
+            search_path: stream_table::caller_search_path(),
+            time_zone: stream_table::current_time_zone(),
+        }),
+    );
 }
 
 /// What `alter_stream_table` changes of a definition (`None`: kept), and the settings its

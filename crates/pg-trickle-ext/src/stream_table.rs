@@ -1,5 +1,7 @@
-//! Stream tables (spec/stream-tables.md): `create_stream_table`, `alter_stream_table`,
-//! `refresh_stream_table`, `drop_stream_table` and their catalog `pgtrickle.pgt_stream_tables`.
+//! Stream tables (spec/stream-tables.md): `create_stream_table`, `drop_stream_table`, the
+//! refresh itself and their catalog `pgtrickle.pgt_stream_tables`. `refresh_stream_table` and
+//! `alter_stream_table` enter through [`crate::stream_rebuild`], which rebuilds a stream table
+//! as its owner when a refresh here finds its definition stale ([`Refreshed::Stale`]).
 //!
 //! The query is read by [`crate::stream_query`] into `rowid-ivm`'s operator tree; the
 //! identity, its checks and the statement that computes the rows come from `rowid-ivm` and
@@ -34,7 +36,6 @@ use crate::stream_wal::Cdc;
 use crate::{errors, spi};
 
 const CREATE: &str = "pgtrickle.create_stream_table";
-const ALTER: &str = "pgtrickle.alter_stream_table";
 const REFRESH: &str = "pgtrickle.refresh_stream_table";
 const DROP: &str = "pgtrickle.drop_stream_table";
 
@@ -444,6 +445,7 @@ pub fn create(
         }
     }
     if initialize {
+        // Just made from the sources as they are: never stale.
         refresh_relid(REFRESH, relid);
     }
 }
@@ -668,14 +670,19 @@ pub fn owner_checked(function: &str, relid: pg_sys::Oid) -> pg_sys::Oid {
     owner
 }
 
-/// `pgtrickle.refresh_stream_table`.
-pub fn refresh(name: &str) {
-    let relid = stream_table(REFRESH, name);
-    refresh_relid(REFRESH, relid);
+/// What a refresh did.
+pub enum Refreshed {
+    /// Refreshed: the rows it changed.
+    Rows(i64),
+    /// Nothing: a DDL changed what the definition depends on, and the stream table must be
+    /// rebuilt (by its owner, `crate::stream_rebuild`) in this transaction, which holds its
+    /// refresh lock and catalog row.
+    Stale,
 }
 
-/// A scheduler's refresh of `relid` (crate::scheduler): the rows it changed.
-pub fn refresh_scheduled(relid: pg_sys::Oid) -> i64 {
+/// Refreshes stream table `relid` (the refresh lock and catalog row held to the transaction's
+/// end), unless it must be rebuilt first.
+pub fn refresh_or_stale(relid: pg_sys::Oid) -> Refreshed {
     refresh_relid(REFRESH, relid)
 }
 
@@ -739,7 +746,7 @@ impl Recorded {
 /// recorded versions checked before anything changes, then as its owner: FULL recomputes,
 /// DIFFERENTIAL applies the window past its frontier (or recomputes when the window needs
 /// it), and the catalog records the new frontier.
-fn refresh_relid(function: &str, relid: pg_sys::Oid) -> i64 {
+fn refresh_relid(function: &str, relid: pg_sys::Oid) -> Refreshed {
     let owner = owner_checked(function, relid);
     crate::locks::lock_refresh(relid);
     let recorded = as_owner(crate::catalog::extension_owner(), || {
@@ -805,9 +812,8 @@ fn refresh_relid(function: &str, relid: pg_sys::Oid) -> i64 {
     {
         // A DDL changed what the definition depends on: rebuilt from its query, read as its
         // creator read it, by its owner, never refreshed with statements written for the old
-        // definition.
-        crate::stream_rebuild::rebuild_one(REFRESH, relid, None);
-        return 0;
+        // definition (by the caller: crate::stream_rebuild::refresh).
+        return Refreshed::Stale;
     }
     crate::stream_graph::check_upstreams(function, &recorded.sources);
     let differential = recorded.mode == Mode::Differential.name();
@@ -879,7 +885,7 @@ fn refresh_relid(function: &str, relid: pg_sys::Oid) -> i64 {
             ],
         );
     });
-    outcome.changed
+    Refreshed::Rows(outcome.changed)
 }
 
 /// `pgtrickle.drop_stream_table`: the storage and the catalog row; refused while other
@@ -927,41 +933,16 @@ fn drop_relid(relid: pg_sys::Oid) {
     });
 }
 
-/// `pgtrickle.alter_stream_table`: a new query and/or mode, checked completely before the
-/// old storage is replaced (in the caller's transaction: readers wait for its commit).
-pub fn alter(
-    name: &str,
-    query: Option<&str>,
-    refresh_mode: Option<&str>,
-    cdc_mode: Option<&str>,
-    new_schedule: Option<&str>,
-) {
-    let relid = stream_table(ALTER, name);
-    owner_checked(ALTER, relid);
-    if let (None, None, None, Some(text)) = (query, refresh_mode, cdc_mode, new_schedule) {
-        // The schedule alone: the catalog row, nothing rebuilt.
-        // Checked by the caller (lib.rs).
-        let schedule = (!text.eq_ignore_ascii_case("none")).then_some(text);
-        as_owner(crate::catalog::extension_owner(), || {
-            spi::run(
-                "UPDATE pgtrickle.pgt_stream_tables SET schedule = $2 \
-                 WHERE pgt_relid OPERATOR(pg_catalog.=) $1",
-                &[DatumWithOid::from(relid), DatumWithOid::from(schedule)],
-            );
-        });
-        return;
-    }
-    crate::stream_rebuild::rebuild_one(
-        ALTER,
-        relid,
-        Some(crate::stream_rebuild::Redefinition {
-            query: query.map(str::to_string),
-            refresh_mode: refresh_mode.map(str::to_string),
-            cdc_mode: cdc_mode.map(str::to_string),
-            schedule: new_schedule
-                .map(|text| (!text.eq_ignore_ascii_case("none")).then(|| text.to_string())),
-            search_path: caller_search_path(),
-            time_zone: current_time_zone(),
-        }),
-    );
+/// `pgtrickle.alter_stream_table` given only a schedule: the catalog row, nothing rebuilt
+/// (the schedule checked by the caller, lib.rs; `none`: by hand from now on). A new query or
+/// mode is a rebuild (`crate::stream_rebuild::alter`).
+pub fn alter_schedule(relid: pg_sys::Oid, text: &str) {
+    let schedule = (!text.eq_ignore_ascii_case("none")).then_some(text);
+    as_owner(crate::catalog::extension_owner(), || {
+        spi::run(
+            "UPDATE pgtrickle.pgt_stream_tables SET schedule = $2 \
+             WHERE pgt_relid OPERATOR(pg_catalog.=) $1",
+            &[DatumWithOid::from(relid), DatumWithOid::from(schedule)],
+        );
+    });
 }
