@@ -111,6 +111,9 @@ fn server_checks(major: u32, source: pg::Source) -> Result<Counts, String> {
             // Tenants (a cluster of its own, the scheduler preloaded, RUST_BACKTRACE set):
             // every attack of issue 47 by a non-superuser role, each refused.
             ("rowid-ivm", "tenants", Edges),
+            // Exactness (issue 48): one statement writing several sources, writers and
+            // creators under REPEATABLE READ and SERIALIZABLE, each against the query.
+            ("rowid-ivm", "exactness", Edges),
             // Identity schemas in-band: the event trigger's messages read back from a slot.
             ("rowid-cdc", "in_band", Every),
             // The rowid-cdc command on a live slot, killed and restarted during a workload.

@@ -88,6 +88,14 @@ CREATE TABLE pgtrickle.pgt_immediate (
 );
 REVOKE ALL ON pgtrickle.pgt_immediate FROM PUBLIC;
 GRANT SELECT ON pgtrickle.pgt_immediate TO PUBLIC;
+-- One row per IMMEDIATE stream table, updated by every statement that maintains it
+-- (spec/stream-tables.md §5.3, "Isolation"): a REPEATABLE READ or SERIALIZABLE writer whose
+-- snapshot predates the last maintenance fails to update it, with a serialisation error.
+CREATE TABLE pgtrickle.pgt_immediate_marks (
+    pgt_relid oid PRIMARY KEY REFERENCES pgtrickle.pgt_stream_tables ON DELETE CASCADE,
+    statements bigint NOT NULL DEFAULT 0
+) WITH (fillfactor = 10);
+REVOKE ALL ON pgtrickle.pgt_immediate_marks FROM PUBLIC;
 -- A table-level SELECT on a stream table becomes SELECT on its columns but __pgt_row_id
 -- (spec/stream-tables.md §10.4): after every GRANT.
 CREATE FUNCTION pgtrickle.keep_identities_private() RETURNS event_trigger
@@ -120,29 +128,6 @@ ALTER TABLE pgtrickle.pgt_immediate ENABLE ROW LEVEL SECURITY;
 CREATE POLICY owner_reads ON pgtrickle.pgt_immediate FOR SELECT USING (
   pg_catalog.pg_has_role((SELECT c.relowner FROM pg_catalog.pg_class c
                           WHERE c.oid OPERATOR(pg_catalog.=) pgt_relid), 'USAGE'));
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- requires:
---   row_id_domain
-
-
-CREATE FUNCTION pgtrickle.encode_row_id_v2(domain text, fields record) RETURNS bytea
-STABLE PARALLEL SAFE LANGUAGE c AS 'MODULE_PATHNAME', 'encode_row_id_v2_wrapper';
-COMMENT ON FUNCTION pgtrickle.encode_row_id_v2(text, record) IS
-  'Row Identity V2 of the record''s fields (spec/wire-format.md)';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- requires:
---   row_id_domain
-
-
-CREATE FUNCTION pgtrickle.encode_row_id_v2_fields(domain text, VARIADIC fields "any")
-RETURNS bytea STABLE PARALLEL SAFE
-LANGUAGE c AS 'MODULE_PATHNAME', 'encode_row_id_v2_fields';
-COMMENT ON FUNCTION pgtrickle.encode_row_id_v2_fields(text, "any") IS
-  'Row Identity V2 of the arguments, each one field: the bytes of encode_row_id_v2(domain, ROW(...)) without the ROW';
 /* </end connected objects> */
 
 /* <begin connected objects> */
@@ -181,6 +166,29 @@ COMMENT ON FUNCTION pgtrickle.export_stream_tables() IS
 --   row_id_domain
 
 
+CREATE FUNCTION pgtrickle.encode_row_id_v2_fields(domain text, VARIADIC fields "any")
+RETURNS bytea STABLE PARALLEL SAFE
+LANGUAGE c AS 'MODULE_PATHNAME', 'encode_row_id_v2_fields';
+COMMENT ON FUNCTION pgtrickle.encode_row_id_v2_fields(text, "any") IS
+  'Row Identity V2 of the arguments, each one field: the bytes of encode_row_id_v2(domain, ROW(...)) without the ROW';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- requires:
+--   row_id_domain
+
+
+CREATE FUNCTION pgtrickle.encode_row_id_v2(domain text, fields record) RETURNS bytea
+STABLE PARALLEL SAFE LANGUAGE c AS 'MODULE_PATHNAME', 'encode_row_id_v2_wrapper';
+COMMENT ON FUNCTION pgtrickle.encode_row_id_v2(text, record) IS
+  'Row Identity V2 of the record''s fields (spec/wire-format.md)';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- requires:
+--   row_id_domain
+
+
 CREATE FUNCTION pgtrickle.capture_changes() RETURNS trigger
 LANGUAGE c AS 'MODULE_PATHNAME', 'capture_changes';
 COMMENT ON FUNCTION pgtrickle.capture_changes() IS
@@ -192,34 +200,13 @@ CREATE SCHEMA IF NOT EXISTS pgtrickle; /* pg_trickle_ext::pgtrickle */
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- pg_trickle_ext::pgtrickle::drop_stream_table
-CREATE  FUNCTION pgtrickle."drop_stream_table"(
-	"name" TEXT, /* & str */
-	"cascade" bool DEFAULT false /* bool */
-) RETURNS void
-STRICT VOLATILE
+-- pg_trickle_ext::pgtrickle::row_id_describe
+CREATE  FUNCTION pgtrickle."row_id_describe"(
+	"id" bytea /* & [u8] */
+) RETURNS TEXT /* String */
+IMMUTABLE STRICT PARALLEL SAFE
 LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'drop_stream_table_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- pg_trickle_ext::pgtrickle::refresh_stream_table
-CREATE  FUNCTION pgtrickle."refresh_stream_table"(
-	"name" TEXT /* & str */
-) RETURNS void
-STRICT VOLATILE
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'refresh_stream_table_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- pg_trickle_ext::pgtrickle::follow_source_ddl
-CREATE  FUNCTION pgtrickle."follow_source_ddl"(
-	"sources" oid[] /* Vec < pg_sys :: Oid > */
-) RETURNS INT /* i32 */
-STRICT VOLATILE
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'follow_source_ddl_wrapper';
+AS 'MODULE_PATHNAME', 'row_id_describe_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
@@ -237,30 +224,20 @@ AS 'MODULE_PATHNAME', 'alter_stream_table_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- pg_trickle_ext::pgtrickle::check_change_buffer
-
-CREATE FUNCTION pgtrickle.check_change_buffer(buffer regclass) RETURNS boolean
-STABLE STRICT LANGUAGE c AS 'MODULE_PATHNAME', 'check_change_buffer_wrapper';
+-- pg_trickle_ext::pgtrickle::write_identity_schemas
+CREATE  FUNCTION pgtrickle."write_identity_schemas"(
+	"relids" oid[] /* Vec < pg_sys :: Oid > */
+) RETURNS INT /* i32 */
+STRICT VOLATILE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'write_identity_schemas_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- pg_trickle_ext::pgtrickle::row_probe_v1
-CREATE  FUNCTION pgtrickle."row_probe_v1"(
-	"id" bytea /* & [u8] */
-) RETURNS bytea /* Vec < u8 > */
-IMMUTABLE STRICT PARALLEL SAFE
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'row_probe_v1_wrapper';
-/* </end connected objects> */
+-- pg_trickle_ext::pgtrickle::capture_table
 
-/* <begin connected objects> */
--- pg_trickle_ext::pgtrickle::identity_schema
-CREATE  FUNCTION pgtrickle."identity_schema"(
-	"rel" oid /* pg_sys :: Oid */
-) RETURNS TEXT /* String */
-STRICT STABLE
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'identity_schema_wrapper';
+CREATE FUNCTION pgtrickle.capture_table(source regclass) RETURNS text
+VOLATILE STRICT LANGUAGE c AS 'MODULE_PATHNAME', 'capture_table_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
@@ -285,6 +262,43 @@ AS 'MODULE_PATHNAME', 'validate_identity_fields_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
+-- pg_trickle_ext::pgtrickle::identity_schema
+CREATE  FUNCTION pgtrickle."identity_schema"(
+	"rel" oid /* pg_sys :: Oid */
+) RETURNS TEXT /* String */
+STRICT STABLE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'identity_schema_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- pg_trickle_ext::pgtrickle::note_table_rewrite
+CREATE  FUNCTION pgtrickle."note_table_rewrite"(
+	"rel" oid, /* pg_sys :: Oid */
+	"reason" INT /* i32 */
+) RETURNS void
+STRICT VOLATILE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'note_table_rewrite_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- pg_trickle_ext::pgtrickle::rebuild_stream_tables
+CREATE  FUNCTION pgtrickle."rebuild_stream_tables"(
+	"dry_run" bool DEFAULT false /* Option < bool > */
+) RETURNS TABLE (
+	"step" INT,  /* i32 */
+	"level" INT,  /* i32 */
+	"name" TEXT,  /* String */
+	"action" TEXT,  /* String */
+	"detail" TEXT  /* String */
+)
+VOLATILE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'rebuild_stream_tables_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
 -- pg_trickle_ext::validate::validate_source_identity
 CREATE  FUNCTION pgtrickle."validate_source_identity"(
 	"rel" oid, /* pg_sys :: Oid */
@@ -305,24 +319,48 @@ AS 'MODULE_PATHNAME', 'validate_source_identity_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- pg_trickle_ext::pgtrickle::note_table_rewrite
-CREATE  FUNCTION pgtrickle."note_table_rewrite"(
-	"rel" oid, /* pg_sys :: Oid */
-	"reason" INT /* i32 */
-) RETURNS void
-STRICT VOLATILE
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'note_table_rewrite_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- pg_trickle_ext::pgtrickle::row_id_describe
-CREATE  FUNCTION pgtrickle."row_id_describe"(
+-- pg_trickle_ext::pgtrickle::row_id_fingerprint
+CREATE  FUNCTION pgtrickle."row_id_fingerprint"(
 	"id" bytea /* & [u8] */
 ) RETURNS TEXT /* String */
 IMMUTABLE STRICT PARALLEL SAFE
 LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'row_id_describe_wrapper';
+AS 'MODULE_PATHNAME', 'row_id_fingerprint_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- pg_trickle_ext::pgtrickle::create_stream_table
+CREATE  FUNCTION pgtrickle."create_stream_table"(
+	"name" TEXT, /* Option < & str > */
+	"query" TEXT, /* Option < & str > */
+	"schedule" TEXT DEFAULT NULL, /* Option < & str > */
+	"refresh_mode" TEXT DEFAULT 'DIFFERENTIAL', /* Option < & str > */
+	"initialize" bool DEFAULT true, /* Option < bool > */
+	"cdc_mode" TEXT DEFAULT 'trigger' /* Option < & str > */
+) RETURNS void
+VOLATILE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'create_stream_table_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- pg_trickle_ext::pgtrickle::refresh_stream_table
+CREATE  FUNCTION pgtrickle."refresh_stream_table"(
+	"name" TEXT /* & str */
+) RETURNS void
+STRICT VOLATILE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'refresh_stream_table_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- pg_trickle_ext::pgtrickle::row_probe_v1
+CREATE  FUNCTION pgtrickle."row_probe_v1"(
+	"id" bytea /* & [u8] */
+) RETURNS bytea /* Vec < u8 > */
+IMMUTABLE STRICT PARALLEL SAFE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'row_probe_v1_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
@@ -337,46 +375,31 @@ AS 'MODULE_PATHNAME', 'publish_stream_table_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- pg_trickle_ext::pgtrickle::write_identity_schemas
-CREATE  FUNCTION pgtrickle."write_identity_schemas"(
-	"relids" oid[] /* Vec < pg_sys :: Oid > */
+-- pg_trickle_ext::pgtrickle::check_change_buffer
+
+CREATE FUNCTION pgtrickle.check_change_buffer(buffer regclass) RETURNS boolean
+STABLE STRICT LANGUAGE c AS 'MODULE_PATHNAME', 'check_change_buffer_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- pg_trickle_ext::pgtrickle::drop_stream_table
+CREATE  FUNCTION pgtrickle."drop_stream_table"(
+	"name" TEXT, /* & str */
+	"cascade" bool DEFAULT false /* bool */
+) RETURNS void
+STRICT VOLATILE
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'drop_stream_table_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- pg_trickle_ext::pgtrickle::follow_source_ddl
+CREATE  FUNCTION pgtrickle."follow_source_ddl"(
+	"sources" oid[] /* Vec < pg_sys :: Oid > */
 ) RETURNS INT /* i32 */
 STRICT VOLATILE
 LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'write_identity_schemas_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- pg_trickle_ext::pgtrickle::row_id_fingerprint
-CREATE  FUNCTION pgtrickle."row_id_fingerprint"(
-	"id" bytea /* & [u8] */
-) RETURNS TEXT /* String */
-IMMUTABLE STRICT PARALLEL SAFE
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'row_id_fingerprint_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- pg_trickle_ext::pgtrickle::capture_table
-
-CREATE FUNCTION pgtrickle.capture_table(source regclass) RETURNS text
-VOLATILE STRICT LANGUAGE c AS 'MODULE_PATHNAME', 'capture_table_wrapper';
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- pg_trickle_ext::pgtrickle::rebuild_stream_tables
-CREATE  FUNCTION pgtrickle."rebuild_stream_tables"(
-	"dry_run" bool DEFAULT false /* Option < bool > */
-) RETURNS TABLE (
-	"step" INT,  /* i32 */
-	"level" INT,  /* i32 */
-	"name" TEXT,  /* String */
-	"action" TEXT,  /* String */
-	"detail" TEXT  /* String */
-)
-VOLATILE
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'rebuild_stream_tables_wrapper';
+AS 'MODULE_PATHNAME', 'follow_source_ddl_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
@@ -784,21 +807,6 @@ CREATE EVENT TRIGGER pgtrickle_capture_rewrite ON table_rewrite
   EXECUTE FUNCTION pgtrickle.identity_messages_on_rewrite();
 -- In every session_replication_role: a rewrite not noted is a rewrite not marked.
 ALTER EVENT TRIGGER pgtrickle_capture_rewrite ENABLE ALWAYS;
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- pg_trickle_ext::pgtrickle::create_stream_table
-CREATE  FUNCTION pgtrickle."create_stream_table"(
-	"name" TEXT, /* Option < & str > */
-	"query" TEXT, /* Option < & str > */
-	"schedule" TEXT DEFAULT NULL, /* Option < & str > */
-	"refresh_mode" TEXT DEFAULT 'DIFFERENTIAL', /* Option < & str > */
-	"initialize" bool DEFAULT true, /* Option < bool > */
-	"cdc_mode" TEXT DEFAULT 'trigger' /* Option < & str > */
-) RETURNS void
-VOLATILE
-LANGUAGE c /* Rust */
-AS 'MODULE_PATHNAME', 'create_stream_table_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */

@@ -107,8 +107,9 @@ pub unsafe fn collect(query: *mut pg_sys::Query) -> Allowed {
 }
 
 /// The columns the analyzed query `query` reads of each table it reads, as PostgreSQL's
-/// permission check sees them (attribute numbers, ascending; 0: the whole row): what the
-/// stream table's owner must keep the right to read for its maintenance to go on.
+/// permission check sees them (attribute numbers, ascending; 0: the whole row; negative: a
+/// system column): what the stream table's owner must keep the right to read for its
+/// maintenance to go on (the columns from 0 up).
 ///
 /// # Safety
 /// `query` must be an analyzed `Query` valid for this call.
@@ -416,11 +417,10 @@ unsafe fn selected_columns(
             if member < 0 {
                 break;
             }
+            // System columns are negative: they need no privilege of their own, and what
+            // reads them is told by their number (crate::stream_table).
             let attnum = member + pg_sys::FirstLowInvalidHeapAttributeNumber;
-            // System columns (negative) need no privilege of their own.
-            if attnum >= 0 {
-                entry.insert(attnum as i16);
-            }
+            entry.insert(attnum as i16);
         }
     };
     // SAFETY: the analyzed query's range table (PostgreSQL 15: each entry carries its

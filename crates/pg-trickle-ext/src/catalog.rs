@@ -763,18 +763,47 @@ pub fn extension_owner() -> pg_sys::Oid {
 }
 
 /// What a stream table's definition depends on in its sources, as one text: every column
-/// (number, name, type, typmod), every unique index (its key columns) and the labels of every
-/// enum a column has; and of every user-defined function it calls (`functions`, what
-/// [`crate::binding`] recorded), what it is: name, schema, arguments, result, language, body,
-/// volatility, strictness, security and settings. A DDL that changes it (`CREATE OR REPLACE
+/// (number, name, type, typmod, collation, `NOT NULL`, generation), every unique index (its
+/// key columns); every type its sources' columns and its own columns (`storage`: the
+/// query's outputs) depend on, transitively through domains, arrays, composites, ranges and
+/// multiranges (proposal §6.2: "DDL invalidations are the union of all component
+/// invalidations"): each one's kind, base type, typmod, collation and `NOT NULL`, a
+/// composite's attributes, an enum's labels in order, a range's subtype and collation; and
+/// of every user-defined function it calls (`functions`, what [`crate::binding`] recorded),
+/// what it is: name, schema, arguments, result, language, body, volatility, strictness,
+/// security and settings. A DDL that changes it (`ALTER TYPE ... RENAME VALUE`, `ADD
+/// ATTRIBUTE`, `ALTER COLUMN ... DROP NOT NULL`, a column's collation, `CREATE OR REPLACE
 /// FUNCTION`, `ALTER FUNCTION` among them) makes the next refresh rebuild the stream table
 /// from its query (spec/stream-tables.md §5.4, §10.2).
-pub fn source_shape(sources: &[pg_sys::Oid], functions: &[pg_sys::Oid]) -> String {
+pub fn source_shape(
+    storage: pg_sys::Oid,
+    sources: &[pg_sys::Oid],
+    functions: &[pg_sys::Oid],
+) -> String {
     // Kept: every refresh and every IMMEDIATE statement compares it.
     spi::rows_mut_map_kept(
-        "SELECT COALESCE(pg_catalog.string_agg(x, ';' ORDER BY x), '') FROM ( \
-           SELECT pg_catalog.format('c:%s:%s:%s:%s:%s', a.attrelid, a.attnum, a.attname, \
-                    a.atttypid, a.atttypmod) AS x \
+        "WITH RECURSIVE ty(oid) AS ( \
+           SELECT a.atttypid FROM pg_catalog.pg_attribute a \
+           WHERE (a.attrelid OPERATOR(pg_catalog.=) ANY ($1) \
+                  OR a.attrelid OPERATOR(pg_catalog.=) $3) \
+             AND a.attnum OPERATOR(pg_catalog.>) 0 AND NOT a.attisdropped \
+           UNION \
+           SELECT n.oid FROM ty JOIN pg_catalog.pg_type t ON t.oid OPERATOR(pg_catalog.=) ty.oid \
+           CROSS JOIN LATERAL ( \
+             SELECT t.typbasetype WHERE t.typbasetype OPERATOR(pg_catalog.<>) 0 \
+             UNION ALL SELECT t.typelem WHERE t.typelem OPERATOR(pg_catalog.<>) 0 \
+             UNION ALL SELECT a.atttypid FROM pg_catalog.pg_attribute a \
+               WHERE t.typrelid OPERATOR(pg_catalog.<>) 0 \
+                 AND a.attrelid OPERATOR(pg_catalog.=) t.typrelid \
+                 AND a.attnum OPERATOR(pg_catalog.>) 0 AND NOT a.attisdropped \
+             UNION ALL SELECT r.rngsubtype FROM pg_catalog.pg_range r \
+               WHERE r.rngtypid OPERATOR(pg_catalog.=) t.oid \
+             UNION ALL SELECT r.rngtypid FROM pg_catalog.pg_range r \
+               WHERE r.rngmultitypid OPERATOR(pg_catalog.=) t.oid) n(oid)) \
+         SELECT COALESCE(pg_catalog.string_agg(x, ';' ORDER BY x), '') FROM ( \
+           SELECT pg_catalog.format('c:%s:%s:%s:%s:%s:%s:%s:%s', a.attrelid, a.attnum, \
+                    a.attname, a.atttypid, a.atttypmod, a.attcollation, a.attnotnull, \
+                    a.attgenerated) AS x \
            FROM pg_catalog.pg_attribute a \
            WHERE a.attrelid OPERATOR(pg_catalog.=) ANY ($1) \
              AND a.attnum OPERATOR(pg_catalog.>) 0 AND NOT a.attisdropped \
@@ -783,10 +812,26 @@ pub fn source_shape(sources: &[pg_sys::Oid], functions: &[pg_sys::Oid]) -> Strin
            FROM pg_catalog.pg_index i \
            WHERE i.indrelid OPERATOR(pg_catalog.=) ANY ($1) AND i.indisunique \
            UNION ALL \
+           SELECT pg_catalog.format('t:%s:%s:%s:%s:%s:%s:%s', t.oid, t.typtype, t.typbasetype, \
+                    t.typtypmod, t.typcollation, t.typnotnull, t.typrelid) \
+           FROM pg_catalog.pg_type t WHERE t.oid OPERATOR(pg_catalog.=) ANY (SELECT oid FROM ty) \
+           UNION ALL \
+           SELECT pg_catalog.format('a:%s:%s:%s:%s:%s:%s', t.oid, a.attnum, a.attname, \
+                    a.atttypid, a.atttypmod, a.attcollation) \
+           FROM pg_catalog.pg_type t JOIN pg_catalog.pg_attribute a \
+             ON a.attrelid OPERATOR(pg_catalog.=) t.typrelid \
+           WHERE t.oid OPERATOR(pg_catalog.=) ANY (SELECT oid FROM ty) \
+             AND t.typrelid OPERATOR(pg_catalog.<>) 0 \
+             AND a.attnum OPERATOR(pg_catalog.>) 0 AND NOT a.attisdropped \
+           UNION ALL \
            SELECT pg_catalog.format('e:%s:%s:%s', e.enumtypid, e.enumsortorder, e.enumlabel) \
            FROM pg_catalog.pg_enum e \
-           WHERE e.enumtypid OPERATOR(pg_catalog.=) ANY (SELECT a.atttypid \
-             FROM pg_catalog.pg_attribute a WHERE a.attrelid OPERATOR(pg_catalog.=) ANY ($1)) \
+           WHERE e.enumtypid OPERATOR(pg_catalog.=) ANY (SELECT oid FROM ty) \
+           UNION ALL \
+           SELECT pg_catalog.format('r:%s:%s:%s:%s', r.rngtypid, r.rngsubtype, r.rngcollation, \
+                    r.rngsubopc) \
+           FROM pg_catalog.pg_range r \
+           WHERE r.rngtypid OPERATOR(pg_catalog.=) ANY (SELECT oid FROM ty) \
            UNION ALL \
            SELECT pg_catalog.format('f:%s:%s', p.oid, pg_catalog.md5(pg_catalog.concat_ws('|', \
                     p.proname, p.pronamespace, p.proargtypes, p.prorettype, p.proretset, \
@@ -796,6 +841,7 @@ pub fn source_shape(sources: &[pg_sys::Oid], functions: &[pg_sys::Oid]) -> Strin
         &[
             pgrx::datum::DatumWithOid::from(sources.to_vec()),
             pgrx::datum::DatumWithOid::from(functions.to_vec()),
+            pgrx::datum::DatumWithOid::from(storage),
         ],
         |r| r.get::<String>(1),
     )

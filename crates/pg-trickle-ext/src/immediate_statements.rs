@@ -1,43 +1,61 @@
 //! Which writing statements an IMMEDIATE stream table may apply by its delta rules
 //! (spec/stream-tables.md §5.3, "statements of several events").
 //!
-//! A statement that writes a source with more than one event (a data-modifying `WITH` that
-//! deletes and inserts, `MERGE`, `INSERT ... ON CONFLICT DO UPDATE`, and every apply
-//! statement of an upstream stream table) fires one AFTER STATEMENT trigger per event, each
-//! after the whole statement: the sources each trigger reads "as they are now" already hold
-//! the other events' rows, which their own triggers then apply again. The delta rules hold
-//! for one event per statement only.
+//! The delta rules hold for one event at a time: an AFTER STATEMENT trigger applies its
+//! transition tables against every other input *as it is now*, which is exact only when no
+//! other write of the stream table's sources is in flight. Several are in flight when one
+//! statement writes sources with more than one event (a data-modifying `WITH` over one
+//! source or several, `MERGE`, `INSERT ... ON CONFLICT DO UPDATE`, an upstream stream
+//! table's apply statement), and when a statement runs inside another's execution (a
+//! foreign key's cascade, a user's row trigger writing another source): PostgreSQL fires
+//! the AFTER trigger of each event after its whole statement, so the sources it reads
+//! already hold the other events' rows, which their own triggers apply again, or lose the
+//! rows of an event whose trigger already ran against the old state.
 //!
 //! So the BEFORE STATEMENT trigger of the stream table (`_b`, once per event of a statement,
-//! as PostgreSQL fires it) opens an event, and each AFTER trigger closes one. An AFTER
-//! trigger that finds another event of its stream table and source still open, or finds
-//! that such a statement already recomputed, recomputes the stream table instead of applying
-//! its delta: a recomputation reads the sources after the whole statement and is exact
-//! however many times it runs. Counting errs only towards recomputing: a statement nested in
-//! another's execution counts as another event. Events opened in a subtransaction that
-//! aborts are forgotten with it, and everything when the transaction ends.
+//! as PostgreSQL fires it, on every source) opens an event of the stream table, and each
+//! AFTER trigger closes one. Invariant: a delta is applied only by a trigger that closes the
+//! only open event of its stream table, and only when no event of that stretch was closed
+//! while another was open. A trigger that closes an event while others stay open applies
+//! nothing ([`Apply::Later`]) and marks the stretch; the trigger that closes its last event
+//! recomputes the stream table ([`Apply::Recompute`]: from the sources after every write of
+//! the stretch, once, however many events and sources it had). Counting errs only towards
+//! recomputing. Events opened in a subtransaction that aborts are forgotten with it (its
+//! writes are undone too), and everything when the transaction ends.
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 
 use pgrx::pg_sys;
 
-/// The open events of one stream table and source.
+/// What an AFTER trigger does with its statement's change.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Apply {
+    /// The only event of its stretch: its delta, against the other inputs as they are now.
+    Delta,
+    /// The last event of a stretch of several: the stream table recomputed.
+    Recompute,
+    /// Other events of the stream table are open: nothing now, the last one recomputes.
+    Later,
+}
+
+/// The open events of one stream table (over all its sources).
 #[derive(Default)]
 struct Open {
     /// The subtransaction each open event's BEFORE trigger fired in.
     events: Vec<pg_sys::SubTransactionId>,
-    /// A statement of several events recomputed the stream table, and events are still open.
-    recomputed: bool,
+    /// An event closed while another was open: the last close recomputes.
+    several: bool,
 }
 
 thread_local! {
-    static OPEN: RefCell<HashMap<(u32, u32), Open>> = RefCell::new(HashMap::new());
+    static OPEN: RefCell<HashMap<u32, Open>> = RefCell::new(HashMap::new());
     static CALLBACKS: Cell<bool> = const { Cell::new(false) };
 }
 
-/// The BEFORE STATEMENT trigger of stream table `relid` on `source` fired: one event opens.
-pub fn open(relid: pg_sys::Oid, source: pg_sys::Oid) {
+/// The BEFORE STATEMENT trigger of stream table `relid` (on any of its sources) fired: one
+/// event opens.
+pub fn open(relid: pg_sys::Oid) {
     if !CALLBACKS.with(Cell::get) {
         // SAFETY: plain function pointers registered once per backend; the callbacks only
         // touch this module's thread-local state.
@@ -51,46 +69,53 @@ pub fn open(relid: pg_sys::Oid, source: pg_sys::Oid) {
     let subxact = unsafe { pg_sys::GetCurrentSubTransactionId() };
     OPEN.with(|o| {
         o.borrow_mut()
-            .entry(key(relid, source))
+            .entry(u32::from(relid))
             .or_default()
             .events
             .push(subxact);
     });
 }
 
-/// An AFTER trigger of stream table `relid` on `source` fires: closes one event (opened in
-/// the current subtransaction, the last such) and says whether the trigger must recompute
-/// instead of applying its statement's delta.
-pub fn close(relid: pg_sys::Oid, source: pg_sys::Oid) -> bool {
+/// An AFTER trigger of stream table `relid` fires for an event (`truncate`: a TRUNCATE,
+/// which opens none): closes one (opened in the current subtransaction, the last such) and
+/// says what the trigger does.
+pub fn close(relid: pg_sys::Oid, truncate: bool) -> Apply {
     // SAFETY: reads the backend's current subtransaction id.
     let subxact = unsafe { pg_sys::GetCurrentSubTransactionId() };
     OPEN.with(|o| {
         let mut o = o.borrow_mut();
-        let k = key(relid, source);
+        let k = u32::from(relid);
         let Some(open) = o.get_mut(&k) else {
-            // No BEFORE trigger counted (a stream table made before it existed): one event.
-            return false;
+            // Nothing else in flight (or a stream table made before BEFORE triggers
+            // existed): one event, or a TRUNCATE, which recomputes.
+            return if truncate {
+                Apply::Recompute
+            } else {
+                Apply::Delta
+            };
         };
-        let recompute = open.events.len() > 1 || open.recomputed;
-        match open.events.iter().rposition(|&s| s == subxact) {
-            Some(i) => {
-                open.events.remove(i);
-            }
-            None => {
-                open.events.pop();
+        if !truncate {
+            match open.events.iter().rposition(|&s| s == subxact) {
+                Some(i) => {
+                    open.events.remove(i);
+                }
+                None => {
+                    open.events.pop();
+                }
             }
         }
-        if open.events.is_empty() {
-            o.remove(&k);
-        } else if recompute {
-            open.recomputed = true;
+        if !open.events.is_empty() {
+            open.several = true;
+            return Apply::Later;
         }
-        recompute
+        let several = open.several;
+        o.remove(&k);
+        if several || truncate {
+            Apply::Recompute
+        } else {
+            Apply::Delta
+        }
     })
-}
-
-fn key(relid: pg_sys::Oid, source: pg_sys::Oid) -> (u32, u32) {
-    (u32::from(relid), u32::from(source))
 }
 
 /// Forgets every open event when the transaction ends (committed, every statement ended;

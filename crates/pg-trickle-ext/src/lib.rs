@@ -448,6 +448,14 @@ CREATE TABLE pgtrickle.pgt_immediate (
 );
 REVOKE ALL ON pgtrickle.pgt_immediate FROM PUBLIC;
 GRANT SELECT ON pgtrickle.pgt_immediate TO PUBLIC;
+-- One row per IMMEDIATE stream table, updated by every statement that maintains it
+-- (spec/stream-tables.md §5.3, "Isolation"): a REPEATABLE READ or SERIALIZABLE writer whose
+-- snapshot predates the last maintenance fails to update it, with a serialisation error.
+CREATE TABLE pgtrickle.pgt_immediate_marks (
+    pgt_relid oid PRIMARY KEY REFERENCES pgtrickle.pgt_stream_tables ON DELETE CASCADE,
+    statements bigint NOT NULL DEFAULT 0
+) WITH (fillfactor = 10);
+REVOKE ALL ON pgtrickle.pgt_immediate_marks FROM PUBLIC;
 -- A table-level SELECT on a stream table becomes SELECT on its columns but __pgt_row_id
 -- (spec/stream-tables.md §10.4): after every GRANT.
 CREATE FUNCTION pgtrickle.keep_identities_private() RETURNS event_trigger

@@ -11,11 +11,13 @@
 //! apply their statements one after the other, each statement reading the sources under a
 //! snapshot taken after the lock (every earlier writer's maintenance committed).
 
+use pgrx::PgTryBuilder;
 use pgrx::datum::DatumWithOid;
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 
 use crate::guard::{as_owner, with_pinned_settings};
+use crate::immediate_statements::Apply;
 use crate::{errors, spi};
 
 const FUNCTION: &str = "pgtrickle.maintain_stream_table";
@@ -162,12 +164,12 @@ pub unsafe extern "C-unwind" fn maintain_stream_table(
                 ),
             );
         }
-        // A statement of several events on the source is recomputed after it (see
-        // crate::immediate_statements): its BEFORE trigger opens an event, each AFTER one
-        // closes one.
-        let recompute = match op {
-            'i' | 'u' | 'd' => crate::immediate_statements::close(relid, source),
-            _ => op == 't',
+        // Several writes of the sources in flight at once are recomputed after the last
+        // (see crate::immediate_statements): the BEFORE trigger opens an event, each AFTER
+        // one closes one.
+        let apply = match op {
+            'i' | 'u' | 'd' | 't' => crate::immediate_statements::close(relid, op == 't'),
+            _ => Apply::Delta,
         };
         let owner = crate::catalog::relation_owner(relid);
         // What FULL would need of the owner (crate::access): SELECT on what the query reads
@@ -181,13 +183,13 @@ pub unsafe extern "C-unwind" fn maintain_stream_table(
                 &read_columns,
             );
         }
-        let recompute = recompute
+        let recompute = apply == Apply::Recompute
             || (op != 'b'
                 && sources
                     .iter()
                     .any(|s| crate::access::row_security_applies(*s, owner)));
         let statement = if recompute { fill } else { delta };
-        if crate::catalog::source_shape(&sources, &functions) != shape {
+        if crate::catalog::source_shape(relid, &sources, &functions) != shape {
             // Its statements were written for the sources' old definition: nothing is
             // applied with them (the write fails) until a refresh rebuilds it.
             errors::invalid_buffer(
@@ -200,12 +202,16 @@ pub unsafe extern "C-unwind" fn maintain_stream_table(
             );
         }
         if op == 'b' {
-            crate::immediate_statements::open(relid, source);
+            crate::immediate_statements::open(relid);
+            return pg_sys::Datum::from(0);
+        }
+        if apply == Apply::Later {
             return pg_sys::Datum::from(0);
         }
         as_owner(owner, || {
             // Writers of the sources apply their statements one at a time.
             pg_sys::LockRelationOid(relid, pg_sys::ExclusiveLock as pg_sys::LOCKMODE);
+            mark_maintained(relid);
             with_pinned_settings(&time_zone, || {
                 let name = crate::catalog::relation_name(relid);
                 let allowed = crate::binding::Allowed {
@@ -222,4 +228,40 @@ pub unsafe extern "C-unwind" fn maintain_stream_table(
         });
         pg_sys::Datum::from(0)
     }
+}
+
+/// Records that this transaction maintains the IMMEDIATE stream table `relid`, its storage
+/// already locked `EXCLUSIVE` (spec/stream-tables.md §5.3, "Isolation"): every maintenance
+/// updates the stream table's row of `pgtrickle.pgt_immediate_marks`, so a transaction
+/// whose snapshot is fixed (REPEATABLE READ, SERIALIZABLE) and predates another's
+/// maintenance fails here with a serialisation error, as PostgreSQL fails its update of a
+/// row updated since its snapshot: its statement's change would be applied against sources
+/// that lack what the other committed (a join would miss the pair). Under READ COMMITTED
+/// the update finds the latest row, and the maintenance statements that follow take their
+/// snapshots after it.
+pub fn mark_maintained(relid: pg_sys::Oid) {
+    crate::catalog::as_extension(|| {
+        PgTryBuilder::new(|| {
+            spi::run(
+                "UPDATE pgtrickle.pgt_immediate_marks SET statements = statements + 1 \
+                 WHERE pgt_relid OPERATOR(pg_catalog.=) $1",
+                &[DatumWithOid::from(relid)],
+            )
+        })
+        // Raises at once: the caught error is not resumed from.
+        .catch_when(PgSqlErrorCode::ERRCODE_T_R_SERIALIZATION_FAILURE, |_| {
+            ereport!(
+                ERROR,
+                PgSqlErrorCode::ERRCODE_T_R_SERIALIZATION_FAILURE,
+                format!(
+                    "{FUNCTION}: the IMMEDIATE stream table {} was maintained by a \
+                     transaction that committed after this transaction's snapshot was \
+                     taken: its statement cannot be applied exactly under REPEATABLE READ or \
+                     SERIALIZABLE; retry the transaction",
+                    crate::catalog::relation_name(relid)
+                )
+            );
+        })
+        .execute();
+    });
 }

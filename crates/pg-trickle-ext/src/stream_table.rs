@@ -269,6 +269,7 @@ pub fn create(
             ),
         );
     }
+    refuse_fixed_snapshot(name, mode);
     let time_zone = current_time_zone();
     let search_path = caller_search_path();
     let def = define(CREATE, query, &time_zone, mode);
@@ -279,6 +280,8 @@ pub fn create(
         // SAFETY: reads this backend's current user id.
         let owner = unsafe { pg_sys::GetUserId() };
         crate::access::refuse_row_security(CREATE, mode.name(), &def.read.sources, owner);
+        refuse_internal_names(name, mode, &def.read.sources);
+        refuse_unmaintainable(name, mode, &def);
     }
     let target = target_name(CREATE, name);
     let storage = target.quoted();
@@ -376,7 +379,7 @@ pub fn create(
     let domain = def.identity.domain.name();
     let bound_functions = crate::binding::sorted(&def.read.bound.functions);
     let bound_operators = crate::binding::sorted(&def.read.bound.operators);
-    let shape = crate::catalog::source_shape(&def.read.sources, &bound_functions);
+    let shape = crate::catalog::source_shape(relid, &def.read.sources, &bound_functions);
     // As a view's rule: a function or operator the query calls cannot be dropped under it.
     crate::binding::record_dependencies(relid, &def.read.bound);
     as_owner(crate::catalog::extension_owner(), || {
@@ -419,12 +422,16 @@ pub fn create(
     });
     if mode == Mode::Immediate {
         as_owner(crate::catalog::extension_owner(), || {
+            spi::run(
+                "INSERT INTO pgtrickle.pgt_immediate_marks (pgt_relid) VALUES ($1)",
+                &[DatumWithOid::from(relid)],
+            );
             for (source, event, sql) in &immediate {
-                let read = def
+                let read: Vec<i16> = def
                     .read
                     .columns_read
                     .get(source)
-                    .cloned()
+                    .map(|c| c.iter().copied().filter(|a| *a >= 0).collect())
                     .unwrap_or_default();
                 spi::run(
                     "INSERT INTO pgtrickle.pgt_immediate (pgt_relid, source, event, statement, \
@@ -447,6 +454,132 @@ pub fn create(
     if initialize {
         // Just made from the sources as they are: never stale.
         refresh_relid(REFRESH, relid);
+    }
+}
+
+/// Refuses to create (or rebuild) a DIFFERENTIAL or IMMEDIATE stream table `name` in a
+/// transaction whose snapshot is fixed (REPEATABLE READ, SERIALIZABLE): that snapshot can
+/// predate a write committed before the capture existed (the capture's `CREATE TRIGGER`
+/// waits only for writers still running), so neither the first fill nor the capture would
+/// see it, and the stream table would miss it forever (spec/stream-tables.md §5.2). Under
+/// READ COMMITTED the fill's statement takes its snapshot after the capture exists, and
+/// writers after it wait for this transaction. FULL captures nothing: its fill is the
+/// query at the transaction's snapshot, as a refresh there is.
+fn refuse_fixed_snapshot(name: &str, mode: Mode) {
+    // SAFETY: reads a backend-local setting of the running transaction.
+    let fixed = unsafe { pg_sys::XactIsoLevel } >= pg_sys::XACT_REPEATABLE_READ as i32;
+    if fixed && mode != Mode::Full {
+        errors::refused(
+            CREATE,
+            "0A000",
+            &format!(
+                "{name}: {} stream tables are created (and rebuilt) only in READ COMMITTED \
+                 transactions: a REPEATABLE READ or SERIALIZABLE snapshot can predate a write \
+                 committed before the capture existed, which neither the fill nor the capture \
+                 would see",
+                mode.name()
+            ),
+        );
+    }
+}
+
+/// Refuses a DIFFERENTIAL or IMMEDIATE stream table `name` over a table (not a stream
+/// table) with a column whose name begins with `__pgt_`: the delta statements read a
+/// source's change as its whole rows beside columns of their own of such names (a weight
+/// `__pgt_w`, an identity `__pgt_row_id`), which a source column of that name makes
+/// ambiguous, so the source's writes (IMMEDIATE) or the refreshes would fail
+/// (spec/stream-tables.md §6.3). A stream table's own `__pgt_` columns are read as what
+/// they are.
+fn refuse_internal_names(name: &str, mode: Mode, sources: &[pg_sys::Oid]) {
+    for source in unique(sources) {
+        if crate::stream_graph::upstream(source).is_some() {
+            continue;
+        }
+        let column = spi::rows(
+            "SELECT a.attname::pg_catalog.text FROM pg_catalog.pg_attribute a \
+             WHERE a.attrelid OPERATOR(pg_catalog.=) $1 AND a.attnum OPERATOR(pg_catalog.>) 0 \
+               AND NOT a.attisdropped \
+               AND pg_catalog.left(a.attname::pg_catalog.text, 6) OPERATOR(pg_catalog.=) '__pgt_' \
+             ORDER BY a.attnum LIMIT 1",
+            &[DatumWithOid::from(source)],
+            |r| Ok(r.get::<String>(1)?.unwrap_or_default()),
+        )
+        .pop();
+        if let Some(column) = column {
+            errors::refused(
+                CREATE,
+                "0A000",
+                &format!(
+                    "{name}: the source {} has a column named {}: names beginning with \
+                     __pgt_ are the {} statements' own; rename the column or use refresh_mode \
+                     => 'FULL'",
+                    crate::catalog::relation_name(source),
+                    quote_ident(&column),
+                    mode.name()
+                ),
+            );
+        }
+    }
+}
+
+/// Refuses a DIFFERENTIAL or IMMEDIATE stream table `name` its statements could not keep
+/// (spec/stream-tables.md §6.3; each was accepted once and every refresh, or with IMMEDIATE
+/// every write of the source, failed): a query that reads no table (nothing captures a
+/// change of a function's rows), one without output columns, one reading a system column
+/// (`xmin`, `ctid`: a change's images carry none), and for DIFFERENTIAL one reading a
+/// `STORED` generated column (the change buffers carry none; IMMEDIATE's transition tables
+/// do).
+fn refuse_unmaintainable(name: &str, mode: Mode, def: &Definition) {
+    let refuse = |why: String| -> ! {
+        errors::refused(
+            CREATE,
+            "0A000",
+            &format!(
+                "{name}: {why}: a {} stream table cannot keep it; use refresh_mode => 'FULL'",
+                mode.name()
+            ),
+        )
+    };
+    if def.read.sources.is_empty() {
+        refuse("the query reads no table (its rows change without a write to capture)".into());
+    }
+    if def.read.plan.outputs().is_empty() {
+        refuse("the query has no output columns".into());
+    }
+    for source in unique(&def.read.sources) {
+        let read = def
+            .read
+            .columns_read
+            .get(&source)
+            .cloned()
+            .unwrap_or_default();
+        let table = crate::catalog::relation_name(source);
+        if read.iter().any(|a| *a < 0) {
+            refuse(format!(
+                "the query reads a system column of {table} (a change's rows carry none)"
+            ));
+        }
+        if mode != Mode::Differential {
+            continue;
+        }
+        let generated = spi::rows(
+            "SELECT a.attname::pg_catalog.text FROM pg_catalog.pg_attribute a \
+             WHERE a.attrelid OPERATOR(pg_catalog.=) $1 AND a.attnum OPERATOR(pg_catalog.>) 0 \
+               AND NOT a.attisdropped AND a.attgenerated OPERATOR(pg_catalog.<>) '' \
+               AND (a.attnum OPERATOR(pg_catalog.=) ANY ($2) \
+                    OR 0 OPERATOR(pg_catalog.=) ANY ($2)) \
+             ORDER BY a.attnum LIMIT 1",
+            &[DatumWithOid::from(source), DatumWithOid::from(read)],
+            |r| Ok(r.get::<String>(1)?.unwrap_or_default()),
+        )
+        .pop();
+        if let Some(column) = generated {
+            refuse(format!(
+                "the query reads the generated column {} of {table} (change buffers carry no \
+                 generated column; IMMEDIATE, whose transition tables do, can keep it)",
+                quote_ident(&column)
+            ));
+        }
     }
 }
 
@@ -808,7 +941,8 @@ fn refresh_relid(function: &str, relid: pg_sys::Oid) -> Refreshed {
             ),
         );
     }
-    if crate::catalog::source_shape(&recorded.sources, &recorded.bound_functions) != recorded.shape
+    if crate::catalog::source_shape(relid, &recorded.sources, &recorded.bound_functions)
+        != recorded.shape
     {
         // A DDL changed what the definition depends on: rebuilt from its query, read as its
         // creator read it, by its owner, never refreshed with statements written for the old
@@ -827,6 +961,10 @@ fn refresh_relid(function: &str, relid: pg_sys::Oid) -> Refreshed {
         // statements below read under a snapshot taken after every earlier one committed.
         // SAFETY: a relation lock on the storage, held to the transaction's end.
         unsafe { pg_sys::LockRelationOid(relid, pg_sys::ExclusiveLock as pg_sys::LOCKMODE) };
+        if recorded.mode == Mode::Immediate.name() {
+            // A recomputation under a snapshot older than the last maintenance would undo it.
+            crate::stream_immediate::mark_maintained(relid);
+        }
         let allowed = recorded.allowed(relid);
         with_pinned(&recorded.time_zone, || {
             crate::sealed::sealed(&table, || {

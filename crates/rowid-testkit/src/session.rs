@@ -46,14 +46,22 @@ impl Session {
         self.wait(db, "idle in transaction");
     }
 
+    /// Sends `sql`, which may fail (the session continues after errors only when told to,
+    /// with `\set ON_ERROR_STOP 0`), and waits until the session is idle in its
+    /// transaction again, aborted or not.
+    pub fn run_may_fail(&mut self, db: &Psql, sql: &str) {
+        self.send(sql);
+        self.wait(db, "idle in transaction%");
+    }
+
     /// Sends `sql` without waiting.
     pub fn send(&mut self, sql: &str) {
         writeln!(self.stdin, "{sql}").unwrap();
         self.stdin.flush().unwrap();
     }
 
-    /// Waits until the session's `state` is `state`, or, for `"Lock"`, until it waits for a
-    /// lock (`wait_event_type`).
+    /// Waits until the session's `state` is `state` (a `LIKE` pattern), or, for `"Lock"`,
+    /// until it waits for a lock (`wait_event_type`).
     pub fn wait(&self, db: &Psql, state: &str) {
         let column = if state == "Lock" {
             "wait_event_type"
@@ -62,7 +70,7 @@ impl Session {
         };
         let sql = format!(
             "SELECT count(*) FROM pg_stat_activity WHERE application_name = '{}' \
-             AND {column} = '{state}';",
+             AND {column} LIKE '{state}';",
             self.name
         );
         let t = Instant::now();

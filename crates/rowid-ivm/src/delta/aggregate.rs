@@ -340,8 +340,10 @@ pub(super) fn statement(plan: &Plan, frame: &Frame<'_>) -> Result<Option<String>
         let x = format!("d.a{i}");
         let nn = format!("(COALESCE(s.\"__pgt_nn_{i}\", 0) + COALESCE(a.dnn{i}, 0))");
         if rule.counts_values() || *rule == Rule::CountValues {
+            // `count(x)` counts the values that are not the null value: a composite value
+            // with a NULL field is one (`IS NOT NULL` is false for it), as an array is.
             agg.push(format!(
-                "pg_catalog.sum({w}) FILTER (WHERE {x} IS NOT NULL) AS dnn{i}"
+                "pg_catalog.sum({w}) FILTER (WHERE pg_catalog.num_nonnulls({x}) = 1) AS dnn{i}"
             ));
         }
         if rule.counts_values() {

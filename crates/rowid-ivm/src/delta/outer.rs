@@ -132,7 +132,7 @@ pub(super) fn statement(plan: &Plan, frame: &Frame<'_>) -> Result<Option<String>
         super::ranges::ranges(
             "__pgt_ta",
             "JOIN_KEY",
-            &[format!("t.{id}::pgtrickle.row_id")]
+            &[format!("__pgt_t.{id}::pgtrickle.row_id")]
         ),
     );
     let names: Vec<String> = plan.outputs().into_iter().map(|o| o.name).collect();

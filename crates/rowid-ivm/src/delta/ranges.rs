@@ -13,8 +13,8 @@ use crate::sql::ROW_ID;
 /// state (`00`) and `TUPLE_END` (`FF`).
 const NULL_CHILD_AND_END: usize = 3;
 
-/// A `WITH` part `__pgt_tr` (`lo`, `hi`): for each row `t` of the `WITH` part `rows`, the range
-/// of the identities of `domain` whose fields are `values` (expressions over `t`) and then one
+/// A `WITH` part `__pgt_tr` (`lo`, `hi`): for each row `__pgt_t` of the `WITH` part `rows`, the range
+/// of the identities of `domain` whose fields are `values` (expressions over `__pgt_t`) and then one
 /// child identity.
 pub(super) fn ranges(rows: &str, domain: &str, values: &[String]) -> String {
     let mut fields = values.to_vec();
@@ -22,7 +22,7 @@ pub(super) fn ranges(rows: &str, domain: &str, values: &[String]) -> String {
     format!(
         "__pgt_tr AS (SELECT x.lo, x.lo OPERATOR(pg_catalog.||) pg_catalog.decode('ff', 'hex') AS hi \
            FROM (SELECT pg_catalog.substr(e.b, 1, pg_catalog.length(e.b) - {NULL_CHILD_AND_END}) AS lo \
-             FROM (SELECT pgtrickle.encode_row_id_v2('{domain}', ROW({})) AS b FROM {rows} AS t) AS e) AS x), ",
+             FROM (SELECT pgtrickle.encode_row_id_v2('{domain}', ROW({})) AS b FROM {rows} AS __pgt_t) AS e) AS x), ",
         fields.join(", ")
     )
 }

@@ -47,9 +47,11 @@ pub(super) fn statement(plan: &Plan, frame: &Frame<'_>) -> Result<Option<String>
     if terms.is_empty() {
         return Ok(Some(no_change(head, row)));
     }
-    let t_parts: Vec<String> = parts.iter().map(|p| format!("t.{p}")).collect();
+    // `__pgt_t`, not a name a query's own FROM item may have (§6.3): the restriction below
+    // evaluates the query's partition expressions inside its subquery.
+    let t_parts: Vec<String> = parts.iter().map(|p| format!("__pgt_t.{p}")).collect();
     let selected = if parts.is_empty() {
-        "t.__pgt_any".to_string()
+        "__pgt_t.__pgt_any".to_string()
     } else {
         t_parts.join(", ")
     };
@@ -57,7 +59,7 @@ pub(super) fn statement(plan: &Plan, frame: &Frame<'_>) -> Result<Option<String>
     // values and a NULL child, without the NULL child and TUPLE_END) up to that prefix and
     // `FF`, which no field tag reaches.
     let touched = format!(
-        "__pgt_tp AS (SELECT DISTINCT {selected} FROM ({}) AS t WHERE {go}), {}",
+        "__pgt_tp AS (SELECT DISTINCT {selected} FROM ({}) AS __pgt_t WHERE {go}), {}",
         terms.join(" UNION ALL "),
         super::ranges::ranges("__pgt_tp", "WINDOW_KEY", &t_parts),
     );
@@ -83,14 +85,14 @@ pub(super) fn statement(plan: &Plan, frame: &Frame<'_>) -> Result<Option<String>
             .collect();
         vec![
             vec![format!(
-                "({}) IN (SELECT {} FROM __pgt_tp AS t)",
+                "({}) IN (SELECT {} FROM __pgt_tp AS __pgt_t)",
                 own.join(", "),
                 t_parts.join(", ")
             )],
             vec![
                 format!("({})", any_null(&own)),
                 format!(
-                    "EXISTS (SELECT FROM __pgt_tp AS t WHERE ({}) AND {})",
+                    "EXISTS (SELECT FROM __pgt_tp AS __pgt_t WHERE ({}) AND {})",
                     any_null(&t_parts),
                     same.join(" AND ")
                 ),
