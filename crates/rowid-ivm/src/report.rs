@@ -14,7 +14,8 @@
 use rowid_codec::probe::Fingerprint;
 
 /// `message` with every span quoted in `"` or `'` that `is_name` does not accept replaced by
-/// `(len=N fp=F)`, F the value's fingerprint in 8 hex digits. An opening quote without its closing one quotes the rest.
+/// `(len=N fp=F)`, F the value's fingerprint in 8 hex digits. An opening quote without its
+/// closing one quotes the rest.
 pub fn redact(message: &str, is_name: impl Fn(&str) -> bool) -> String {
     let mut out = String::with_capacity(message.len());
     let mut rest = message;
